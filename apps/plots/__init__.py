@@ -1,0 +1,1 @@
+"""`python -m apps.plots <metrics.jsonl> --out curves.png`: training curves from a metrics JSONL."""

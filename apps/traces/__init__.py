@@ -1,0 +1,1 @@
+"""`python -m apps.traces <file.jsonl>`: render trajectory traces as an HTML page."""

@@ -1,0 +1,111 @@
+"""FrozenLake through the Gymnasium adapter: walk from S to G on a grid without falling in a hole.
+
+Each move is an `act` tool call ("left", "down", "right", "up"); the board is shown as text with
+`A` marking the agent. Non-slippery by default, so a correct plan always works. Rewards at the end:
+`{"env_reward": 1.0}` on reaching the goal, else 0.0; info["outcome"]: "goal" | "hole" |
+"out_of_time" | "stopped".
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import gymnasium
+from gymnasium.envs.toy_text.frozen_lake import generate_random_map
+
+from forge_agent.env.gym_adapter import GymnasiumAgentEnv
+
+__all__ = ["DEFAULT_MAP", "FrozenLakeEnv", "generate_tasks", "render_board", "shortest_path"]
+
+DEFAULT_MAP = ["SFFF", "FHFH", "FFFH", "HFFG"]
+"""Gymnasium's standard 4x4 map."""
+
+INSTRUCTIONS = (
+    "You walk on a frozen lake drawn as a grid: S is the start, F frozen ice, H a hole, G the "
+    "goal, and A marks where you are. Row 1 is the top. Reach G without stepping into a hole."
+)
+
+
+def render_board(desc: list[str], position: int) -> str:
+    """The map with `A` at `position` (row-major index)."""
+    width = len(desc[0])
+    rows = [list(row) for row in desc]
+    rows[position // width][position % width] = "A"
+    return "\n".join("".join(row) for row in rows)
+
+
+def generate_tasks(
+    n: int, seed: int = 0, size: int = 4, p_frozen: float = 0.8
+) -> list[dict[str, Any]]:
+    """`n` tasks on random solvable `size` x `size` maps (Gymnasium's own generator)."""
+    rng = random.Random(f"frozen_lake-{seed}-{size}")
+    tasks = []
+    for i in range(n):
+        desc = generate_random_map(size=size, p=p_frozen, seed=rng.randrange(2**31))
+        tasks.append({"task_id": f"frozen_lake-{size}-s{seed}-{i}", "map": desc})
+    return tasks
+
+
+def shortest_path(desc: list[str]) -> list[str]:
+    """Action names of a shortest safe path from S to G (breadth-first search)."""
+    width, height = len(desc[0]), len(desc)
+    start = next(divmod(i, width) for i, c in enumerate("".join(desc)) if c == "S")
+    moves = {"left": (0, -1), "down": (1, 0), "right": (0, 1), "up": (-1, 0)}
+    frontier, seen = [(start, [])], {start}
+    while frontier:
+        next_frontier = []
+        for (r, c), path in frontier:
+            if desc[r][c] == "G":
+                return path
+            for name, (dr, dc) in moves.items():
+                nr, nc = r + dr, c + dc
+                if (
+                    0 <= nr < height
+                    and 0 <= nc < width
+                    and desc[nr][nc] != "H"
+                    and (nr, nc) not in seen
+                ):
+                    seen.add((nr, nc))
+                    next_frontier.append(((nr, nc), [*path, name]))
+        frontier = next_frontier
+    raise ValueError(f"map {desc} has no path from S to G")
+
+
+class FrozenLakeEnv(GymnasiumAgentEnv):
+    """FrozenLake-v1 as an agent env. A task may carry `"map"` (rows of S/F/H/G).
+
+    Args:
+        is_slippery: Gymnasium's slippery ice (moves go astray); off by default.
+        max_moves: moves before the game is out of time.
+    """
+
+    def __init__(self, is_slippery: bool = False, max_moves: int = 30) -> None:
+        super().__init__(
+            "FrozenLake-v1",
+            render=lambda env, obs: render_board(self._desc, int(obs)),
+            instructions=INSTRUCTIONS,
+        )
+        self.is_slippery = is_slippery
+        self.max_moves = max_moves
+        self._desc = DEFAULT_MAP
+
+    def default_task(self, seed: int) -> dict[str, Any]:
+        return generate_tasks(1, seed=seed)[0]
+
+    def make_gym_env(self, task: dict[str, Any]) -> gymnasium.Env:
+        if self.gym_env is not None:
+            self.gym_env.close()
+        self._desc = list(task.get("map") or DEFAULT_MAP)
+        self.gym_env = gymnasium.make(
+            "FrozenLake-v1",
+            desc=self._desc,
+            is_slippery=self.is_slippery,
+            max_episode_steps=self.max_moves,
+        )
+        return self.gym_env
+
+    def outcome(self, terminated: bool, truncated: bool) -> str:
+        if terminated:
+            return "goal" if self.env_return > 0 else "hole"
+        return "out_of_time" if truncated else "stopped"

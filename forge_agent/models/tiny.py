@@ -1,0 +1,241 @@
+"""A tiny Qwen3 causal LM and tokenizer, built deterministically and cached on disk.
+
+This is how the CPU default and every test get a model: nothing is downloaded. The tokenizer is a
+byte-level BPE trained on text the shipped environments produce (digits split one per token, so
+arithmetic stays learnable), carrying the Qwen3 chat special tokens so the `renderers` Qwen3
+renderer serves it unchanged. The folder is a standard Hugging Face model folder (safetensors,
+tokenizer, chat template) that transformers and vLLM load.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+QWEN3_SPECIAL_TOKENS = (
+    "<|endoftext|>",
+    "<|im_start|>",
+    "<|im_end|>",
+    "<tool_call>",
+    "</tool_call>",
+    "<tool_response>",
+    "</tool_response>",
+    "<think>",
+    "</think>",
+)
+
+# A compact Qwen3-compatible chat template (tools, tool calls, tool responses, thinking switch),
+# so `tokenizer.apply_chat_template` and vLLM's chat endpoints agree with the renderer.
+QWEN3_CHAT_TEMPLATE = r"""{%- if tools %}<|im_start|>system
+{% if messages[0].role == 'system' %}{{ messages[0].content }}
+
+{% endif %}# Tools
+
+You may call one or more functions to assist with the user query.
+
+You are provided with function signatures within <tools></tools> XML tags:
+<tools>{% for tool in tools %}
+{{ tool | tojson }}{% endfor %}
+</tools>
+
+For each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:
+<tool_call>
+{"name": <function-name>, "arguments": <args-json-object>}
+</tool_call><|im_end|>
+{% elif messages[0].role == 'system' %}<|im_start|>system
+{{ messages[0].content }}<|im_end|>
+{% endif %}{%- for message in messages %}{%- if message.role == 'user' %}<|im_start|>user
+{{ message.content }}<|im_end|>
+{% elif message.role == 'assistant' %}<|im_start|>assistant
+{% if message.reasoning_content %}<think>
+{{ message.reasoning_content.strip('\n') }}
+</think>
+
+{% endif %}{{ message.content or '' }}{% for tc in message.tool_calls or [] %}{% set f = tc.function if tc.function else tc %}{% if loop.first and message.content %}
+{% elif not loop.first %}
+{% endif %}<tool_call>
+{"name": "{{ f.name }}", "arguments": {{ f.arguments if f.arguments is string else f.arguments | tojson }}}
+</tool_call>{% endfor %}<|im_end|>
+{% elif message.role == 'tool' %}{% if loop.first or messages[loop.index0 - 1].role != 'tool' %}<|im_start|>user{% endif %}
+<tool_response>
+{{ message.content }}
+</tool_response>{% if loop.last or messages[loop.index0 + 1].role != 'tool' %}<|im_end|>
+{% endif %}{% endif %}{%- endfor %}{%- if add_generation_prompt %}<|im_start|>assistant
+{% if enable_thinking is defined and enable_thinking is false %}<think>
+
+</think>
+
+{% endif %}{% endif %}"""
+
+_BUILTIN_CORPUS = (
+    "You are a helpful assistant. Use the tools when they help. Answer with the final result.",
+    "def solve(x):\n    return x\n\nimport math\nfor i in range(10):\n    print(i)\n",
+    'if __name__ == "__main__":\n    assert add(1, 2) == 3\nclass Solution:\n    pass\n',
+    'Error: unknown tool. Traceback (most recent call last):\n  File "<stdin>", line 1\n',
+    "The answer is \\boxed{42}. stdout: exit code: 0 stderr: True False None",
+)
+
+
+@dataclass
+class TinyModelConfig:
+    """Sizes of the tiny Qwen3 model and its tokenizer (a few million parameters by default)."""
+
+    vocab_size: int = 512
+    hidden_size: int = 256
+    num_layers: int = 4
+    num_heads: int = 4
+    num_kv_heads: int = 2
+    head_dim: int = 64
+    intermediate_size: int = 512
+    max_position_embeddings: int = 2048
+    rope_theta: float = 10000.0
+    tie_word_embeddings: bool = False
+    seed: int = 0
+    extra_corpus: list[str] = field(default_factory=list)
+
+    def key(self, corpus_digest: str) -> str:
+        blob = json.dumps(asdict(self), sort_keys=True) + corpus_digest + _FORMAT_VERSION
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+_FORMAT_VERSION = "v1"
+
+
+def default_cache_dir() -> Path:
+    """`$FORGE_AGENT_CACHE` or `~/.cache/forge-agent`."""
+    root = os.environ.get("FORGE_AGENT_CACHE") or Path.home() / ".cache" / "forge-agent"
+    return Path(root) / "models"
+
+
+def env_corpus() -> list[str]:
+    """Text the shipped environments produce: prompts, tool specs, tool calls and answers."""
+    texts: list[str] = list(_BUILTIN_CORPUS)
+    try:
+        from renderers.qwen3 import _TOOLS_FOOTER, _TOOLS_HEADER
+
+        texts += [_TOOLS_HEADER, _TOOLS_FOOTER]
+    except ImportError:  # pragma: no cover - renderers is a hard dependency
+        pass
+    for module_name in ("envs.calculator", "envs.code_exec", "envs.frozen_lake"):
+        try:
+            module = __import__(module_name, fromlist=["corpus"])
+        except ImportError:
+            continue
+        corpus_fn = getattr(module, "corpus", None)
+        if corpus_fn is not None:
+            texts.extend(corpus_fn())
+    return texts
+
+
+def train_tokenizer(texts: Iterable[str], vocab_size: int):
+    """Train a byte-level BPE with the Qwen3 special tokens; digits are split one per token."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Digits(individual_digits=True),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
+        ]
+    )
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=list(QWEN3_SPECIAL_TOKENS),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(list(texts), trainer=trainer)
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        additional_special_tokens=list(QWEN3_SPECIAL_TOKENS[1:]),
+        model_max_length=1 << 20,
+    )
+    fast.chat_template = QWEN3_CHAT_TEMPLATE
+    return fast
+
+
+def build_model(cfg: TinyModelConfig, vocab_size: int, eos_id: int, pad_id: int):
+    """A randomly initialised `Qwen3ForCausalLM` of the configured size, seeded."""
+    import torch
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    config = Qwen3Config(
+        vocab_size=vocab_size,
+        hidden_size=cfg.hidden_size,
+        num_hidden_layers=cfg.num_layers,
+        num_attention_heads=cfg.num_heads,
+        num_key_value_heads=cfg.num_kv_heads,
+        head_dim=cfg.head_dim,
+        intermediate_size=cfg.intermediate_size,
+        max_position_embeddings=cfg.max_position_embeddings,
+        rope_theta=cfg.rope_theta,
+        tie_word_embeddings=cfg.tie_word_embeddings,
+        bos_token_id=None,
+        eos_token_id=eos_id,
+        pad_token_id=pad_id,
+        torch_dtype="float32",
+    )
+    torch.manual_seed(cfg.seed)
+    model = Qwen3ForCausalLM(config)
+    return model.to(torch.float32)
+
+
+def ensure_tiny_model(
+    cfg: TinyModelConfig | None = None, cache_dir: str | Path | None = None
+) -> Path:
+    """Return a Hugging Face folder holding the tiny model, building it on first use.
+
+    The folder name is a hash of the config and the tokenizer corpus, so a change to either
+    builds a new model; the build is written to a temporary folder and renamed into place, so
+    concurrent callers never see half a model.
+    """
+    cfg = cfg or TinyModelConfig()
+    texts = env_corpus() + list(cfg.extra_corpus)
+    digest = hashlib.sha256("\x00".join(texts).encode()).hexdigest()
+    root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    path = root / f"tiny-qwen3-{cfg.key(digest)}"
+    if (path / "config.json").exists():
+        return path
+
+    root.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=path.name + ".", dir=root))
+    try:
+        tokenizer = train_tokenizer(texts, cfg.vocab_size)
+        model = build_model(
+            cfg,
+            vocab_size=len(tokenizer),
+            eos_id=tokenizer.convert_tokens_to_ids("<|im_end|>"),
+            pad_id=tokenizer.convert_tokens_to_ids("<|endoftext|>"),
+        )
+        model.generation_config.eos_token_id = [
+            tokenizer.convert_tokens_to_ids("<|im_end|>"),
+            tokenizer.convert_tokens_to_ids("<|endoftext|>"),
+        ]
+        model.save_pretrained(tmp, safe_serialization=True)
+        tokenizer.save_pretrained(tmp)
+        (tmp / "forge_agent_tiny.json").write_text(json.dumps(asdict(cfg), indent=2))
+        try:
+            tmp.rename(path)
+        except OSError:  # another process won the race; its folder is equivalent
+            if not (path / "config.json").exists():
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return path
+
+
+def load_tokenizer(path: str | Path):
+    """Load the tokenizer of a model folder (tiny or hub)."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(path))

@@ -1,0 +1,305 @@
+"""The sandbox interface: limits, results, and the one-shot / session seams every backend fills.
+
+Failure policy (the same for every backend):
+- What the *sandboxed code* does (crash, exceed a limit, kill its own supervisor, flood output)
+  always comes back as a `RunResult`; the host and the next call are unaffected.
+- What goes wrong with the *sandbox itself* (bubblewrap missing, the Docker engine gone, a
+  sandbox that cannot start) raises `SandboxError` with a message that names the cause, so the
+  caller can mark the episode as an infrastructure failure instead of blaming the policy.
+- A session whose sandbox died (killed by its code, by the wall-time backstop or by the OOM
+  killer) reports that run in its `RunResult` (stderr says so) and restarts transparently on the
+  next call, keeping the workspace files.
+"""
+
+from __future__ import annotations
+
+import abc
+import os
+import posixpath
+import stat
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from types import TracebackType
+from typing import Self
+
+__all__ = [
+    "FileData",
+    "Limits",
+    "RunResult",
+    "Sandbox",
+    "SandboxError",
+    "SandboxSession",
+    "normalize_workspace_path",
+]
+
+FileData = str | bytes
+"""File contents: text is written as UTF-8."""
+
+WORKSPACE = "/workspace"
+"""Where the workspace is mounted inside every sandbox (and the working directory of runs)."""
+
+
+class SandboxError(RuntimeError):
+    """The sandbox itself failed (not the code it ran): missing tool, dead engine, no start."""
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Resource limits for one execution.
+
+    Attributes:
+        wall_s: wall-clock seconds before the whole execution (every process it started) is killed.
+        cpu_s: CPU seconds per process (RLIMIT_CPU; SIGXCPU at the limit).
+        memory_mb: address space per process (RLIMIT_AS) and, where the backend has a memory
+            cgroup / Docker ``mem_limit``, the memory of the whole sandbox.
+        max_procs: processes the sandboxed user may have (RLIMIT_NPROC / pids cgroup / pids_limit).
+        file_size_mb: largest file a process may write (RLIMIT_FSIZE); also bounds ``/tmp``.
+        output_bytes: stdout and stderr are each kept up to this many bytes, the rest dropped.
+        network: False (default) gives the sandbox no network at all, not even loopback to the host.
+    """
+
+    wall_s: float = 10.0
+    cpu_s: float = 10.0
+    memory_mb: int = 512
+    max_procs: int = 64
+    file_size_mb: int = 64
+    output_bytes: int = 64_000
+    network: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("wall_s", "cpu_s", "memory_mb", "max_procs", "file_size_mb", "output_bytes"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
+                raise ValueError(f"Limits.{name} must be a positive number, got {value!r}")
+
+    def with_(self, **changes: object) -> Limits:
+        """A copy with some fields changed, e.g. ``limits.with_(wall_s=2)``."""
+        return replace(self, **changes)
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "wall_s": float(self.wall_s),
+            "cpu_s": float(self.cpu_s),
+            "memory_mb": int(self.memory_mb),
+            "max_procs": int(self.max_procs),
+            "file_size_mb": int(self.file_size_mb),
+            "output_bytes": int(self.output_bytes),
+            "network": bool(self.network),
+        }
+
+
+@dataclass
+class RunResult:
+    """What one execution did.
+
+    Attributes:
+        stdout: captured standard output (UTF-8, undecodable bytes replaced), at most
+            ``Limits.output_bytes`` bytes.
+        stderr: captured standard error, same bound; sandbox notes (timeouts, a killed sandbox)
+            are appended after a ``[sandbox]`` prefix.
+        exit_code: the process's exit status, or None when it was killed by a signal.
+        signal: the signal that killed it (e.g. 9), or None.
+        timed_out: the wall-time or CPU-time limit was hit.
+        oom: the run ran out of memory (MemoryError / allocation failure / OOM kill).
+        duration_s: wall-clock seconds of the whole call as the caller saw it.
+        truncated: some stdout or stderr beyond ``Limits.output_bytes`` was dropped.
+    """
+
+    stdout: str
+    stderr: str
+    exit_code: int | None
+    signal: int | None
+    timed_out: bool
+    oom: bool
+    duration_s: float
+    truncated: bool
+
+    @property
+    def ok(self) -> bool:
+        """True when the code exited with status 0 within its limits."""
+        return self.exit_code == 0 and not self.timed_out and not self.oom
+
+    def describe(self) -> str:
+        """One line saying how the run ended, e.g. ``exit code 1`` or ``timed out (wall 2s)``."""
+        if self.timed_out:
+            return "timed out"
+        if self.oom:
+            return "out of memory"
+        if self.signal is not None:
+            return f"killed by signal {self.signal}"
+        return f"exit code {self.exit_code}"
+
+
+class SandboxSession(abc.ABC):
+    """A persistent per-episode workspace: files survive between runs, processes do not.
+
+    After every run all processes the run started are killed, so nothing runs between calls.
+    Use as a context manager, or call `close()`.
+    """
+
+    limits: Limits
+
+    @abc.abstractmethod
+    def run(
+        self,
+        code: str | None = None,
+        argv: list[str] | None = None,
+        files: Mapping[str, FileData] | None = None,
+        limits: Limits | None = None,
+    ) -> RunResult:
+        """Write `files` into the workspace, then run Python `code` or the command `argv`."""
+
+    @abc.abstractmethod
+    def write_file(self, path: str, data: FileData) -> None:
+        """Write a file in the workspace (relative path; parents are created)."""
+
+    @abc.abstractmethod
+    def read_file(self, path: str) -> str:
+        """Read a workspace file as UTF-8 text (undecodable bytes replaced)."""
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Stop the sandbox and delete the workspace. Idempotent."""
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+class Sandbox(abc.ABC):
+    """A sandbox backend: fresh isolated runs and persistent sessions."""
+
+    name: str = "sandbox"
+
+    def __init__(self, limits: Limits | None = None) -> None:
+        self.limits = limits or Limits()
+
+    @abc.abstractmethod
+    def session(self, limits: Limits | None = None) -> SandboxSession:
+        """Start a persistent sandbox with its own workspace (default limits for its runs)."""
+
+    def run(
+        self,
+        code: str | None = None,
+        argv: list[str] | None = None,
+        files: Mapping[str, FileData] | None = None,
+        limits: Limits | None = None,
+    ) -> RunResult:
+        """One execution in a fresh sandbox that is torn down afterwards."""
+        with self.session(limits) as session:
+            return session.run(code=code, argv=argv, files=files, limits=limits)
+
+    def close(self) -> None:  # noqa: B027 - optional hook, most backends hold nothing
+        """Release backend resources (idempotent)."""
+
+
+def check_request(code: str | None, argv: list[str] | None) -> None:
+    """Exactly one of `code` and `argv` must be given."""
+    if (code is None) == (argv is None):
+        raise ValueError("give exactly one of code= (Python source) or argv= (a command)")
+    if argv is not None and (not argv or not all(isinstance(a, str) for a in argv)):
+        raise ValueError(f"argv must be a non-empty list of strings, got {argv!r}")
+
+
+def normalize_workspace_path(path: str) -> str:
+    """Validate a path relative to the workspace and return it normalized.
+
+    Raises:
+        ValueError: for absolute paths, ``..`` components, empty paths or NUL bytes.
+    """
+    if not isinstance(path, str) or not path.strip():
+        raise ValueError(f"path must be a non-empty relative path, got {path!r}")
+    if "\x00" in path:
+        raise ValueError(f"path {path!r} contains a NUL byte")
+    if path.startswith(WORKSPACE + "/"):
+        path = path[len(WORKSPACE) + 1 :]
+    if posixpath.isabs(path):
+        raise ValueError(f"path {path!r} is absolute; use a path relative to the workspace")
+    parts = [p for p in path.split("/") if p not in ("", ".")]
+    if ".." in parts:
+        raise ValueError(f"path {path!r} leaves the workspace ('..' is not allowed)")
+    if not parts:
+        raise ValueError(f"path {path!r} names the workspace itself, not a file")
+    return "/".join(parts)
+
+
+def _open_parent(root: str, parts: list[str], create: bool, owner: tuple[int, int] | None) -> int:
+    """Open the directory holding ``parts[-1]`` under `root` without following any symlink."""
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for part in parts[:-1]:
+            try:
+                next_fd = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+            except FileNotFoundError:
+                if not create:
+                    raise
+                os.mkdir(part, 0o755, dir_fd=fd)
+                if owner is not None:
+                    os.chown(part, *owner, dir_fd=fd, follow_symlinks=False)
+                next_fd = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+            os.close(fd)
+            fd = next_fd
+        return fd
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def host_write_file(
+    root: str, path: str, data: FileData, owner: tuple[int, int] | None = None
+) -> None:
+    """Write a workspace file from the host, refusing to follow symlinks the sandbox planted."""
+    parts = normalize_workspace_path(path).split("/")
+    payload = data.encode("utf-8") if isinstance(data, str) else bytes(data)
+    dir_fd = _open_parent(root, parts, create=True, owner=owner)
+    try:
+        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW
+        fd = os.open(parts[-1], flags, 0o644, dir_fd=dir_fd)
+        try:
+            if owner is not None:
+                os.fchown(fd, *owner)
+            with os.fdopen(fd, "wb", closefd=False) as f:
+                f.write(payload)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        raise OSError(exc.errno, f"cannot write workspace file {path!r}: {exc.strerror}") from None
+    finally:
+        os.close(dir_fd)
+
+
+def host_read_file(root: str, path: str, max_bytes: int) -> str:
+    """Read a workspace file from the host without following symlinks; at most `max_bytes`."""
+    parts = normalize_workspace_path(path).split("/")
+    try:
+        dir_fd = _open_parent(root, parts, create=False, owner=None)
+    except FileNotFoundError:
+        raise FileNotFoundError(f"no such file in the workspace: {path!r}") from None
+    except NotADirectoryError:
+        raise FileNotFoundError(f"no such file in the workspace: {path!r}") from None
+    except OSError as exc:  # ELOOP: a component is a symlink
+        raise PermissionError(f"cannot read {path!r}: {exc.strerror}") from None
+    try:
+        try:
+            fd = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=dir_fd)
+        except FileNotFoundError:
+            raise FileNotFoundError(f"no such file in the workspace: {path!r}") from None
+        except OSError as exc:
+            raise PermissionError(f"cannot read {path!r}: {exc.strerror}") from None
+        with os.fdopen(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                raise IsADirectoryError(f"{path!r} is not a regular file")
+            data = f.read(max_bytes + 1)
+    finally:
+        os.close(dir_fd)
+    text = data[:max_bytes].decode("utf-8", errors="replace")
+    if len(data) > max_bytes:
+        text += f"\n[sandbox] file truncated to its first {max_bytes} bytes"
+    return text

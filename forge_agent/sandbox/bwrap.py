@@ -1,0 +1,397 @@
+"""Bubblewrap backend: unprivileged Linux namespaces, no daemon.
+
+Each sandbox is one ``bwrap`` process (``--unshare-all --die-with-parent --new-session
+--as-pid-1``) whose PID 1 is the supervisor (`forge_agent.sandbox.supervisor`) running on the
+system Python. The sandbox sees a read-only ``/usr`` (plus the ``/bin``, ``/lib*`` links and a
+few harmless ``/etc`` files), a private ``/proc`` and ``/dev``, a size-bounded tmpfs ``/tmp``, a
+read-only root and one writable directory: the workspace, bound at ``/workspace``. It runs as
+uid/gid 65534; when the host process is root, bubblewrap itself is started as host uid 65534
+too, so nothing in the sandbox maps to host root and RLIMIT_NPROC is enforced.
+
+A session keeps its sandbox (and so a warm interpreter) between runs: each run is one fork of the
+supervisor. A one-shot `BubblewrapSandbox.run` is a session of one run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import select
+import shutil
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from forge_agent.sandbox.base import (
+    WORKSPACE,
+    FileData,
+    Limits,
+    RunResult,
+    Sandbox,
+    SandboxError,
+    SandboxSession,
+    check_request,
+    host_read_file,
+    host_write_file,
+)
+from forge_agent.sandbox.cgroups import SandboxCgroup
+
+__all__ = ["BubblewrapSandbox", "BubblewrapSession"]
+
+SUPERVISOR_SOURCE = (Path(__file__).parent / "supervisor.py").read_text()
+SANDBOX_ID = 65534
+"""uid and gid inside the sandbox (and on the host when the host process is root)."""
+
+ETC_FILES = (
+    "/etc/ld.so.cache",
+    "/etc/ld.so.conf",
+    "/etc/ld.so.conf.d",
+    "/etc/alternatives",
+    "/etc/localtime",
+    "/etc/passwd",
+    "/etc/group",
+    "/etc/nsswitch.conf",
+    "/etc/mime.types",
+)
+"""The only /etc entries the sandbox sees (no shadow, no ssh keys, no resolver config)."""
+
+START_TIMEOUT_S = 30.0
+BACKSTOP_GRACE_S = 2.0
+READ_FILE_MAX_BYTES = 1_000_000
+
+
+class BubblewrapSandbox(Sandbox):
+    """Sandboxes made with bubblewrap.
+
+    Args:
+        limits: default limits for runs that pass none.
+        python: interpreter inside the sandbox; it must live under a bound directory (``/usr``).
+        bwrap: the bubblewrap binary.
+        workspace_root: host directory under which per-session workspaces are created.
+        ro_binds: extra host paths to bind read-only at the same place.
+        use_cgroups: None (default) uses cgroup v1 memory/pids limits when available (root).
+    """
+
+    name = "bwrap"
+
+    def __init__(
+        self,
+        limits: Limits | None = None,
+        *,
+        python: str = "/usr/bin/python3",
+        bwrap: str = "bwrap",
+        workspace_root: str | None = None,
+        ro_binds: Sequence[str] = (),
+        use_cgroups: bool | None = None,
+    ) -> None:
+        super().__init__(limits)
+        found = shutil.which(bwrap)
+        if found is None:
+            raise SandboxError(
+                f"bubblewrap executable {bwrap!r} not found on PATH "
+                "(install the Debian package 'bubblewrap')"
+            )
+        if not os.path.isfile(python) or not os.access(python, os.X_OK):
+            raise SandboxError(
+                f"sandbox python {python!r} does not exist or is not executable "
+                "(install the Debian package 'python3-minimal')"
+            )
+        self.bwrap = found
+        self.python = python
+        self.workspace_root = workspace_root
+        self.ro_binds = tuple(ro_binds)
+        self.use_cgroups = use_cgroups
+        self.drop_to = (SANDBOX_ID, SANDBOX_ID) if os.geteuid() == 0 else None
+
+    def session(self, limits: Limits | None = None) -> BubblewrapSession:
+        """Start a sandbox with a fresh workspace; it stays up until `close()`."""
+        return BubblewrapSession(self, limits or self.limits)
+
+    def command(self, workspace: str, limits: Limits) -> list[str]:
+        """The bwrap command line of one sandbox whose PID 1 is the supervisor."""
+        args = [self.bwrap, "--unshare-all"]
+        if limits.network:
+            args.append("--share-net")
+        args += [
+            "--die-with-parent",
+            "--new-session",
+            "--as-pid-1",
+            "--uid", str(SANDBOX_ID),
+            "--gid", str(SANDBOX_ID),
+            "--hostname", "sandbox",
+            "--clearenv",
+            "--setenv", "PATH", "/usr/local/bin:/usr/bin:/bin",
+            "--setenv", "HOME", WORKSPACE,
+            "--setenv", "TMPDIR", "/tmp",
+            "--setenv", "LANG", "C.UTF-8",
+            "--setenv", "PYTHONDONTWRITEBYTECODE", "1",
+            "--ro-bind", "/usr", "/usr",
+        ]  # fmt: skip
+        for top in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
+            if os.path.islink(top):
+                args += ["--symlink", os.readlink(top), top]
+            elif os.path.isdir(top):
+                args += ["--ro-bind", top, top]
+        for path in (*ETC_FILES, *self.ro_binds):
+            args += ["--ro-bind-try", path, path]
+        if limits.network:
+            args += ["--ro-bind-try", "/etc/resolv.conf", "/etc/resolv.conf"]
+            args += ["--ro-bind-try", "/etc/hosts", "/etc/hosts"]
+            args += ["--ro-bind-try", "/etc/ssl", "/etc/ssl"]
+        args += [
+            "--proc", "/proc",
+            "--dev", "/dev",
+            "--size", str(int(limits.file_size_mb) * 1024 * 1024),
+            "--tmpfs", "/tmp",
+            "--bind", workspace, WORKSPACE,
+            "--chdir", WORKSPACE,
+            "--remount-ro", "/",
+            self.python, "-c", SUPERVISOR_SOURCE, "serve",
+        ]  # fmt: skip
+        return args
+
+
+class BubblewrapSession(SandboxSession):
+    """One bubblewrap sandbox with a warm supervisor and a persistent workspace."""
+
+    def __init__(self, backend: BubblewrapSandbox, limits: Limits) -> None:
+        self.backend = backend
+        self.limits = limits
+        self.restarts = 0
+        self._lock = threading.Lock()
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._pending = b""
+        self._closed = False
+        self._cgroup: SandboxCgroup | None = None
+        self.workspace = tempfile.mkdtemp(prefix="forge-ws-", dir=backend.workspace_root)
+        os.chmod(self.workspace, 0o700)
+        if backend.drop_to is not None:
+            os.chown(self.workspace, *backend.drop_to)
+        try:
+            self._start()
+        except BaseException:
+            self.close()
+            raise
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def _start(self) -> None:
+        backend = self.backend
+        use_cgroups = backend.use_cgroups
+        if use_cgroups is not False and self._cgroup is None:
+            self._cgroup = SandboxCgroup.create()
+            if self._cgroup is None and use_cgroups:
+                raise SandboxError("cgroups requested (use_cgroups=True) but cgroup v1 is unusable")
+        user = backend.drop_to
+        try:
+            self._proc = subprocess.Popen(
+                backend.command(self.workspace, self.limits),
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                cwd="/",
+                user=user[0] if user else None,
+                group=user[1] if user else None,
+                extra_groups=[] if user else None,
+            )
+        except OSError as exc:
+            raise SandboxError(f"cannot start bubblewrap ({backend.bwrap!r}): {exc}") from exc
+        self._pending = b""
+        line = self._read_line(time.monotonic() + START_TIMEOUT_S, 4096)
+        if not isinstance(line, bytes) or not line.startswith(b'{"ready"'):
+            detail = self._kill_and_collect_stderr()
+            raise SandboxError(
+                "bubblewrap sandbox did not start"
+                + (f" within {START_TIMEOUT_S:.0f} s" if line is None else "")
+                + f": {detail or 'no error output'}"
+            )
+        if self._cgroup is not None:
+            try:
+                self._cgroup.set_limits(self.limits.memory_mb, self.limits.max_procs)
+                for pid in _process_tree(self._proc.pid):
+                    self._cgroup.add(pid)
+            except OSError:  # limits stay rlimits-only for this sandbox
+                self._cgroup.remove(0)
+                self._cgroup = None
+
+    def _kill_and_collect_stderr(self) -> str:
+        proc = self._proc
+        if proc is None:
+            return ""
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+        err = _read_available(proc.stderr.fileno(), 8192) if proc.stderr else b""
+        for stream in (proc.stdin, proc.stdout, proc.stderr):
+            if stream is not None:
+                with contextlib.suppress(OSError):
+                    stream.close()
+        self._proc = None
+        return err.decode("utf-8", "replace").strip()
+
+    def close(self) -> None:
+        """Kill the sandbox and delete the workspace. Idempotent."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            self._kill_and_collect_stderr()
+            if self._cgroup is not None:  # rmdir waits for the dying processes: not on our time
+                self._cgroup.remove_later()
+                self._cgroup = None
+            shutil.rmtree(self.workspace, ignore_errors=True)
+
+    @property
+    def alive(self) -> bool:
+        """True while the sandbox process is running."""
+        return self._proc is not None and self._proc.poll() is None
+
+    # -- files -------------------------------------------------------------------------------
+
+    def write_file(self, path: str, data: FileData) -> None:
+        """Write a workspace file (relative path; parents created; symlinks never followed)."""
+        self._check_open()
+        host_write_file(self.workspace, path, data, owner=self.backend.drop_to)
+
+    def read_file(self, path: str) -> str:
+        """Read a workspace file as text (at most 1 MB; symlinks never followed)."""
+        self._check_open()
+        return host_read_file(self.workspace, path, READ_FILE_MAX_BYTES)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise SandboxError("the sandbox session is closed")
+
+    # -- runs --------------------------------------------------------------------------------
+
+    def run(
+        self,
+        code: str | None = None,
+        argv: list[str] | None = None,
+        files: Mapping[str, FileData] | None = None,
+        limits: Limits | None = None,
+    ) -> RunResult:
+        """Run Python `code` (in the sandbox's python) or the command `argv` in the workspace."""
+        check_request(code, argv)
+        limits = limits or self.limits
+        if limits.network != self.limits.network:
+            raise ValueError(
+                f"limits.network={limits.network} differs from the session's "
+                f"network={self.limits.network}; start a session with the network setting"
+            )
+        with self._lock:
+            self._check_open()
+            start = time.monotonic()
+            for path, data in (files or {}).items():
+                host_write_file(self.workspace, path, data, owner=self.backend.drop_to)
+            if not self.alive:
+                if self._proc is not None:
+                    self._kill_and_collect_stderr()
+                    self.restarts += 1
+                self._start()
+            assert self._proc is not None and self._proc.stdin is not None
+            oom_before = 0
+            if self._cgroup is not None:
+                self._cgroup.set_limits(limits.memory_mb, limits.max_procs)
+                oom_before = self._cgroup.oom_kills()
+            request = {"code": code, "argv": argv, "cwd": WORKSPACE, "limits": limits.to_dict()}
+            try:
+                self._proc.stdin.write(json.dumps(request).encode() + b"\n")
+                self._proc.stdin.flush()
+            except OSError:
+                pass  # the sandbox died; the read below reports it
+            deadline = start + limits.wall_s + BACKSTOP_GRACE_S + 0.1 * limits.wall_s
+            line = self._read_line(deadline, 16 * limits.output_bytes + 65536)
+            oom_kill = self._cgroup is not None and self._cgroup.oom_kills() > oom_before
+            duration = time.monotonic() - start
+            if isinstance(line, bytes):
+                try:
+                    reply = json.loads(line)
+                except ValueError:
+                    reply = {"error": f"unreadable supervisor reply {line[:200]!r}"}
+                if "error" in reply:
+                    self._kill_and_collect_stderr()
+                    raise SandboxError(f"bubblewrap supervisor failed: {reply['error']}")
+                return RunResult(
+                    stdout=reply["stdout"],
+                    stderr=reply["stderr"],
+                    exit_code=reply["exit_code"],
+                    signal=reply["signal"],
+                    timed_out=reply["timed_out"],
+                    oom=reply["memory_error"] or oom_kill,
+                    duration_s=duration,
+                    truncated=reply["truncated"],
+                )
+            # No reply: the supervisor hung (backstop) or the sandbox died (OOM killer, ...).
+            detail = self._kill_and_collect_stderr()
+            if line is None:
+                note = f"[sandbox] no answer within {deadline - start:.1f} s; sandbox killed"
+            elif oom_kill:
+                note = "[sandbox] the sandbox was killed by the OOM killer"
+            else:
+                note = "[sandbox] the sandbox died during the run" + (
+                    f": {detail}" if detail else ""
+                )
+            return RunResult(
+                stdout="",
+                stderr=note + "\n",
+                exit_code=None,
+                signal=signal.SIGKILL,
+                timed_out=line is None,
+                oom=oom_kill,
+                duration_s=duration,
+                truncated=False,
+            )
+
+    def _read_line(self, deadline: float, max_bytes: int) -> bytes | str | None:
+        """The next protocol line; None on timeout, "" on EOF. Never blocks past `deadline`."""
+        assert self._proc is not None and self._proc.stdout is not None
+        fd = self._proc.stdout.fileno()
+        while b"\n" not in self._pending:
+            if len(self._pending) > max_bytes:
+                return "reply too long"
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return None
+            ready, _, _ = select.select([fd], [], [], remaining)
+            if not ready:
+                return None
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                return ""
+            self._pending += chunk
+        line, self._pending = self._pending.split(b"\n", 1)
+        return line
+
+
+def _read_available(fd: int, max_bytes: int) -> bytes:
+    data = b""
+    while len(data) < max_bytes:
+        ready, _, _ = select.select([fd], [], [], 0)
+        if not ready:
+            break
+        chunk = os.read(fd, max_bytes - len(data))
+        if not chunk:
+            break
+        data += chunk
+    return data
+
+
+def _process_tree(pid: int) -> list[int]:
+    """`pid` and all its descendants (from /proc/PID/task/TID/children)."""
+    found, todo = [], [pid]
+    while todo:
+        current = todo.pop()
+        found.append(current)
+        try:
+            for tid in os.listdir(f"/proc/{current}/task"):
+                children = Path(f"/proc/{current}/task/{tid}/children").read_text().split()
+                todo.extend(int(c) for c in children)
+        except OSError:
+            continue
+    return found

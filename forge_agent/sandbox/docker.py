@@ -1,0 +1,400 @@
+"""Docker backend (through the ``docker`` SDK), for hosts that have an engine.
+
+Every container runs with ``network_mode="none"``, ``mem_limit`` (no swap), ``pids_limit``,
+``cap_drop=["ALL"]``, ``no-new-privileges``, a read-only root, a tmpfs ``/tmp``, uid/gid
+65534 and ``init=True``. The workspace is a host directory bind-mounted at ``/workspace``; the
+supervisor (`forge_agent.sandbox.supervisor`) and each request are in a read-only ``/.forge``.
+
+- One-shot `DockerSandbox.run`: ``docker run`` of the supervisor, which runs the request and
+  prints one JSON result.
+- `DockerSession`: one long-lived container (a sleeping keep-alive process); each run is a
+  ``docker exec`` of the supervisor (the warm path). After each run the supervisor kills every
+  process the run left, sparing only the container's init and keep-alive.
+
+The supervisor enforces the wall time; the host adds a backstop that kills the container if no
+answer comes (the session then starts a new container on the next run, same workspace).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import json
+import os
+import shutil
+import signal
+import tempfile
+import threading
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from forge_agent.sandbox.base import (
+    WORKSPACE,
+    FileData,
+    Limits,
+    RunResult,
+    Sandbox,
+    SandboxError,
+    SandboxSession,
+    check_request,
+    host_read_file,
+    host_write_file,
+)
+from forge_agent.sandbox.bwrap import SUPERVISOR_SOURCE
+from forge_agent.sandbox.docker_local import DEFAULT_IMAGE
+
+__all__ = ["DockerSandbox", "DockerSession"]
+
+SANDBOX_USER = "65534:65534"
+CONTROL_DIR = "/.forge"
+BACKSTOP_GRACE_S = 5.0
+SUPERVISOR_MEMORY_MB = 48
+KEEPALIVE = "import time\nwhile True:\n    time.sleep(3600)\n"
+READ_FILE_MAX_BYTES = 1_000_000
+
+
+class DockerSandbox(Sandbox):
+    """Sandboxes made of Docker containers.
+
+    Args:
+        limits: default limits for runs that pass none.
+        image: an image holding ``python`` (build one offline with
+            `forge_agent.sandbox.docker_local.build_python_image`).
+        base_url: the engine's address (default: the environment's, e.g. ``DOCKER_HOST``).
+        python: the interpreter inside the image.
+        workspace_root: host directory under which per-session workspaces are created.
+    """
+
+    name = "docker"
+
+    def __init__(
+        self,
+        limits: Limits | None = None,
+        *,
+        image: str = DEFAULT_IMAGE,
+        base_url: str | None = None,
+        python: str = "/usr/bin/python3",
+        workspace_root: str | None = None,
+    ) -> None:
+        super().__init__(limits)
+        try:
+            import docker
+        except ImportError as exc:
+            raise SandboxError("the 'docker' Python package is not installed") from exc
+        self._docker = docker
+        try:
+            if base_url is None:
+                self.client = docker.from_env()
+            else:
+                self.client = docker.DockerClient(base_url=base_url)
+            self.client.ping()
+        except Exception as exc:
+            raise SandboxError(
+                f"no Docker engine reachable at {base_url or 'the default address'}: {exc}"
+            ) from exc
+        try:
+            self.client.images.get(image)
+        except docker.errors.ImageNotFound:
+            raise SandboxError(
+                f"Docker image {image!r} not found; build it offline with "
+                "forge_agent.sandbox.docker_local.build_python_image(client)"
+            ) from None
+        self.image = image
+        self.python = python
+        self.workspace_root = workspace_root
+        self.owner = (65534, 65534) if os.geteuid() == 0 else None
+
+    def session(self, limits: Limits | None = None) -> DockerSession:
+        """Start a long-lived container with a fresh workspace."""
+        return DockerSession(self, limits or self.limits)
+
+    def run(
+        self,
+        code: str | None = None,
+        argv: list[str] | None = None,
+        files: Mapping[str, FileData] | None = None,
+        limits: Limits | None = None,
+    ) -> RunResult:
+        """One ``docker run`` of the supervisor in a fresh container, removed afterwards."""
+        check_request(code, argv)
+        limits = limits or self.limits
+        dirs = _Dirs(self.workspace_root, self.owner)
+        container = None
+        start = time.monotonic()
+        try:
+            for path, data in (files or {}).items():
+                host_write_file(dirs.workspace, path, data, owner=self.owner)
+            request_path = dirs.write_request(code, argv, limits, protect_pids=[])
+            try:
+                container = self.client.containers.run(
+                    self.image,
+                    [self.python, f"{CONTROL_DIR}/supervisor.py", "oneshot", request_path],
+                    detach=True,
+                    **container_options(dirs, limits),
+                )
+            except self._docker.errors.DockerException as exc:
+                raise SandboxError(f"docker run failed: {exc}") from exc
+            backstop = limits.wall_s + BACKSTOP_GRACE_S
+            try:
+                container.wait(timeout=backstop)
+            except Exception:
+                _kill_quietly(container)
+                return _no_answer(start, f"no answer within {backstop:.1f} s; container killed")
+            raw = container.logs(stdout=True, stderr=False, tail=5)
+            return _result_from_reply(raw, start, "container")
+        finally:
+            if container is not None:
+                with contextlib.suppress(Exception):
+                    container.remove(force=True)
+            dirs.remove()
+
+
+class DockerSession(SandboxSession):
+    """One container kept running for an episode; runs are ``docker exec`` of the supervisor."""
+
+    def __init__(self, backend: DockerSandbox, limits: Limits) -> None:
+        self.backend = backend
+        self.limits = limits
+        self.restarts = 0
+        self._lock = threading.Lock()
+        self._closed = False
+        self._container: Any = None
+        self._keepalive_pid: int | None = None
+        self._dirs = _Dirs(backend.workspace_root, backend.owner)
+        self.workspace = self._dirs.workspace
+        try:
+            self._start()
+        except BaseException:
+            self.close()
+            raise
+
+    def _start(self) -> None:
+        backend = self.backend
+        try:
+            self._container = backend.client.containers.run(
+                backend.image,
+                [backend.python, "-c", KEEPALIVE],
+                detach=True,
+                **container_options(self._dirs, self.limits),
+            )
+            # The keep-alive is init's only child; the supervisor must never kill it.
+            code, out = self._container.exec_run(
+                ["cat", "/proc/1/task/1/children"], user=SANDBOX_USER
+            )
+            pids = [int(p) for p in out.split()] if code == 0 else []
+        except backend._docker.errors.DockerException as exc:
+            raise SandboxError(f"cannot start a Docker sandbox container: {exc}") from exc
+        if not pids:
+            raise SandboxError(f"cannot find the keep-alive process in the container: {out!r}")
+        self._keepalive_pid = pids[0]
+
+    @property
+    def alive(self) -> bool:
+        """True while the session's container is running."""
+        if self._container is None:
+            return False
+        try:
+            self._container.reload()
+        except Exception:
+            return False
+        return self._container.status == "running"
+
+    def write_file(self, path: str, data: FileData) -> None:
+        """Write a workspace file (relative path; parents created; symlinks never followed)."""
+        self._check_open()
+        host_write_file(self.workspace, path, data, owner=self.backend.owner)
+
+    def read_file(self, path: str) -> str:
+        """Read a workspace file as text (at most 1 MB; symlinks never followed)."""
+        self._check_open()
+        return host_read_file(self.workspace, path, READ_FILE_MAX_BYTES)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise SandboxError("the sandbox session is closed")
+
+    def run(
+        self,
+        code: str | None = None,
+        argv: list[str] | None = None,
+        files: Mapping[str, FileData] | None = None,
+        limits: Limits | None = None,
+    ) -> RunResult:
+        """``docker exec`` the supervisor to run `code` or `argv` in the session's container."""
+        check_request(code, argv)
+        limits = limits or self.limits
+        if limits.network != self.limits.network:
+            raise ValueError(
+                f"limits.network={limits.network} differs from the session's "
+                f"network={self.limits.network}; start a session with the network setting"
+            )
+        with self._lock:
+            self._check_open()
+            start = time.monotonic()
+            for path, data in (files or {}).items():
+                host_write_file(self.workspace, path, data, owner=self.backend.owner)
+            if self._container is None or not self.alive:
+                self._remove_container()
+                self.restarts += 1
+                self._start()
+            request_path = self._dirs.write_request(
+                code, argv, limits, protect_pids=[self._keepalive_pid]
+            )
+            cmd = [self.backend.python, f"{CONTROL_DIR}/supervisor.py", "oneshot", request_path]
+            api = self.backend.client.api
+            try:
+                exec_id = api.exec_create(
+                    self._container.id, cmd, user=SANDBOX_USER, workdir=WORKSPACE
+                )["Id"]
+            except Exception as exc:
+                raise SandboxError(f"docker exec failed: {exc}") from exc
+            out = bytearray()
+            cap = 16 * limits.output_bytes + 65536
+
+            def pump() -> None:
+                try:
+                    for chunk, _ in api.exec_start(exec_id, stream=True, demux=True):
+                        if chunk and len(out) < cap:
+                            out.extend(chunk[: cap - len(out)])
+                except Exception:
+                    pass
+
+            reader = threading.Thread(target=pump, daemon=True)
+            reader.start()
+            backstop = limits.wall_s + BACKSTOP_GRACE_S
+            reader.join(backstop)
+            if reader.is_alive():
+                self._remove_container()
+                return _no_answer(start, f"no answer within {backstop:.1f} s; container killed")
+            with contextlib.suppress(OSError):
+                os.unlink(os.path.join(self._dirs.control, os.path.basename(request_path)))
+            result = _result_from_reply(bytes(out), start, "supervisor")
+            if result.stderr.startswith("[sandbox]"):
+                # The supervisor died, so nothing bounds what the run left behind: drop the
+                # container (the next run starts a new one on the same workspace).
+                self._remove_container()
+            return result
+
+    def _remove_container(self) -> None:
+        if self._container is not None:
+            with contextlib.suppress(Exception):
+                self._container.remove(force=True)
+        self._container = None
+
+    def close(self) -> None:
+        """Remove the container and delete the workspace. Idempotent."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            self._remove_container()
+            self._dirs.remove()
+
+
+def container_options(dirs: _Dirs, limits: Limits) -> dict[str, Any]:
+    """The hardening and limits every sandbox container gets."""
+    memory = f"{int(limits.memory_mb) + SUPERVISOR_MEMORY_MB}m"
+    return {
+        "user": SANDBOX_USER,
+        "working_dir": WORKSPACE,
+        "network_mode": "bridge" if limits.network else "none",
+        "mem_limit": memory,
+        "memswap_limit": memory,
+        "pids_limit": int(limits.max_procs) + 8,
+        "cap_drop": ["ALL"],
+        "security_opt": ["no-new-privileges"],
+        "read_only": True,
+        "init": True,
+        "tmpfs": {"/tmp": f"size={int(limits.file_size_mb)}m,mode=1777"},
+        "volumes": {
+            dirs.workspace: {"bind": WORKSPACE, "mode": "rw"},
+            dirs.control: {"bind": CONTROL_DIR, "mode": "ro"},
+        },
+        "environment": {"HOME": WORKSPACE, "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1"},
+        "log_config": {"type": "json-file", "config": {"max-size": "1m", "max-file": "1"}},
+        "labels": {"forge-agent.sandbox": "1"},
+    }
+
+
+class _Dirs:
+    """The host side of one sandbox: its workspace and its read-only control directory."""
+
+    _ids = itertools.count()
+
+    def __init__(self, root: str | None, owner: tuple[int, int] | None) -> None:
+        self.base = tempfile.mkdtemp(prefix="forge-docker-", dir=root)
+        os.chmod(self.base, 0o755)
+        self.workspace = os.path.join(self.base, "workspace")
+        self.control = os.path.join(self.base, "control")
+        os.mkdir(self.workspace, 0o700)
+        os.mkdir(self.control, 0o755)
+        if owner is not None:
+            os.chown(self.workspace, *owner)
+        else:
+            os.chmod(self.workspace, 0o777)
+        with open(os.path.join(self.control, "supervisor.py"), "w") as f:
+            f.write(SUPERVISOR_SOURCE)
+
+    def write_request(
+        self, code: str | None, argv: list[str] | None, limits: Limits, protect_pids: list[Any]
+    ) -> str:
+        name = f"request-{next(self._ids)}.json"
+        request = {
+            "code": code,
+            "argv": argv,
+            "cwd": WORKSPACE,
+            "limits": limits.to_dict(),
+            "protect_pids": protect_pids,
+            "check_cgroup_oom": True,
+            "undumpable": True,
+        }
+        with open(os.path.join(self.control, name), "w") as f:
+            json.dump(request, f)
+        return f"{CONTROL_DIR}/{name}"
+
+    def remove(self) -> None:
+        shutil.rmtree(self.base, ignore_errors=True)
+
+
+def _result_from_reply(raw: bytes, start: float, who: str) -> RunResult:
+    duration = time.monotonic() - start
+    reply = None
+    for line in reversed(raw.splitlines()):
+        try:
+            reply = json.loads(line)
+            break
+        except ValueError:
+            continue
+    if not isinstance(reply, dict) or "stdout" not in reply:
+        if isinstance(reply, dict) and "error" in reply:
+            raise SandboxError(f"docker sandbox supervisor failed: {reply['error']}")
+        return _no_answer(start, f"the {who} died during the run (killed by the code?)", False)
+    return RunResult(
+        stdout=reply["stdout"],
+        stderr=reply["stderr"],
+        exit_code=reply["exit_code"],
+        signal=reply["signal"],
+        timed_out=reply["timed_out"],
+        oom=reply["memory_error"],
+        duration_s=duration,
+        truncated=reply["truncated"],
+    )
+
+
+def _no_answer(start: float, note: str, timed_out: bool = True) -> RunResult:
+    return RunResult(
+        stdout="",
+        stderr=f"[sandbox] {note}\n",
+        exit_code=None,
+        signal=signal.SIGKILL,
+        timed_out=timed_out,
+        oom=False,
+        duration_s=time.monotonic() - start,
+        truncated=False,
+    )
+
+
+def _kill_quietly(container: Any) -> None:
+    with contextlib.suppress(Exception):
+        container.kill()

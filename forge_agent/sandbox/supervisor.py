@@ -1,0 +1,363 @@
+"""The supervisor that runs *inside* a sandbox (stdlib only; any Python >= 3.8).
+
+The host passes this file's source to the sandbox's interpreter (``python3 -c SOURCE MODE``).
+For each request it forks a child that applies the rlimits, changes to the workspace and either
+runs Python source in-process (the interpreter is already warm, so this costs a fork, not an
+interpreter start) or execs a command. The supervisor reads the child's stdout/stderr
+incrementally (keeping at most ``output_bytes`` of each), enforces the wall time, and afterwards
+kills every process the run left behind (``setsid`` daemons included), so nothing runs between
+requests.
+
+Modes:
+- ``serve``: one JSON request per line on fd 0, one JSON result per line on fd 1. Under
+  bubblewrap it runs as PID 1 of the sandbox's PID namespace (``--as-pid-1``), so the code it
+  runs cannot kill it (the kernel drops SIGKILL sent to a namespace's init from inside), and
+  ``kill(-1, SIGKILL)`` cleans up everything else.
+- ``oneshot PATH``: run the request in file PATH, print one JSON result (Docker ``exec``/``run``);
+  leftovers are found by scanning /proc, sparing the PIDs listed in ``protect_pids``.
+"""
+
+import json
+import os
+import resource
+import select
+import signal
+import sys
+import time
+
+READ_CHUNK = 65536
+DRAIN_AFTER_EXIT_S = 0.05  # how long pipes held open by orphans may delay the answer
+MEMORY_MARKERS = (b"MemoryError", b"Cannot allocate memory", b"std::bad_alloc", b"Out of memory")
+
+
+def _limit(kind, soft, hard=None):
+    hard = soft if hard is None else hard
+    try:
+        resource.setrlimit(kind, (soft, hard))
+    except (ValueError, OSError):
+        _, current_hard = resource.getrlimit(kind)
+        if current_hard != resource.RLIM_INFINITY:
+            soft, hard = min(soft, current_hard), min(hard, current_hard)
+        resource.setrlimit(kind, (soft, hard))
+
+
+def _child(request, out_w, err_w):
+    """Runs in the forked child: never returns."""
+    code = 1
+    try:
+        limits = request["limits"]
+        null = os.open("/dev/null", os.O_RDONLY)
+        os.dup2(null, 0)
+        os.dup2(out_w, 1)
+        os.dup2(err_w, 2)
+        os.closerange(3, 65536)
+        try:  # prefer the run over the supervisor when memory runs out
+            with open("/proc/self/oom_score_adj", "w") as f:
+                f.write("1000")
+        except OSError:
+            pass
+        os.chdir(request.get("cwd") or "/")
+        mb = 1024 * 1024
+        cpu = max(1, int(limits["cpu_s"] + 0.999))
+        _limit(resource.RLIMIT_CPU, cpu, cpu + 1)
+        _limit(resource.RLIMIT_AS, int(limits["memory_mb"]) * mb)
+        _limit(resource.RLIMIT_FSIZE, int(limits["file_size_mb"]) * mb)
+        _limit(resource.RLIMIT_NPROC, int(limits["max_procs"]))
+        _limit(resource.RLIMIT_NOFILE, 1024)
+        _limit(resource.RLIMIT_CORE, 0)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        argv = request.get("argv")
+        if argv:
+            signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+            signal.signal(signal.SIGXFSZ, signal.SIG_DFL)
+            try:
+                os.execvp(argv[0], argv)
+            except OSError as exc:
+                os.write(2, f"cannot run {argv[0]!r}: {exc.strerror}\n".encode())
+                os._exit(127)
+        code = _run_python(request["code"])
+    except BaseException as exc:
+        try:  # noqa: SIM105 - no contextlib import in the sandbox
+            os.write(2, f"[sandbox] child setup failed: {exc!r}\n".encode())
+        except OSError:
+            pass
+    os._exit(code)
+
+
+def _run_python(source):
+    """Run `source` like ``python3 -c source`` and return the exit status."""
+    # Import nothing new here: every import would be paid again by every forked run.
+    import atexit
+    import io
+
+    sys.stdin = io.TextIOWrapper(io.FileIO(0, "r", closefd=False), encoding="utf-8")
+    sys.stdout = io.TextIOWrapper(
+        io.FileIO(1, "w", closefd=False),
+        encoding="utf-8",
+        errors="backslashreplace",
+        line_buffering=False,
+    )
+    sys.stderr = io.TextIOWrapper(
+        io.FileIO(2, "w", closefd=False),
+        encoding="utf-8",
+        errors="backslashreplace",
+        line_buffering=True,
+    )
+    sys.argv = ["-c"]
+    main = type(sys)("__main__")
+    main.__builtins__ = __builtins__
+    sys.modules["__main__"] = main
+    status = 0
+    try:
+        exec(compile(source, "<string>", "exec"), main.__dict__)
+    except SystemExit as exc:
+        status = _exit_status(exc.code)
+    except BaseException:
+        _print_exception()
+        status = 1
+    try:  # what interpreter shutdown would do: join threads, run atexit hooks, flush
+        if "threading" in sys.modules:
+            sys.modules["threading"]._shutdown()
+        atexit._run_exitfuncs()
+    except BaseException:
+        _print_exception()
+    for stream in (sys.stdout, sys.stderr):
+        try:  # noqa: SIM105 - no contextlib import in the sandbox
+            stream.flush()
+        except BaseException:
+            pass
+    return status
+
+
+def _print_exception():
+    """Print the current exception like the interpreter, without the supervisor's own frame."""
+    import traceback
+
+    kind, value, tb = sys.exc_info()
+    if tb is not None and tb.tb_frame.f_code.co_name == "_run_python":
+        tb = tb.tb_next
+    traceback.print_exception(kind, value, tb)
+
+
+def _exit_status(code):
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code & 0xFF
+    try:  # noqa: SIM105 - no contextlib import in the sandbox
+        sys.stderr.write(str(code) + "\n")
+    except BaseException:
+        pass
+    return 1
+
+
+def _kill_leftovers(protect):
+    """SIGKILL every process this user can signal, except `protect`; reap our children."""
+    me = os.getpid()
+    if me == 1:  # PID-namespace init: kill(-1) reaches everything but us, atomically
+        try:  # noqa: SIM105 - no contextlib import in the sandbox
+            os.kill(-1, signal.SIGKILL)
+        except OSError:
+            pass
+    else:
+        spare = set(protect) | {1, me}
+        for _ in range(50):
+            found = False
+            for name in os.listdir("/proc"):
+                if name.isdigit() and int(name) not in spare:
+                    try:
+                        os.kill(int(name), signal.SIGKILL)
+                        found = True
+                    except OSError:
+                        pass
+            if not found:
+                break
+    while True:
+        try:
+            os.waitpid(-1, 0)
+        except ChildProcessError:
+            break
+        except InterruptedError:
+            continue
+
+
+def _oom_kills():
+    """The OOM-kill counter of our memory cgroup, if visible (Docker), else None."""
+    for path in ("/sys/fs/cgroup/memory.events", "/sys/fs/cgroup/memory/memory.oom_control"):
+        try:
+            with open(path) as f:
+                for line in f:
+                    key, _, value = line.partition(" ")
+                    if key == "oom_kill":
+                        return int(value)
+        except (OSError, ValueError):
+            continue
+    return None
+
+
+def _set_dumpable(flag):
+    """PR_SET_DUMPABLE: a non-dumpable supervisor's /proc/PID/fd cannot be opened by the code."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).prctl(4, int(flag), 0, 0, 0)
+        return True
+    except Exception:
+        return False
+
+
+def handle(request):
+    """Run one request and return the result dict."""
+    limits = request["limits"]
+    oom_before = _oom_kills() if request.get("check_cgroup_oom") else None
+    keep = int(limits["output_bytes"])
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    start = time.monotonic()
+    pid = os.fork()
+    if pid == 0:
+        os.close(out_r)
+        os.close(err_r)
+        if request.get("undumpable"):
+            _set_dumpable(True)
+        _child(request, out_w, err_w)
+    os.close(out_w)
+    os.close(err_w)
+    deadline = start + float(limits["wall_s"])
+    pidfd = None
+    if hasattr(os, "pidfd_open"):
+        try:
+            pidfd = os.pidfd_open(pid)
+        except OSError:
+            pidfd = None
+    buffers = {out_r: bytearray(), err_r: bytearray()}
+    open_fds = [out_r, err_r]
+    truncated = False
+    status = None
+    timed_out = False
+    drain_until = None
+    while True:
+        if status is None:
+            try:
+                waited, st = os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                waited, st = pid, 0
+            if waited == pid:
+                status = st
+                drain_until = min(deadline, time.monotonic() + DRAIN_AFTER_EXIT_S)
+        now = time.monotonic()
+        if status is not None and (not open_fds or now >= drain_until):
+            break
+        if status is None and now >= deadline:
+            timed_out = True
+            break
+        until = drain_until if status is not None else deadline
+        watch = open_fds + ([pidfd] if pidfd is not None and status is None else [])
+        timeout = max(0.0, until - now)
+        if pidfd is None and status is None:
+            timeout = min(timeout, 0.01)
+        try:
+            ready, _, _ = select.select(watch, [], [], timeout)
+        except InterruptedError:
+            continue
+        for fd in ready:
+            if fd == pidfd:
+                continue
+            chunk = os.read(fd, READ_CHUNK)
+            if not chunk:
+                open_fds.remove(fd)
+                continue
+            buf = buffers[fd]
+            room = keep - len(buf)
+            if room > 0:
+                buf += chunk[:room]
+            if len(chunk) > max(room, 0):
+                truncated = True
+    _kill_leftovers(request.get("protect_pids") or ())
+    if status is None:
+        try:
+            _, status = os.waitpid(pid, 0)
+        except ChildProcessError:
+            status = 9  # reaped by _kill_leftovers; it was killed there
+    for fd in (out_r, err_r):  # the leftovers are dead now: take what they wrote
+        while fd in open_fds:
+            try:
+                ready, _, _ = select.select([fd], [], [], 0)
+                chunk = os.read(fd, READ_CHUNK) if ready else b""
+            except OSError:
+                chunk = b""
+            if not chunk:
+                open_fds.remove(fd)
+                break
+            room = keep - len(buffers[fd])
+            if room > 0:
+                buffers[fd] += chunk[:room]
+            if len(chunk) > max(room, 0):
+                truncated = True
+        os.close(fd)
+    if pidfd is not None:
+        os.close(pidfd)
+    duration = time.monotonic() - start
+    exit_code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else None
+    sig = os.WTERMSIG(status) if os.WIFSIGNALED(status) else None
+    if timed_out:
+        exit_code, sig = None, signal.SIGKILL
+    err = bytes(buffers[err_r])
+    memory_hint = (exit_code not in (None, 0)) and any(m in err[-4096:] for m in MEMORY_MARKERS)
+    if oom_before is not None and (_oom_kills() or 0) > oom_before:
+        memory_hint = True
+    return {
+        "stdout": bytes(buffers[out_r]).decode("utf-8", "replace"),
+        "stderr": err.decode("utf-8", "replace"),
+        "exit_code": exit_code,
+        "signal": sig,
+        "timed_out": timed_out or sig == signal.SIGXCPU,
+        "memory_error": memory_hint,
+        "duration_s": duration,
+        "truncated": truncated,
+    }
+
+
+def serve():
+    proto_in = os.fdopen(os.dup(0), "rb", buffering=0)
+    proto_out = os.dup(1)
+    null = os.open("/dev/null", os.O_RDWR)
+    os.dup2(null, 0)
+    os.dup2(null, 1)
+    os.close(null)
+    os.write(proto_out, f'{{"ready": true, "pid": {os.getpid()}}}\n'.encode())
+    pending = b""
+    while True:
+        while b"\n" not in pending:
+            chunk = proto_in.read(1 << 20)
+            if not chunk:
+                return
+            pending += chunk
+        line, pending = pending.split(b"\n", 1)
+        try:
+            reply = handle(json.loads(line))
+        except Exception as exc:
+            reply = {"error": f"supervisor failed: {exc!r}"}
+        os.write(proto_out, json.dumps(reply).encode() + b"\n")
+
+
+def oneshot(path):
+    with open(path, "rb") as f:
+        request = json.load(f)
+    if request.get("undumpable"):
+        request["undumpable"] = _set_dumpable(False)
+    try:
+        reply = handle(request)
+    except Exception as exc:
+        reply = {"error": f"supervisor failed: {exc!r}"}
+    sys.stdout.write(json.dumps(reply) + "\n")
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["serve"]:
+        serve()
+    elif sys.argv[1:2] == ["oneshot"] and len(sys.argv) == 3:
+        oneshot(sys.argv[2])
+    else:
+        sys.exit("usage: supervisor.py serve | oneshot REQUEST.json")

@@ -1,0 +1,134 @@
+"""Core data types shared by every part of forge-agent.
+
+Vocabulary (one name per concept, used everywhere):
+- task: one dataset row (a prompt/problem plus whatever the env needs to judge it).
+- episode / trajectory: one rollout of the policy on one task.
+- group: G trajectories of the same task from the same env start state.
+- batch: what the trainer consumes in one step.
+
+Messages are OpenAI-style dicts (role, content, tool_calls, tool_call_id), so envs, tools and
+renderers exchange plain data. Token-level arrays live on the `Trajectory`.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+Message = dict[str, Any]
+"""An OpenAI-style chat message: role, content, optional tool_calls, tool_call_id, name."""
+
+ToolSpec = dict[str, Any]
+"""A tool's schema in the OpenAI function-calling shape: {"type": "function", "function": {...}}."""
+
+
+class Status(enum.StrEnum):
+    """How an episode ended. Infra statuses are excluded from baselines and losses."""
+
+    OK = "ok"
+    TRUNCATED_LENGTH = "truncated_length"
+    TRUNCATED_TURNS = "truncated_turns"
+    PROMPT_TOO_LONG = "prompt_too_long"
+    ENV_ERROR = "env_error"
+    ENV_TIMEOUT = "env_timeout"
+    GENERATOR_ERROR = "generator_error"
+
+    @property
+    def is_infra_failure(self) -> bool:
+        """True when the episode failed for reasons outside the policy's control."""
+        return self in INFRA_STATUSES
+
+    @property
+    def is_truncated(self) -> bool:
+        return self in (Status.TRUNCATED_LENGTH, Status.TRUNCATED_TURNS, Status.PROMPT_TOO_LONG)
+
+
+INFRA_STATUSES = frozenset({Status.ENV_ERROR, Status.ENV_TIMEOUT, Status.GENERATOR_ERROR})
+
+
+@dataclass
+class StepResult:
+    """What an env returns for one assistant message."""
+
+    messages: list[Message]  # tool / user messages to append to the conversation
+    rewards: dict[str, float] = field(default_factory=dict)  # named reward components
+    done: bool = False
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Completion:
+    """One generator answer for one prompt (token ids in, token ids out)."""
+
+    token_ids: list[int]
+    logprobs: list[float]  # sampler logprob of each generated token
+    finish_reason: str  # "stop" | "length" | "abort"
+    policy_version: int
+    prompt_logprobs: list[float | None] | None = None  # only when asked for
+
+
+@dataclass
+class Trajectory:
+    """One episode, token by token.
+
+    `token_ids` is the whole episode (prompt, sampled and env tokens) as the policy saw it.
+    Per-token arrays have the same length as `token_ids`:
+    - `loss_mask[i]` is 1 exactly where the policy sampled token i;
+    - `logprobs[i]` is the sampler's logprob of token i (0.0 where loss_mask is 0);
+    - `versions[i]` is the policy version that sampled token i (-1 where loss_mask is 0).
+    `turn_spans` holds (start, end) of each assistant turn's sampled tokens.
+    `segment_starts` lists indices where a new training segment starts (a full re-render
+    happened because the prompt could not be bridged append-only).
+    """
+
+    task_id: str
+    group_id: str
+    token_ids: list[int] = field(default_factory=list)
+    loss_mask: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    versions: list[int] = field(default_factory=list)
+    turn_spans: list[tuple[int, int]] = field(default_factory=list)
+    segment_starts: list[int] = field(default_factory=lambda: [0])
+    messages: list[Message] = field(default_factory=list)
+    reward_components: dict[str, float] = field(default_factory=dict)
+    reward: float = 0.0
+    advantage: float = 0.0
+    status: Status = Status.OK
+    tool_error_count: int = 0
+    tool_call_count: int = 0
+    info: dict[str, Any] = field(default_factory=dict)
+    timings: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def num_sampled(self) -> int:
+        return sum(self.loss_mask)
+
+    @property
+    def min_version(self) -> int:
+        sampled = [v for v in self.versions if v >= 0]
+        return min(sampled) if sampled else -1
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["status"] = self.status.value
+        return d
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Trajectory:
+        d = dict(d)
+        d["status"] = Status(d["status"])
+        d["turn_spans"] = [tuple(s) for s in d.get("turn_spans", [])]
+        return cls(**d)
+
+
+@dataclass
+class Group:
+    """G trajectories of one task, scored together (the GRPO unit)."""
+
+    task_id: str
+    trajectories: list[Trajectory]
+
+    @property
+    def rewards(self) -> list[float]:
+        return [t.reward for t in self.trajectories]

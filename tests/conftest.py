@@ -1,0 +1,39 @@
+"""Shared fixtures: one tiny model and one real vLLM engine (in a Monarch actor) per test run."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+@pytest.fixture(scope="session")
+def tiny_model_path():
+    """The project's tiny Qwen3 model folder (built once, cached on disk)."""
+    from forge_agent.models.tiny import ensure_tiny_model
+
+    return ensure_tiny_model()
+
+
+@pytest.fixture(scope="session")
+def tiny_tokenizer(tiny_model_path):
+    from forge_agent.models.tiny import load_tokenizer
+
+    return load_tokenizer(tiny_model_path)
+
+
+@pytest.fixture(scope="session")
+def generator(tiny_model_path):
+    """A real vLLM CPU engine inside a Monarch actor, shared by the whole run (start ~20 s)."""
+    from monarch.actor import this_host
+
+    from forge_agent.generator import Generator, GeneratorConfig
+
+    procs = this_host().spawn_procs(per_host={"procs": 1})
+    gen = procs.spawn("generator", Generator, GeneratorConfig(model=str(tiny_model_path)))
+    gen.setup.call_one().get()
+    yield gen
+    gen.shutdown.call_one().get()
+    procs.stop().get()

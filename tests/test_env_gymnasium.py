@@ -1,0 +1,122 @@
+"""Gymnasium both ways: FrozenLake/Blackjack as agent envs, agent envs as gymnasium.Env."""
+
+from __future__ import annotations
+
+import asyncio
+import warnings
+from typing import Any
+
+import gymnasium
+import pytest
+from gymnasium.utils.env_checker import check_env
+
+from envs.calculator import generate_tasks
+from envs.frozen_lake import DEFAULT_MAP, FrozenLakeEnv, shortest_path
+from forge_agent.env import make_env
+from forge_agent.env.gym_adapter import parse_text_action, register_gymnasium_envs
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def act_calls(actions: list[str]) -> dict[str, Any]:
+    calls = [
+        {"id": f"c{i}", "type": "function", "function": {"name": "act", "arguments": {"action": a}}}
+        for i, a in enumerate(actions)
+    ]
+    return {"role": "assistant", "content": "", "tool_calls": calls}
+
+
+def play_frozen_lake(task: dict[str, Any], actions: list[str]) -> Any:
+    async def main() -> Any:
+        env = FrozenLakeEnv()
+        messages, tools = await env.reset(task, seed=0)
+        assert "A" in messages[-1]["content"]
+        assert tools[0]["function"]["parameters"]["properties"]["action"]["enum"] == [
+            "left",
+            "down",
+            "right",
+            "up",
+        ]
+        result = await env.step(act_calls(actions))
+        await env.close()
+        return result
+
+    return asyncio.run(main())
+
+
+def test_frozen_lake_shortest_path_reaches_the_goal() -> None:
+    result = play_frozen_lake({"map": DEFAULT_MAP}, shortest_path(DEFAULT_MAP))
+    assert result.done and result.rewards == {"env_reward": 1.0}
+    assert result.info["outcome"] == "goal"
+
+
+def test_frozen_lake_random_maps_are_solvable_by_their_shortest_path() -> None:
+    env = FrozenLakeEnv()
+    for seed in range(3):
+        task = env.default_task(seed)
+        result = play_frozen_lake(task, shortest_path(task["map"]))
+        assert result.rewards == {"env_reward": 1.0}
+
+
+def test_frozen_lake_walking_into_a_hole_earns_zero() -> None:
+    result = play_frozen_lake({"map": DEFAULT_MAP}, ["right", "down"])  # (1,1) is a hole
+    assert result.done and result.rewards == {"env_reward": 0.0}
+    assert result.info["outcome"] == "hole"
+
+
+def test_illegal_action_is_an_error_message_not_a_move() -> None:
+    result = play_frozen_lake({"map": DEFAULT_MAP}, ["jump", "right"])
+    assert result.messages[0]["content"].startswith("Error: bad arguments for 'act'")
+    assert '"left", "down", "right", "up"' in result.messages[0]["content"]
+    assert "SAFF" in result.messages[1]["content"] and not result.done
+
+
+def test_blackjack_is_an_agent_env_with_named_actions() -> None:
+    async def main() -> Any:
+        env = make_env("blackjack")
+        messages, tools = await env.reset({}, seed=3)
+        assert "dealer shows" in messages[-1]["content"]
+        assert tools[0]["function"]["parameters"]["properties"]["action"]["enum"] == [
+            "stick",
+            "hit",
+        ]
+        result = await env.step(act_calls(["stick"]))
+        await env.close()
+        return result
+
+    result = asyncio.run(main())
+    assert result.done and result.rewards["env_reward"] in (-1.0, 0.0, 1.0, 1.5)
+
+
+GYM_IDS = ["forge_agent/Calculator-v0", "forge_agent/CodeExec-v0", "forge_agent/FrozenLake-v0"]
+
+
+@pytest.mark.parametrize("gym_id", GYM_IDS)
+def test_shipped_env_passes_gymnasium_env_checker(gym_id: str) -> None:
+    assert gym_id in register_gymnasium_envs()
+    env = gymnasium.make(gym_id)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # e.g. "no render modes": text envs do not render
+        check_env(env.unwrapped)
+    env.close()
+
+
+def test_calculator_through_gymnasium_with_text_actions() -> None:
+    task = generate_tasks(1, seed=5)[0]
+    env = gymnasium.make("forge_agent/Calculator-v0")
+    obs, info = env.reset(seed=0, options={"task": task})
+    assert task["prompt"] in obs and info["tools"][0]["function"]["name"] == "calculator"
+    call = '<tool_call>{"name": "calculator", "arguments": {"expression": "%s"}}</tool_call>'
+    obs, reward, terminated, _truncated, info = env.step(call % task["expression"])
+    assert task["answer"] in obs and reward == 0.0 and not terminated
+    obs, reward, terminated, _truncated, info = env.step(task["answer"])
+    assert reward == 1.0 and terminated and info["rewards"] == {"correct": 1.0}
+    env.close()
+
+
+def test_text_action_parsing() -> None:
+    message = parse_text_action('hi <tool_call>{"name": "f", "arguments": {"x": 1}}</tool_call>')
+    assert message["content"] == "hi"
+    assert message["tool_calls"][0]["function"] == {"name": "f", "arguments": {"x": 1}}
+    broken = parse_text_action("<tool_call>{not json</tool_call>")
+    assert broken["tool_calls"][0]["function"]["name"] == ""

@@ -1,0 +1,147 @@
+"""EnvPool: envs run in worker processes; hung, raising and dying envs become marked failures."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+from typing import Any
+
+import pytest
+
+from forge_agent.env import Env, EnvFailure, EnvPool
+from forge_agent.types import Status, StepResult
+
+pytestmark = pytest.mark.timeout(60)
+
+
+class EchoEnv(Env):
+    """Answers every message with its own pid; written with sync methods."""
+
+    def reset(self, task: dict[str, Any], seed: int | None = None) -> tuple[list, list]:
+        return [{"role": "user", "content": task.get("prompt", "hi")}], []
+
+    def step(self, assistant_message: dict[str, Any]) -> StepResult:
+        behaviour = assistant_message.get("content")
+        if behaviour == "hang":
+            time.sleep(3600)
+        if behaviour == "raise":
+            raise ValueError("the env broke on purpose")
+        if behaviour == "exit":
+            os._exit(3)
+        if behaviour == "sigkill":
+            os.kill(os.getpid(), signal.SIGKILL)
+        if behaviour == "print":
+            print("env chatter on stdout must not corrupt the protocol")
+        return StepResult([{"role": "user", "content": str(os.getpid())}], {"r": 1.0}, True, {})
+
+
+ECHO = f"{__name__}:EchoEnv"
+
+
+def say(text: str) -> dict[str, Any]:
+    return {"role": "assistant", "content": text}
+
+
+async def episode(pool: EnvPool, text: str) -> StepResult:
+    async with pool.lease() as env:
+        await env.reset({"prompt": "go"}, seed=0)
+        return await env.step(say(text))
+
+
+def test_episode_runs_in_a_worker_process() -> None:
+    async def main() -> None:
+        async with EnvPool(ECHO, size=1, step_timeout_s=10) as pool:
+            result = await episode(pool, "ok")
+            assert int(result.messages[0]["content"]) != os.getpid()
+            assert result.rewards == {"r": 1.0} and result.done
+
+    asyncio.run(main())
+
+
+def test_worker_is_reused_across_episodes() -> None:
+    async def main() -> None:
+        async with EnvPool(ECHO, size=1, step_timeout_s=10) as pool:
+            first = await episode(pool, "ok")
+            second = await episode(pool, "print")
+            assert first.messages == second.messages
+            assert pool.stats["workers_started"] == 1
+
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize(
+    ("behaviour", "status", "text"),
+    [
+        ("hang", Status.ENV_TIMEOUT, "did not finish within 1 s"),
+        ("raise", Status.ENV_ERROR, "ValueError: the env broke on purpose"),
+        ("exit", Status.ENV_ERROR, "exit code 3"),
+        ("sigkill", Status.ENV_ERROR, "killed by SIGKILL"),
+    ],
+)
+def test_failed_step_is_marked_and_next_episode_runs_on_a_fresh_worker(
+    behaviour: str, status: Status, text: str
+) -> None:
+    async def main() -> None:
+        async with EnvPool(ECHO, size=1, step_timeout_s=1.0, reset_timeout_s=30) as pool:
+            start = time.monotonic()
+            with pytest.raises(EnvFailure) as failure:
+                await episode(pool, behaviour)
+            assert time.monotonic() - start < 5
+            assert failure.value.status is status
+            assert text in failure.value.message
+            before = pool.stats["workers_started"]
+            result = await episode(pool, "ok")  # the pool recovered
+            assert result.rewards == {"r": 1.0}
+            assert pool.stats["workers_started"] == before + 1
+            assert pool.stats["workers_replaced"] == 1
+
+    asyncio.run(main())
+
+
+def test_lease_after_failure_keeps_failing_with_the_same_status() -> None:
+    async def main() -> None:
+        async with EnvPool(ECHO, size=1, step_timeout_s=0.5) as pool, pool.lease() as env:
+            await env.reset({}, 0)
+            with pytest.raises(EnvFailure):
+                await env.step(say("hang"))
+            with pytest.raises(EnvFailure) as again:
+                await env.step(say("ok"))
+            assert again.value.status is Status.ENV_TIMEOUT
+
+    asyncio.run(main())
+
+
+def test_pool_runs_episodes_concurrently_up_to_its_size() -> None:
+    async def main() -> None:
+        async with EnvPool(ECHO, size=2, step_timeout_s=10) as pool:
+            await pool.start()
+            results = await asyncio.gather(*(episode(pool, "ok") for _ in range(4)))
+            pids = {r.messages[0]["content"] for r in results}
+            assert len(pids) == 2 and pool.stats["workers_started"] == 2
+
+    asyncio.run(main())
+
+
+def test_registered_env_runs_in_pool() -> None:
+    from envs.calculator import demonstration, generate_tasks
+
+    async def main() -> None:
+        task = generate_tasks(1, seed=3)[0]
+        demo = demonstration(task)
+        async with EnvPool("calculator", size=1, step_timeout_s=10) as pool, pool.lease() as env:
+            messages, tools = await env.reset(task, 0)
+            assert messages[-1]["content"] == task["prompt"] and tools
+            await env.step(demo[2])
+            result = await env.step(demo[4])
+        assert result.rewards == {"correct": 1.0} and result.info["used_tool"]
+
+    asyncio.run(main())
+
+
+def test_env_failure_survives_pickling() -> None:
+    import pickle
+
+    failure = pickle.loads(pickle.dumps(EnvFailure(Status.ENV_TIMEOUT, "slow")))
+    assert failure.status is Status.ENV_TIMEOUT and failure.message == "slow"
