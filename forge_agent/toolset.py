@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import copy
 import inspect
 import json
@@ -567,13 +568,18 @@ class ToolSet:
             else:
                 future.set_exception(value)
 
+        def deliver(ok: bool, value: Any) -> None:
+            # A tool that outlived its timeout may finish after the caller's loop closed.
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(settle, ok, value)
+
         def target() -> None:
             try:
                 result = fn(**kwargs)
             except BaseException as exc:
-                loop.call_soon_threadsafe(settle, False, exc)
+                deliver(False, exc)
                 return
-            loop.call_soon_threadsafe(settle, True, result)
+            deliver(True, result)
 
         threading.Thread(
             target=target, name=f"tool-{getattr(fn, '__name__', 'call')}", daemon=True

@@ -25,14 +25,24 @@ def tiny_tokenizer(tiny_model_path):
 
 
 @pytest.fixture(scope="session")
-def generator(tiny_model_path):
+def policy_model_path(tiny_model_path):
+    """The tiny model after a short supervised pass on tool-using demonstrations of the
+    calculator and code_exec envs, so its episodes really are multi-turn (cached on disk)."""
+    from forge_agent.warm_start import WarmStartConfig, warm_start
+
+    cfg = WarmStartConfig(steps=120, batch_size=32, lr=1e-3, demo_fraction=1.0, num_demos=512)
+    return warm_start(tiny_model_path, {"calculator": {}, "code_exec": {}}, cfg)
+
+
+@pytest.fixture(scope="session")
+def generator(policy_model_path):
     """A real vLLM CPU engine inside a Monarch actor, shared by the whole run (start ~20 s)."""
     from monarch.actor import this_host
 
     from forge_agent.generator import Generator, GeneratorConfig
 
     procs = this_host().spawn_procs(per_host={"procs": 1})
-    gen = procs.spawn("generator", Generator, GeneratorConfig(model=str(tiny_model_path)))
+    gen = procs.spawn("generator", Generator, GeneratorConfig(model=str(policy_model_path)))
     gen.setup.call_one().get()
     yield gen
     gen.shutdown.call_one().get()

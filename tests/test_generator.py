@@ -30,10 +30,10 @@ def _current_version(generator) -> int:
 
 
 @pytest.fixture
-def hf_model(tiny_model_path):
+def hf_model(policy_model_path):
     from transformers import AutoModelForCausalLM
 
-    return AutoModelForCausalLM.from_pretrained(tiny_model_path, dtype=torch.float32).eval()
+    return AutoModelForCausalLM.from_pretrained(policy_model_path, dtype=torch.float32).eval()
 
 
 @pytest.fixture

@@ -68,12 +68,8 @@ def _plain(rng: random.Random, difficulty: int) -> tuple[str, str]:
             )
         )
     else:
-        a, b, c, d = (
-            rng.randint(10, 999),
-            rng.randint(10, 999),
-            rng.randint(2, 99),
-            rng.randint(10, 999),
-        )
+        a, b, c = rng.randint(10, 999), rng.randint(10, 999), rng.randint(2, 99)
+        d = rng.randint(10, min(999, (a + b) * c))  # keeps every template non-negative
         expression = rng.choice(
             (f"({a} + {b}) * {c} - {d}", f"({a} + {b}) * {c} + {d}", f"{a} * {c} + {b} * {c} - {d}")
         )

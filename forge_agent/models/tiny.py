@@ -86,7 +86,7 @@ _BUILTIN_CORPUS = (
 class TinyModelConfig:
     """Sizes of the tiny Qwen3 model and its tokenizer (a few million parameters by default)."""
 
-    vocab_size: int = 512
+    vocab_size: int = 1024
     hidden_size: int = 256
     num_layers: int = 4
     num_heads: int = 4
@@ -104,7 +104,7 @@ class TinyModelConfig:
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-_FORMAT_VERSION = "v1"
+_FORMAT_VERSION = "v2"  # bump when the tokenizer or model recipe changes
 
 
 def default_cache_dir() -> Path:
@@ -114,22 +114,85 @@ def default_cache_dir() -> Path:
 
 
 def env_corpus() -> list[str]:
-    """Text the shipped environments produce: prompts, tool specs, tool calls and answers."""
+    """Text the shipped environments produce, rendered in the Qwen3 chat format: system
+    prompts, tool specs, prompts, tool calls, tool results and answers (calculator
+    demonstrations, code_exec prompts with reference solutions, frozen_lake boards)."""
     texts: list[str] = list(_BUILTIN_CORPUS)
-    try:
-        from renderers.qwen3 import _TOOLS_FOOTER, _TOOLS_HEADER
-
-        texts += [_TOOLS_HEADER, _TOOLS_FOOTER]
-    except ImportError:  # pragma: no cover - renderers is a hard dependency
-        pass
-    for module_name in ("envs.calculator", "envs.code_exec", "envs.frozen_lake"):
+    for collect in (_calculator_corpus, _code_exec_corpus, _frozen_lake_corpus):
         try:
-            module = __import__(module_name, fromlist=["corpus"])
-        except ImportError:
+            texts.extend(collect())
+        except ImportError:  # an env that is not installed contributes nothing
             continue
-        corpus_fn = getattr(module, "corpus", None)
-        if corpus_fn is not None:
-            texts.extend(corpus_fn())
+    return texts
+
+
+def _render_text(messages: list[dict], tools: list[dict]) -> str:
+    """Qwen3 chat format as plain text (the tokenizer does not exist yet)."""
+    from renderers.qwen3 import _TOOLS_FOOTER, _TOOLS_HEADER
+
+    parts = []
+    system = messages[0]["content"] if messages and messages[0]["role"] == "system" else None
+    if tools:
+        specs = "".join("\n" + json.dumps(t) for t in tools)
+        head = f"{system}\n\n" if system else ""
+        parts.append(f"<|im_start|>system\n{head}{_TOOLS_HEADER}{specs}{_TOOLS_FOOTER}<|im_end|>\n")
+    elif system:
+        parts.append(f"<|im_start|>system\n{system}<|im_end|>\n")
+    for m in messages:
+        if m["role"] in ("user", "assistant"):
+            body = m.get("content") or ""
+            for tc in m.get("tool_calls") or []:
+                f = tc["function"]
+                args = (
+                    f["arguments"]
+                    if isinstance(f["arguments"], str)
+                    else json.dumps(f["arguments"])
+                )
+                body += f'<tool_call>\n{{"name": "{f["name"]}", "arguments": {args}}}\n</tool_call>'
+            think = "<think>\n\n</think>\n\n" if m["role"] == "assistant" else ""
+            parts.append(f"<|im_start|>{m['role']}\n{think}{body}<|im_end|>\n")
+        elif m["role"] == "tool":
+            parts.append(
+                f"<|im_start|>user\n<tool_response>\n{m['content']}\n</tool_response><|im_end|>\n"
+            )
+    return "".join(parts)
+
+
+def _calculator_corpus() -> list[str]:
+    from envs.calculator import CalculatorEnv, demonstration, generate_tasks
+    from forge_agent.toolset import ToolSet
+
+    tools = ToolSet(CalculatorEnv().get_tools()).specs
+    texts = []
+    for difficulty in (1, 2, 3):
+        for task in generate_tasks(200, seed=12345, difficulty=difficulty):
+            texts.append(_render_text(demonstration(task), tools))
+    return texts
+
+
+def _code_exec_corpus() -> list[str]:
+    from envs.code_exec.env import CodeExecEnv, load_tasks
+    from forge_agent.toolset import ToolSet
+
+    env = CodeExecEnv()
+    tools = ToolSet(env.get_tools()).specs
+    texts = []
+    for task in load_tasks():
+        messages = env.prompt(task)
+        answer = f"```python\n{task.get('reference', '')}```"
+        messages = [*messages, {"role": "assistant", "content": answer}]
+        texts.append(_render_text(messages, tools))
+    return texts
+
+
+def _frozen_lake_corpus() -> list[str]:
+    from envs.frozen_lake.env import generate_tasks, render_board
+
+    texts = []
+    for task in generate_tasks(50, seed=12345):
+        desc = task.get("desc") or task.get("map")
+        if desc:
+            texts.append(render_board(list(desc), 0))
     return texts
 
 
@@ -142,7 +205,7 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int):
     tok.pre_tokenizer = pre_tokenizers.Sequence(
         [
             pre_tokenizers.Digits(individual_digits=True),
-            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
         ]
     )
     tok.decoder = decoders.ByteLevel()

@@ -251,6 +251,11 @@ class BubblewrapSession(SandboxSession):
         """True while the sandbox process is running."""
         return self._proc is not None and self._proc.poll() is None
 
+    @property
+    def pid(self) -> int | None:
+        """The host pid of the sandbox process (bwrap), or None before the first run."""
+        return self._proc.pid if self.alive and self._proc is not None else None
+
     # -- files -------------------------------------------------------------------------------
 
     def write_file(self, path: str, data: FileData) -> None:

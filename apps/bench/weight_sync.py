@@ -1,0 +1,202 @@
+"""Weight sync: trainer -> weight store -> consumer, against a plain memory copy of the bytes.
+
+For state dicts of increasing size (transformer-like: many tensors of mixed sizes, bf16), one
+run measures side by side:
+
+- memcpy:        one flat `dst.copy_(src)` of the same number of bytes (preallocated dst);
+- local:         `LocalWeightStore` put + get(into=...) in one process;
+- monarch shm:   the trainer (this process) puts into a `WeightStoreActor` (its own process);
+                 a consumer actor (a third process) gets the version into its preallocated
+                 state dict. Same host, so the bytes travel through /dev/shm;
+- monarch msg:   the same with the buffer sent as one Monarch message (the cross-host path).
+
+Each number is the median of `--repeats` syncs after one warm-up sync (the warm-up faults in
+the recycled shared-memory pages; its time is reported as "cold"). Throughput = bytes / (put +
+get). Prints a table and writes bench_results/weight_sync.json.
+
+    python -m apps.bench.weight_sync [--max-mb 1024] [--repeats 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import time
+from pathlib import Path
+
+import torch
+from monarch.actor import Actor, endpoint, this_host
+
+from forge_agent.weight_store import LocalWeightStore, MonarchWeightStore
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def fake_state_dict(total_bytes: int, dtype: torch.dtype = torch.bfloat16) -> dict:
+    """Transformer-like tensors (4 matrices and 2 norms per layer) adding up to ~total_bytes."""
+    el = torch.empty((), dtype=dtype).element_size()
+    d = 1024
+    per_layer = (4 * d * d + 2 * d) * el
+    n_layers = max(1, round(total_bytes / per_layer))
+    sd = {}
+    for i in range(n_layers):
+        for name in ("q", "k", "v", "o"):
+            sd[f"layers.{i}.{name}.weight"] = torch.randn(d, d).to(dtype)
+        sd[f"layers.{i}.norm1.weight"] = torch.ones(d, dtype=dtype)
+        sd[f"layers.{i}.norm2.weight"] = torch.ones(d, dtype=dtype)
+    return sd
+
+
+def nbytes(sd: dict) -> int:
+    return sum(t.numel() * t.element_size() for t in sd.values())
+
+
+class Consumer(Actor):
+    """Stands in for a generator: holds a state dict and refreshes it from the store."""
+
+    def __init__(self) -> None:
+        self.dst: dict[str, torch.Tensor] = {}
+
+    @endpoint
+    async def prepare(self, spec: list[tuple[str, tuple[int, ...], str]]) -> int:
+        self.dst = {n: torch.zeros(s, dtype=getattr(torch, d)) for n, s, d in spec}
+        return nbytes(self.dst)
+
+    @endpoint
+    async def pull(self, store: MonarchWeightStore, version: int) -> float:
+        t0 = time.perf_counter()
+        await store.get(version, into=self.dst)
+        return time.perf_counter() - t0
+
+    @endpoint
+    async def checksum(self) -> float:
+        return float(sum(t.float().sum() for t in self.dst.values()))
+
+
+def gbps(n: int, seconds: float) -> float:
+    return n / seconds / 1e9 if seconds > 0 else float("inf")
+
+
+async def bench_monarch(store, consumer, sd, repeats: int) -> dict:
+    spec = [(k, tuple(v.shape), str(v.dtype).removeprefix("torch.")) for k, v in sd.items()]
+    await consumer.prepare.call_one(spec)
+    times = []
+    for i in range(repeats + 1):
+        t0 = time.perf_counter()
+        await store.put(i, sd)
+        put_s = time.perf_counter() - t0
+        get_s = await consumer.pull.call_one(store, i)
+        times.append((put_s, get_s))
+    want = float(sum(t.float().sum() for t in sd.values()))
+    got = await consumer.checksum.call_one()
+    assert abs(got - want) <= 1e-3 * max(1.0, abs(want)), (got, want)
+    cold = times[0]
+    put_s = statistics.median(t[0] for t in times[1:])
+    get_s = statistics.median(t[1] for t in times[1:])
+    return {"put_s": put_s, "get_s": get_s, "total_s": put_s + get_s, "cold_s": sum(cold)}
+
+
+async def bench_local(sd, repeats: int) -> dict:
+    store = LocalWeightStore(max_versions=1)
+    dst = {k: torch.zeros_like(v) for k, v in sd.items()}
+    times = []
+    for i in range(repeats + 1):
+        t0 = time.perf_counter()
+        await store.put(i, sd)
+        t1 = time.perf_counter()
+        await store.get(i, into=dst)
+        times.append((t1 - t0, time.perf_counter() - t1))
+    put_s = statistics.median(t[0] for t in times[1:])
+    get_s = statistics.median(t[1] for t in times[1:])
+    return {"put_s": put_s, "get_s": get_s, "total_s": put_s + get_s}
+
+
+def bench_memcpy(n: int, repeats: int) -> dict:
+    src = torch.randint(0, 255, (n,), dtype=torch.uint8)
+    dst = torch.empty_like(src)
+    dst.copy_(src)  # fault in
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        dst.copy_(src)
+        times.append(time.perf_counter() - t0)
+    return {"total_s": statistics.median(times)}
+
+
+async def main(max_mb: int, repeats: int, msg_max_mb: int) -> dict:
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p
+    )
+    procs = this_host().spawn_procs(per_host={"procs": 2})
+    store_proc = procs.slice(procs=0)
+    consumer = procs.slice(procs=1).spawn("consumer", Consumer)
+    shm = await MonarchWeightStore.spawn(store_proc, name="ws_shm", max_versions=1)
+    msg = await MonarchWeightStore.spawn(
+        store_proc, name="ws_msg", transport="message", max_versions=1
+    )
+    sizes = [mb for mb in (16, 64, 256, 1024) if mb <= max_mb]
+    rows = []
+    for mb in sizes:
+        sd = fake_state_dict(mb * 2**20)
+        n = nbytes(sd)
+        row = {"size_mb": n / 2**20, "tensors": len(sd)}
+        row["memcpy"] = bench_memcpy(n, repeats)
+        row["local"] = await bench_local(sd, repeats)
+        row["monarch_shm"] = await bench_monarch(shm, consumer, sd, repeats)
+        if mb <= msg_max_mb:
+            row["monarch_msg"] = await bench_monarch(msg, consumer, sd, repeats)
+        for k in ("memcpy", "local", "monarch_shm", "monarch_msg"):
+            if k in row:
+                row[k]["gb_per_s"] = gbps(n, row[k]["total_s"])
+        row["shm_vs_memcpy"] = row["monarch_shm"]["gb_per_s"] / row["memcpy"]["gb_per_s"]
+        rows.append(row)
+        del sd
+        print_row(row)
+    await shm.close()
+    await msg.close()
+    await procs.stop()
+    return {
+        "benchmark": "weight_sync",
+        "repeats": repeats,
+        "note": "GB/s = state-dict bytes / (put + get) seconds, median after one warm-up; "
+        "memcpy = one flat copy of the same bytes into a preallocated buffer",
+        "target_gb_per_s": 1.0,
+        "rows": rows,
+    }
+
+
+HEADER = (
+    f"{'size MB':>8} {'tensors':>7} | {'memcpy':>8} | {'local':>8} | {'shm':>8} "
+    f"{'(put/get s)':>15} {'cold s':>7} | {'msg':>8} | {'shm/memcpy':>10}"
+)
+
+
+def print_row(r: dict) -> None:
+    s = r["monarch_shm"]
+    msg = f"{r['monarch_msg']['gb_per_s']:8.2f}" if "monarch_msg" in r else f"{'-':>8}"
+    print(
+        f"{r['size_mb']:8.0f} {r['tensors']:7d} | {r['memcpy']['gb_per_s']:8.2f} | "
+        f"{r['local']['gb_per_s']:8.2f} | {s['gb_per_s']:8.2f} "
+        f"{s['put_s']:7.3f}/{s['get_s']:7.3f} {s['cold_s']:7.2f} | {msg} | "
+        f"{r['shm_vs_memcpy']:10.2f}",
+        flush=True,
+    )
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--max-mb", type=int, default=1024)
+    ap.add_argument("--msg-max-mb", type=int, default=256)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--out", default="bench_results/weight_sync.json")
+    args = ap.parse_args()
+    print("throughput in GB/s (trainer put + consumer get), higher is better")
+    print(HEADER)
+    result = asyncio.run(main(args.max_mb, args.repeats, args.msg_max_mb))
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2))
+    print(f"wrote {out}")

@@ -1,0 +1,1 @@
+"""`python -m apps.eval`: evaluate a policy on held-out tasks (pass@k, mean reward, traces)."""

@@ -1,0 +1,202 @@
+"""Evaluate a policy on held-out tasks: mean reward, pass@1, pass@k, statuses and tool use.
+
+    python -m apps.eval [--config apps/agent/default.yaml] [--model PATH] [--out DIR] key=value ...
+
+The policy is `--model` (a Hugging Face folder) or, without it, the config's model: the tiny
+model is built locally and, when `warm_start.enabled`, given the same supervised warm start as
+training (cached after the first build). The vLLM engine runs in this process with the config's
+`generator` settings; episodes run in an `EnvPool` of `env.id` with the config's `rollout`
+limits and `eval.temperature`. The tasks are `eval.num_tasks` held-out tasks from
+`forge_agent.tasks.load_tasks(env.id, "eval", ..., seed=env.eval_seed)`, each run `eval.k` times
+with env and sampling seeds from `seed`, as the training controller's periodic eval does.
+
+Writes into `--out` (default `runs/eval`): `eval.json` (report, metrics, config, model),
+`traces.jsonl` (one record per episode) and `traces.html` (the trace viewer page).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib.util
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from forge_agent.config import AgentConfig, load_config, to_dict
+from forge_agent.evaluation import EvalReport, evaluate
+from forge_agent.tasks import load_tasks
+
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def resolve_model(cfg: AgentConfig, model: str | None) -> Path | str:
+    """The policy to evaluate: `model`, or the config's model (tiny: built + warm-started)."""
+    if model:
+        return Path(model)
+    if cfg.model.name != "tiny":
+        return cfg.model.name
+    from forge_agent.models.tiny import ensure_tiny_model
+    from forge_agent.warm_start import WarmStartConfig, warm_start
+
+    path = ensure_tiny_model(cfg.model.tiny_config())
+    ws = cfg.warm_start
+    if ws.enabled and ws.steps > 0:
+        path = warm_start(
+            path,
+            {cfg.env.id: dict(cfg.env.kwargs)},
+            WarmStartConfig(
+                steps=ws.steps,
+                batch_size=ws.batch_size,
+                lr=ws.lr,
+                demo_fraction=ws.demo_fraction,
+                seed=cfg.seed,
+            ),
+        )
+    return path
+
+
+class EpisodeProgress:
+    """A progress bar of finished episodes: done/total, rate and ETA (tqdm when installed,
+    otherwise a plain line every few seconds)."""
+
+    def __init__(self, total: int, every_s: float = 5.0) -> None:
+        self.total = total
+        self.every_s = every_s
+        self.started = time.monotonic()
+        self._last_print = 0.0
+        self._bar = None
+        if importlib.util.find_spec("tqdm") is not None:
+            from tqdm.auto import tqdm
+
+            self._bar = tqdm(total=total, unit="ep", desc="eval", file=sys.stderr)
+
+    def __call__(self, done: int, total: int) -> None:
+        if self._bar is not None:
+            self._bar.update(done - self._bar.n)
+            return
+        now = time.monotonic()
+        if now - self._last_print >= self.every_s or done == total:
+            rate = done / max(now - self.started, 1e-9)
+            eta = (total - done) / rate if rate > 0 else float("inf")
+            print(f"eval {done}/{total} episodes | {rate:.2f} ep/s | ETA {eta:.0f}s", flush=True)
+            self._last_print = now
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+
+
+async def run_eval(cfg: AgentConfig, model_path: Path | str, out: Path) -> EvalReport:
+    """Start the engine and env workers, evaluate, write traces; returns the report."""
+    from forge_agent.env import EnvPool
+    from forge_agent.generator import VLLMEngine
+    from forge_agent.models.tiny import load_tokenizer
+    from forge_agent.rollout import (
+        ChatRenderer,
+        RendererConfig,
+        RolloutConfig,
+        RolloutEngine,
+    )
+    from forge_agent.traces import TraceWriter
+
+    tasks = load_tasks(
+        cfg.env.id,
+        "eval",
+        cfg.eval.num_tasks,
+        cfg.env.eval_seed,
+        env_kwargs=cfg.env.kwargs,
+        dataset=cfg.env.dataset,
+    )
+    renderer = ChatRenderer(
+        load_tokenizer(model_path),
+        RendererConfig(kind=cfg.model.renderer, enable_thinking=cfg.model.enable_thinking),
+    )
+    engine = VLLMEngine(cfg.generator_config(model_path))
+    pool = EnvPool(
+        cfg.env.id,
+        size=cfg.services.env.num_replicas,
+        step_timeout_s=cfg.env.step_timeout_s,
+        reset_timeout_s=cfg.env.reset_timeout_s,
+        env_kwargs=dict(cfg.env.kwargs),
+    )
+    traces_path = out / "traces.jsonl"
+    traces_path.unlink(missing_ok=True)
+    writer = TraceWriter(traces_path)
+    progress: EpisodeProgress | None = None
+    try:
+        print(f"starting vLLM on {model_path} and {pool.size} {cfg.env.id} env workers", flush=True)
+        await asyncio.gather(engine.start(), pool.start())
+        r = cfg.rollout
+        rollout = RolloutEngine(
+            lambda ids, sampling, session: engine.generate(ids, sampling, session),
+            pool,
+            renderer,
+            RolloutConfig(
+                max_turns=r.max_turns,
+                max_total_tokens=r.max_total_tokens,
+                max_new_tokens_per_turn=r.max_new_tokens_per_turn,
+                tool_output_tokens=r.tool_output_tokens,
+                max_concurrent_episodes=r.max_concurrent_episodes,
+                temperature=cfg.eval.temperature,
+                max_model_len=engine.max_model_len,
+            ),
+            on_trajectory=lambda traj: writer.write(traj, {"split": "eval"}),
+        )
+        progress = EpisodeProgress(len(tasks) * cfg.eval.k)  # after start-up: honest rate/ETA
+        report = await evaluate(rollout, tasks, cfg.eval.k, seed=cfg.seed, progress=progress)
+    finally:
+        if progress is not None:
+            progress.close()
+        writer.close()
+        await pool.close()
+        await engine.shutdown()
+    return report
+
+
+def write_outputs(cfg: AgentConfig, model_path: Path | str, report: EvalReport, out: Path) -> None:
+    """`eval.json` and the HTML trace page next to `traces.jsonl`."""
+    from forge_agent.trace_html import load_token_decoder, write_html
+    from forge_agent.traces import read_traces
+
+    summary: dict[str, Any] = {
+        "model": str(model_path),
+        "env": cfg.env.id,
+        "metrics": report.as_metrics(),
+        "report": report.to_json(),
+        "config": to_dict(cfg),
+    }
+    (out / "eval.json").write_text(json.dumps(summary, indent=2, default=str))
+    decode = load_token_decoder(model_path) if Path(model_path).is_dir() else None
+    write_html(
+        read_traces(out / "traces.jsonl"),
+        out / "traces.html",
+        decode=decode,
+        title=f"eval: {cfg.env.id} ({Path(str(model_path)).name})",
+    )
+
+
+def main(argv: list[str] | None = None) -> EvalReport:
+    """Parse the command line, evaluate, print the table and write the outputs."""
+    parser = argparse.ArgumentParser(prog="python -m apps.eval", description=__doc__.split("\n")[0])
+    parser.add_argument("--config", help="YAML config (default: the built-in CPU default)")
+    parser.add_argument("--model", help="model folder to evaluate (default: the config's model)")
+    parser.add_argument("--out", type=Path, default=Path("runs/eval"), help="output folder")
+    parser.add_argument("overrides", nargs="*", help="config overrides, key=value")
+    args = parser.parse_args(argv)
+
+    cfg = load_config(args.config, args.overrides)
+    model_path = resolve_model(cfg, args.model)
+    args.out.mkdir(parents=True, exist_ok=True)
+    report = asyncio.run(run_eval(cfg, model_path, args.out))
+    print(f"\n{cfg.env.id} held-out eval of {model_path}\n{report.table()}")
+    write_outputs(cfg, model_path, report, args.out)
+    print(f"wrote {args.out / 'eval.json'}, traces.jsonl and traces.html")
+    return report
+
+
+if __name__ == "__main__":
+    main()

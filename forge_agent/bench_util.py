@@ -1,0 +1,132 @@
+"""Small helpers shared by the benchmarks in ``apps/bench``: timing, percentiles, tables, JSON.
+
+Every benchmark prints a table and writes a JSON report; these keep the shapes the same.
+
+    with Timer() as t:
+        work()
+    rows.append({"name": "work", "seconds": t.seconds})
+    print_table(rows, [("name", "name", ""), ("seconds", "s", ".3f")])
+    write_json("bench_results/work.json", {"benchmark": "work", "rows": rows})
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+__all__ = ["Timer", "machine_info", "measure", "percentile", "print_table", "summary", "write_json"]
+
+
+class Timer:
+    """A ``perf_counter`` stopwatch as a context manager; ``seconds`` holds the elapsed time."""
+
+    def __init__(self) -> None:
+        self.start = 0.0
+        self.seconds = 0.0
+
+    def __enter__(self) -> Timer:
+        self.start = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.seconds = time.perf_counter() - self.start
+
+
+def measure(fn: Callable[[], Any], n: int, warmup: int = 2) -> list[float]:
+    """Run ``fn`` ``warmup`` times untimed, then ``n`` times; the seconds of each timed run."""
+    for _ in range(warmup):
+        fn()
+    samples = []
+    for _ in range(n):
+        with Timer() as t:
+            fn()
+        samples.append(t.seconds)
+    return samples
+
+
+def percentile(samples: Sequence[float], q: float) -> float:
+    """The ``q``-quantile (``q`` in [0, 1]) of ``samples``, linearly interpolated."""
+    if not samples:
+        raise ValueError("percentile of no samples")
+    if not 0.0 <= q <= 1.0:
+        raise ValueError(f"q must be in [0, 1], got {q}")
+    ordered = sorted(samples)
+    pos = q * (len(ordered) - 1)
+    lo = int(pos)
+    hi = min(lo + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+
+
+def summary(samples: Sequence[float], scale: float = 1e3, unit: str = "ms") -> dict[str, float]:
+    """n, p50, p95 and mean of ``samples`` (seconds), scaled (default: to milliseconds)."""
+    return {
+        "n": len(samples),
+        f"p50_{unit}": scale * statistics.median(samples),
+        f"p95_{unit}": scale * percentile(samples, 0.95),
+        f"mean_{unit}": scale * statistics.fmean(samples),
+    }
+
+
+def print_table(rows: Sequence[dict[str, Any]], columns: Sequence[tuple[str, str, str]]) -> str:
+    """Print ``rows`` as an aligned table and return it.
+
+    ``columns`` are ``(key, header, format spec)``, e.g. ``("tok_s", "tokens/s", ".0f")``. A
+    missing or None value prints as ``-``; a row with a ``skipped`` key prints its reason.
+    """
+
+    def cell(row: dict[str, Any], key: str, spec: str) -> str:
+        value = row.get(key)
+        return "-" if value is None else format(value, spec)
+
+    def pad(text: str, width: int, i: int) -> str:  # the first column (a name) reads left
+        return text.ljust(width) if i == 0 else text.rjust(width)
+
+    cells = [[cell(r, k, s) for k, _, s in columns] for r in rows]
+    widths = [max([len(h)] + [len(c[i]) for c in cells]) for i, (_, h, _) in enumerate(columns)]
+    headers = [h for _, h, _ in columns]
+    lines = ["  ".join(pad(h, w, i) for i, (h, w) in enumerate(zip(headers, widths, strict=True)))]
+    lines.append("  ".join("-" * w for w in widths))
+    for row, cs in zip(rows, cells, strict=True):
+        if "skipped" in row:
+            lines.append(f"{pad(cs[0], widths[0], 0)}  skipped: {row['skipped']}")
+        else:
+            lines.append(
+                "  ".join(pad(c, w, i) for i, (c, w) in enumerate(zip(cs, widths, strict=True)))
+            )
+    text = "\n".join(lines)
+    print(text)
+    return text
+
+
+def machine_info() -> dict[str, Any]:
+    """What the numbers were measured on: CPU count, platform, Python and torch versions."""
+    info: dict[str, Any] = {
+        "cpus": os.cpu_count(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+    }
+    try:
+        import torch
+
+        info["torch"] = torch.__version__
+        info["cuda"] = torch.cuda.is_available()
+    except ImportError:  # pragma: no cover - torch is a hard dependency
+        pass
+    return info
+
+
+def write_json(path: str | Path, report: dict[str, Any]) -> Path:
+    """Write ``report`` (plus ``machine``, unless given) as indented JSON; creates folders."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    report = {**report}
+    report.setdefault("machine", machine_info())
+    path.write_text(json.dumps(report, indent=2, default=str))
+    print(f"wrote {path}")
+    return path

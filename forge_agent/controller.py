@@ -1,0 +1,509 @@
+"""The training controller: actors on Monarch proc meshes, a rollout loop and a training loop.
+
+    model ─► (warm start) ─► Generator replicas (vLLM)  ◄── weights ── WeightStore ◄── Trainer
+                                   │ token ids                                          ▲
+    TaskStream ─► RolloutEngine ───┴─► env workers (EnvPool) ─► RewardActor ─► advantages
+                                                                                   │
+                                                  ReplayBuffer (staleness bound) ◄─┘
+
+Rollout loop (`_produce`): consumes tasks, produces scored groups with advantages into the
+replay buffer; waits on the generator, env workers, reward actors, and on buffer space.
+Training loop (`run`): consumes batches of fresh groups, produces a new policy version; waits on
+the buffer, the trainer and the weight sync. `training.max_policy_lag` = 0 pauses rollouts while
+the trainer steps and syncs (on-policy); n > 0 lets them run on, at most n versions stale.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import importlib
+import json
+import logging
+import shutil
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from forge_agent.config import AgentConfig, dump_yaml
+from forge_agent.types import Group, Status, Trajectory
+
+logger = logging.getLogger(__name__)
+
+GenerateWrapper = Callable[[Any], Any]
+
+
+# ----------------------------------------------------------------------------- rewards
+def build_rubric(weights: dict[str, float], max_total_tokens: int = 512) -> Any:
+    """The run's rubric: the env outcome (weight 1) plus the configured extra components.
+
+    A component is a built-in name (`tool_use`, `length_penalty`, `thinking_format`) or the
+    import path of a user reward function, `module:function` (sync or async, takes a
+    `Trajectory`, returns a float).
+    """
+    from forge_agent.rewards import (
+        RewardComponent,
+        Rubric,
+        env_outcome,
+        length_penalty,
+        thinking_format,
+        tool_use,
+    )
+
+    builtins: dict[str, Callable[[], Any]] = {
+        "tool_use": tool_use,
+        "length_penalty": lambda: length_penalty(max_total_tokens, max_total_tokens // 4),
+        "thinking_format": thinking_format,
+    }
+    components = [RewardComponent("env_outcome", env_outcome(), 1.0)]
+    for name, weight in weights.items():
+        if name in builtins:
+            fn = builtins[name]()
+        elif ":" in name:
+            module, _, attr = name.partition(":")
+            fn = getattr(importlib.import_module(module), attr)
+        else:
+            raise ValueError(
+                f"rewards.components: unknown reward {name!r}; use one of "
+                f"{sorted(builtins)} or 'module:function'"
+            )
+        components.append(RewardComponent(name, fn, float(weight), timeout_s=30.0))
+    return Rubric(components)
+
+
+# ----------------------------------------------------------------------------- controller
+class Controller:
+    """Builds the actors from an `AgentConfig` and runs GRPO.
+
+    `generate_wrapper` wraps the generate function (tests inject generator faults with it).
+    """
+
+    def __init__(self, cfg: AgentConfig, generate_wrapper: GenerateWrapper | None = None) -> None:
+        self.cfg = cfg
+        self.out = Path(cfg.output_dir)
+        self.generate_wrapper = generate_wrapper
+        self.meshes: list[Any] = []
+        self.generators: list[Any] = []
+        self.trainer: Any = None
+        self.rewards: Any = None
+        self.store: Any = None
+        self.pool: Any = None
+        self.version = 0
+        self.step = 0
+        self.counts: Counter[str] = Counter()
+        self.history: list[dict[str, float]] = []
+        self.resumed_from: dict[str, Any] | None = None
+        self._gate = asyncio.Event()
+        self._gate.set()
+
+    # ------------------------------------------------------------------ setup
+    def _spawn_procs(self, n: int, name: str) -> Any:
+        from monarch.actor import this_host
+
+        procs = this_host().spawn_procs(per_host={"procs": n}, name=name)
+        self.meshes.append(procs)
+        return procs
+
+    async def setup(self) -> None:
+        from forge_agent.env import EnvPool
+        from forge_agent.generator import Generator
+        from forge_agent.metrics import MetricLogger, MetricsConfig
+        from forge_agent.models.tiny import ensure_tiny_model, load_tokenizer
+        from forge_agent.replay import ReplayBuffer
+        from forge_agent.rewards.actor import RewardActor
+        from forge_agent.rollout import ChatRenderer, RendererConfig, RolloutEngine, SessionRouter
+        from forge_agent.tasks import TaskStream, load_tasks
+        from forge_agent.trace_html import load_token_decoder
+        from forge_agent.traces import TraceWriter
+        from forge_agent.trainer.actor import TrainerActor
+        from forge_agent.weight_store import make_weight_store
+
+        cfg = self.cfg
+        self.out.mkdir(parents=True, exist_ok=True)
+        dump_yaml(cfg, self.out / "config.yaml")
+
+        # 1. model (+ warm start)
+        if cfg.model.name == "tiny":
+            base = ensure_tiny_model(cfg.model.tiny_config())
+        else:
+            base = Path(cfg.model.name)
+        self.policy_path = self._warm_start(base) if cfg.warm_start.enabled else base
+        self.tokenizer = load_tokenizer(self.policy_path)
+        renderer = ChatRenderer(
+            self.tokenizer,
+            RendererConfig(kind=cfg.model.renderer, enable_thinking=cfg.model.enable_thinking),
+        )
+
+        # 2. actors: weight store, trainer, generator replicas, reward service
+        self.store = await make_weight_store("auto", procs=self._spawn_procs(1, "store"))
+        self.trainer = self._spawn_procs(cfg.services.trainer.procs, "trainer").spawn(
+            "trainer", TrainerActor, self._trainer_config(), self.store
+        )
+        gen_cfg = cfg.generator_config(self.policy_path)
+        for i in range(cfg.services.generator.num_replicas):
+            procs = self._spawn_procs(cfg.services.generator.procs, f"generator{i}")
+            self.generators.append(procs.spawn("generator", Generator, gen_cfg))
+        rubric = functools.partial(
+            build_rubric, dict(cfg.rewards.components), cfg.rollout.max_total_tokens
+        )
+        self.rewards = self._spawn_procs(cfg.services.reward.num_replicas, "reward").spawn(
+            "reward", RewardActor, rubric
+        )
+        started = time.monotonic()
+        setups = [self.trainer.setup.call(), self.rewards.setup.call()]
+        setups += [g.setup.call_one() for g in self.generators]
+        results = await asyncio.gather(*setups)
+        gen_info = results[2]
+        logger.info("actors ready in %.1fs: %s", time.monotonic() - started, gen_info)
+
+        # 3. envs, rollout engines, data, buffer, metrics, traces
+        self.pool = EnvPool(
+            cfg.env.id,
+            size=cfg.services.env.num_replicas,
+            step_timeout_s=cfg.env.step_timeout_s,
+            reset_timeout_s=cfg.env.reset_timeout_s,
+            env_kwargs=dict(cfg.env.kwargs),
+        )
+        generate: Any = SessionRouter(self.generators)
+        if self.generate_wrapper is not None:
+            generate = self.generate_wrapper(generate)
+        self.traces = TraceWriter(self.out / "traces.jsonl")
+        self.engine = RolloutEngine(
+            generate, self.pool, renderer, self._rollout_config(cfg.grpo.temperature, gen_info)
+        )
+        self.eval_engine = RolloutEngine(
+            generate, self.pool, renderer, self._rollout_config(cfg.eval.temperature, gen_info)
+        )
+        self.tasks = TaskStream(
+            cfg.env.id, dict(cfg.env.kwargs), cfg.env.train_seed, dataset=cfg.env.dataset
+        )
+        self.eval_tasks = (
+            load_tasks(
+                cfg.env.id,
+                "eval",
+                cfg.eval.num_tasks,
+                cfg.env.eval_seed,
+                dict(cfg.env.kwargs),
+                dataset=cfg.env.dataset,
+            )
+            if cfg.eval.every > 0
+            else []
+        )
+        lag = cfg.training.max_policy_lag + cfg.training.sync_interval - 1
+        self.buffer = ReplayBuffer(cfg.training.replay_capacity, lag)
+        self.metrics = MetricLogger.from_config(
+            MetricsConfig(
+                console=cfg.metrics.console,
+                total_steps=cfg.training.steps,
+                jsonl_path=str(self.out / "metrics.jsonl") if cfg.metrics.jsonl else None,
+                tensorboard_dir=str(self.out / "tb") if cfg.metrics.tensorboard else None,
+                wandb_project=cfg.metrics.wandb_project,
+            )
+        )
+        self.decode = load_token_decoder(self.policy_path)
+        if cfg.checkpoint.resume:
+            await self._resume()
+
+    def _warm_start(self, base: Path) -> Path:
+        from forge_agent.warm_start import WarmStartConfig, warm_start
+
+        ws = self.cfg.warm_start
+        return warm_start(
+            base,
+            {self.cfg.env.id: dict(self.cfg.env.kwargs)},
+            WarmStartConfig(
+                steps=ws.steps,
+                batch_size=ws.batch_size,
+                lr=ws.lr,
+                demo_fraction=ws.demo_fraction,
+                seed=self.cfg.seed,
+            ),
+        )
+
+    def _trainer_config(self) -> Any:
+        from forge_agent.losses import LossConfig
+        from forge_agent.trainer.core import TrainerConfig
+
+        cfg = self.cfg
+        loss = LossConfig.preset(
+            cfg.grpo.loss,
+            clip_eps_low=cfg.grpo.clip_low,
+            clip_eps_high=cfg.grpo.clip_high,
+            kl_coef=cfg.grpo.beta,
+            entropy_coef=cfg.training.entropy_coef,
+        )
+        return TrainerConfig(
+            model=str(self.policy_path),
+            device="cuda" if cfg.device == "cuda" else cfg.device,
+            dtype=cfg.model.dtype,
+            lr=cfg.training.lr,
+            weight_decay=cfg.training.weight_decay,
+            max_grad_norm=cfg.training.grad_clip or None,
+            loss=loss,
+            row_tokens=min(512, cfg.training.token_budget),  # see warm_start.py on row length
+            microbatch_tokens=cfg.training.token_budget,
+            seed=cfg.seed,
+        )
+
+    def _rollout_config(self, temperature: float, gen_info: dict[str, Any]) -> Any:
+        from forge_agent.rollout import RolloutConfig
+
+        r = self.cfg.rollout
+        return RolloutConfig(
+            max_turns=r.max_turns,
+            max_total_tokens=r.max_total_tokens,
+            max_new_tokens_per_turn=r.max_new_tokens_per_turn,
+            tool_output_tokens=r.tool_output_tokens,
+            max_concurrent_episodes=r.max_concurrent_episodes,
+            temperature=temperature,
+            top_p=self.cfg.grpo.top_p,
+            max_model_len=int(gen_info["max_model_len"]),
+        )
+
+    # ------------------------------------------------------------------ rollout loop
+    async def _produce(self) -> None:
+        """Start groups while the gate is open and the buffer wants more; score and filter
+        each as it finishes."""
+        cfg = self.cfg
+        max_groups = max(1, cfg.rollout.max_concurrent_episodes // cfg.grpo.n_samples)
+        want = cfg.training.groups_per_step * (1 + cfg.training.max_policy_lag)
+        running: set[asyncio.Task] = set()
+        try:
+            while True:
+                await self._gate.wait()
+                if len(running) < max_groups and len(self.buffer) + len(running) < want:
+                    task, seed = next(self.tasks)
+                    running.add(asyncio.create_task(self._one_group(task, seed)))
+                    continue
+                if running:
+                    done, running = await asyncio.wait(
+                        running, timeout=0.5, return_when=asyncio.FIRST_COMPLETED
+                    )
+                    for t in done:
+                        t.result()
+                else:
+                    await asyncio.sleep(0.05)
+        finally:
+            for t in running:
+                t.cancel()
+            await asyncio.gather(*running, return_exceptions=True)
+
+    async def _one_group(self, task: dict[str, Any], seed: int) -> None:
+        from forge_agent.advantages import AdvantageConfig, compute_advantages
+        from forge_agent.metrics import record
+
+        group = await self.engine.run_group(task, seed, self.cfg.grpo.n_samples)
+        try:
+            scored, reward_metrics = await self.rewards.score.choose(group.trajectories)
+        except Exception as exc:  # the whole reward service failed: mark, do not crash
+            self.counts["reward_service_error"] += 1
+            logger.warning("reward scoring failed for %s: %s", group.task_id, exc)
+            return
+        group = Group(task_id=group.task_id, trajectories=list(scored))
+        for traj in group.trajectories:
+            self.traces.write(traj, {"step": self.step, "policy_version": self.version})
+            self._record_episode(traj)
+        for name, value in reward_metrics.items():
+            record(name, value)
+        kept, stats = compute_advantages(
+            [group],
+            AdvantageConfig(
+                estimator=self.cfg.grpo.advantage,
+                drop_zero_variance=self.cfg.grpo.filter_zero_variance,
+                truncated=self.cfg.grpo.truncated,
+            ),
+        )
+        for name, value in stats.as_metrics().items():
+            record(name, value, "sum")
+        self.counts["groups_produced"] += 1
+        if kept:
+            await self.buffer.put(Group(task_id=group.task_id, trajectories=kept))
+        else:
+            self.counts["groups_filtered"] += 1
+
+    def _record_episode(self, traj: Trajectory) -> None:
+        from forge_agent.metrics import record
+
+        self.counts[f"status/{traj.status.value}"] += 1
+        self.counts["tool_errors"] += traj.tool_error_count
+        if traj.info.get("reward_errors"):
+            self.counts["reward_errors"] += 1
+        record("reward/mean", traj.reward)
+        record("episode/num_tokens", len(traj.token_ids))
+        record("episode/turns", len(traj.turn_spans))
+        record("tools/call_rate", float(traj.tool_call_count > 0))
+        record("tools/errors", traj.tool_error_count, "sum")
+        record(f"status/{traj.status.value}", 1, "sum")
+
+    # ------------------------------------------------------------------ training loop
+    async def run(self) -> dict[str, Any]:
+        """Train `training.steps` steps; returns a summary (also written to summary.json)."""
+        from forge_agent.metrics import record
+
+        cfg = self.cfg
+        started = time.monotonic()
+        evals: list[dict[str, float]] = []
+        if cfg.eval.every > 0:
+            evals.append(await self._evaluate())
+        producer = asyncio.create_task(self._produce())
+        try:
+            while self.step < cfg.training.steps:
+                groups = await self._take(producer)
+                batch = [t for g in groups for t in g.trajectories]
+                lags = [self.version - t.min_version for t in batch]
+                if cfg.training.max_policy_lag == 0:
+                    self._gate.clear()  # on-policy: no rollouts while the policy changes
+                metrics = await self.trainer.train_step.call_one(batch)
+                self.step += 1
+                self.version = int(metrics.get("train/policy_version", self.version + 1))
+                if self.step % cfg.training.sync_interval == 0:
+                    await self._sync_weights()
+                self._gate.set()
+                for name, value in metrics.items():
+                    record(name, value)
+                record("policy/lag", sum(lags) / len(lags))
+                record("policy/lag_max", max(lags), "max")
+                record("replay/evicted_stale", self.buffer.evicted, "last")
+                if cfg.eval.every > 0 and (
+                    self.step % cfg.eval.every == 0 or self.step == cfg.training.steps
+                ):
+                    evals.append(await self._evaluate())
+                if cfg.checkpoint.every > 0 and self.step % cfg.checkpoint.every == 0:
+                    await self._save_checkpoint()
+                self.history.append(self.metrics.flush(self.step))
+        finally:
+            producer.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await producer
+        summary = {
+            "steps": self.step,
+            "policy_version": self.version,
+            "wall_s": time.monotonic() - started,
+            "evals": evals,
+            "counts": dict(self.counts),
+            "policy_path": str(self.policy_path),
+            "resumed_from": self.resumed_from,
+        }
+        (self.out / "summary.json").write_text(json.dumps(summary, indent=2))
+        return summary
+
+    async def _take(self, producer: asyncio.Task) -> list[Group]:
+        """The next batch; re-raises a crash of the rollout loop instead of waiting forever."""
+        take = asyncio.create_task(
+            self.buffer.take(self.cfg.training.groups_per_step, self.version)
+        )
+        done, _ = await asyncio.wait({take, producer}, return_when=asyncio.FIRST_COMPLETED)
+        if take not in done:
+            take.cancel()
+            producer.result()  # raises the rollout loop's error
+            raise RuntimeError("the rollout loop stopped")
+        return take.result()
+
+    async def _sync_weights(self) -> None:
+        """Trainer -> weight store -> every generator replica, bounded in time."""
+        from forge_agent.metrics import record
+
+        started = time.monotonic()
+        version = await self.trainer.push_weights.call_one()
+        updates = [g.update_weights.call_one(version, None, self.store) for g in self.generators]
+        try:
+            await asyncio.wait_for(
+                asyncio.gather(*updates), self.cfg.training.weight_sync_timeout_s
+            )
+        except TimeoutError:
+            self.counts["weight_sync_timeouts"] += 1
+            logger.warning("weight sync to version %d timed out; generators lag", version)
+        record("weight_sync/s", time.monotonic() - started)
+
+    async def _evaluate(self) -> dict[str, float]:
+        from forge_agent.evaluation import evaluate
+        from forge_agent.metrics import record
+
+        self._gate.clear()  # no new training groups while evaluating
+        try:
+            report = await evaluate(
+                self.eval_engine, self.eval_tasks, self.cfg.eval.k, seed=self.cfg.seed
+            )
+        finally:
+            self._gate.set()
+        metrics = report.as_metrics()
+        for name, value in metrics.items():
+            record(name, value, "last")
+        logger.info("eval at step %d: %s", self.step, metrics)
+        print(f"[eval] step {self.step}: {_eval_line(metrics)}", flush=True)
+        return {"step": self.step, **metrics}
+
+    # ------------------------------------------------------------------ checkpoints
+    def _checkpoints(self) -> list[Path]:
+        root = self.out / "checkpoints"
+        return sorted(p for p in root.glob("step_*") if (p / "COMPLETE").exists())
+
+    async def _save_checkpoint(self) -> None:
+        path = self.out / "checkpoints" / f"step_{self.step:06d}"
+        position = {"tasks": self.tasks.state(), "step": self.step}
+        await self.trainer.save_checkpoint.call_one(str(path), position)
+        for old in self._checkpoints()[: -self.cfg.checkpoint.keep]:
+            shutil.rmtree(old, ignore_errors=True)
+
+    async def _resume(self) -> None:
+        checkpoints = self._checkpoints()
+        if not checkpoints:
+            logger.info("resume: no checkpoint under %s; starting fresh", self.out)
+            return
+        path = checkpoints[-1]
+        position = await self.trainer.load_checkpoint.call_one(str(path))
+        self.tasks.load_state(position["tasks"])
+        self.resumed_from = position
+        self.step = int(position["step"])
+        self.version = int(await self.trainer.policy_version.call_one())
+        if self.version > 0:
+            await self._sync_weights()
+        print(f"[resume] {path.name}: step {self.step}, policy version {self.version}", flush=True)
+
+    # ------------------------------------------------------------------ shutdown
+    async def shutdown(self) -> None:
+        """Stop everything this controller started (actors, workers, sandboxes)."""
+        from forge_agent.plots import plot_curves
+        from forge_agent.trace_html import write_html
+        from forge_agent.traces import read_traces
+
+        with contextlib.suppress(Exception):
+            self.traces.close()
+            records = read_traces(self.out / "traces.jsonl", last=self.cfg.metrics.traces_last)
+            write_html(records, self.out / "traces.html", decode=self.decode)
+        with contextlib.suppress(Exception):
+            self.metrics.close()
+            plot_curves(self.out / "metrics.jsonl", self.out / "curves.png")
+        if self.pool is not None:
+            with contextlib.suppress(Exception):
+                await self.pool.close()
+        for gen in self.generators:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(gen.shutdown.call_one(), 30)
+        if self.store is not None and hasattr(self.store, "close"):
+            with contextlib.suppress(Exception):
+                await self.store.close()
+        for mesh in reversed(self.meshes):
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(mesh.stop(), 30)
+
+
+def _eval_line(metrics: dict[str, float]) -> str:
+    keys = ("eval/reward/mean", "eval/pass@1", "eval/tool_call_rate")
+    return ", ".join(f"{k.split('/')[-1]} {metrics[k]:.3f}" for k in keys if k in metrics)
+
+
+async def train(cfg: AgentConfig, generate_wrapper: GenerateWrapper | None = None) -> dict:
+    """Build, run and always shut down a controller for `cfg`."""
+    controller = Controller(cfg, generate_wrapper)
+    try:
+        await controller.setup()
+        return await controller.run()
+    finally:
+        await controller.shutdown()
+
+
+__all__ = ["Controller", "Status", "build_rubric", "train"]

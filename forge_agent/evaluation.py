@@ -1,0 +1,231 @@
+"""Held-out evaluation: k episodes per task, pass@k, mean reward and episode statistics.
+
+    report = await evaluate(engine, load_tasks("calculator", "eval", 64, seed=10_000), k=4)
+    print(report.table())
+    metrics.update(report.as_metrics())          # {"eval/reward/mean": ..., "eval/pass@4": ...}
+
+The k episodes of a task form one group and share the env seed (the same start state), as in
+training. An episode "passes" when its reward is at least `pass_threshold` (default: a full
+reward of 1.0). Episodes that failed for infra reasons (env error or timeout, generator error)
+say nothing about the policy: they are counted and reported, and left out of every mean and of
+the pass@k denominators.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from forge_agent.types import Group, Trajectory
+
+if TYPE_CHECKING:
+    from forge_agent.rollout.engine import RolloutEngine
+
+__all__ = ["DEFAULT_PASS_THRESHOLD", "EvalReport", "TaskResult", "evaluate", "pass_at_k"]
+
+DEFAULT_PASS_THRESHOLD = 1.0 - 1e-9
+
+ProgressFn = Callable[[int, int], None]
+"""Called as `progress(episodes_done, episodes_total)` after each finished episode."""
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """The unbiased estimate of pass@k from `n` samples of which `c` passed.
+
+    pass@k = 1 - C(n - c, k) / C(n, k): the chance that at least one of k samples drawn
+    without replacement from the n passes. Computed as the numerically stable product
+    1 - prod_{i = n - c + 1}^{n} (1 - k / i). Chen et al. 2021, "Evaluating Large Language
+    Models Trained on Code" (arXiv:2107.03374), section 2.1.
+    """
+    if n < 1 or not 0 <= c <= n:
+        raise ValueError(f"pass_at_k needs n >= 1 and 0 <= c <= n, got n={n}, c={c}")
+    if not 1 <= k <= n:
+        raise ValueError(f"pass_at_k needs 1 <= k <= n, got k={k}, n={n}")
+    if n - c < k:
+        return 1.0
+    return 1.0 - math.prod(1.0 - k / i for i in range(n - c + 1, n + 1))
+
+
+@dataclass
+class TaskResult:
+    """One task's episodes: `n` scored (non-infra) episodes, `passed` of them passing."""
+
+    task_id: str
+    n: int
+    passed: int
+    mean_reward: float
+    infra_failures: int
+
+
+@dataclass
+class EvalReport:
+    """What an evaluation measured. Means are over scored (non-infra) episodes; pass@1 and
+    pass@k are means over tasks with at least one scored episode (pass@k of a task with fewer
+    than k scored episodes is its pass@n)."""
+
+    k: int
+    num_tasks: int
+    num_episodes: int
+    mean_reward: float
+    pass_at_1: float
+    pass_at_k: float
+    pass_threshold: float
+    tool_call_rate: float  # share of episodes with at least one tool call
+    tool_calls_per_episode: float
+    mean_episode_tokens: float  # whole episode: prompt, sampled and env tokens
+    mean_sampled_tokens: float
+    mean_turns: float
+    status_counts: dict[str, int]
+    infra_failures: int
+    tasks_without_scored_episodes: int
+    seconds: float = 0.0
+    per_task: list[TaskResult] = field(default_factory=list)
+
+    @classmethod
+    def from_groups(
+        cls,
+        groups: Sequence[Group],
+        k: int,
+        pass_threshold: float = DEFAULT_PASS_THRESHOLD,
+        seconds: float = 0.0,
+    ) -> EvalReport:
+        """Aggregate one group per task (k trajectories each) into a report."""
+        scored: list[Trajectory] = []
+        per_task: list[TaskResult] = []
+        statuses: Counter[str] = Counter()
+        infra = 0
+        for group in groups:
+            ok = [t for t in group.trajectories if not t.status.is_infra_failure]
+            statuses.update(t.status.value for t in group.trajectories)
+            failures = len(group.trajectories) - len(ok)
+            infra += failures
+            scored.extend(ok)
+            per_task.append(
+                TaskResult(
+                    task_id=group.task_id,
+                    n=len(ok),
+                    passed=sum(t.reward >= pass_threshold for t in ok),
+                    mean_reward=_mean([t.reward for t in ok]),
+                    infra_failures=failures,
+                )
+            )
+        judged = [r for r in per_task if r.n > 0]
+        return cls(
+            k=k,
+            num_tasks=len(per_task),
+            num_episodes=sum(len(g.trajectories) for g in groups),
+            mean_reward=_mean([t.reward for t in scored]),
+            pass_at_1=_mean([pass_at_k(r.n, r.passed, 1) for r in judged]),
+            pass_at_k=_mean([pass_at_k(r.n, r.passed, min(k, r.n)) for r in judged]),
+            pass_threshold=pass_threshold,
+            tool_call_rate=_mean([float(t.tool_call_count > 0) for t in scored]),
+            tool_calls_per_episode=_mean([float(t.tool_call_count) for t in scored]),
+            mean_episode_tokens=_mean([float(len(t.token_ids)) for t in scored]),
+            mean_sampled_tokens=_mean([float(t.num_sampled) for t in scored]),
+            mean_turns=_mean([float(len(t.turn_spans)) for t in scored]),
+            status_counts=dict(statuses.most_common()),
+            infra_failures=infra,
+            tasks_without_scored_episodes=len(per_task) - len(judged),
+            seconds=seconds,
+            per_task=per_task,
+        )
+
+    def as_metrics(self, prefix: str = "eval/") -> dict[str, float]:
+        """Flat metrics for a metric logger, e.g. `eval/pass@4`, `eval/status/ok`."""
+        metrics = {
+            f"{prefix}reward/mean": self.mean_reward,
+            f"{prefix}pass@1": self.pass_at_1,
+            f"{prefix}pass@{self.k}": self.pass_at_k,
+            f"{prefix}tool_call_rate": self.tool_call_rate,
+            f"{prefix}tool_calls_per_episode": self.tool_calls_per_episode,
+            f"{prefix}episode_tokens/mean": self.mean_episode_tokens,
+            f"{prefix}sampled_tokens/mean": self.mean_sampled_tokens,
+            f"{prefix}turns/mean": self.mean_turns,
+            f"{prefix}infra_failures": float(self.infra_failures),
+            f"{prefix}episodes": float(self.num_episodes),
+            f"{prefix}seconds": self.seconds,
+        }
+        for status, count in self.status_counts.items():
+            metrics[f"{prefix}status/{status}"] = float(count)
+        return metrics
+
+    def table(self) -> str:
+        """A two-column text table of the headline numbers."""
+        statuses = ", ".join(f"{s} {c}" for s, c in self.status_counts.items()) or "-"
+        rows = [
+            ("tasks x k", f"{self.num_tasks} x {self.k} = {self.num_episodes} episodes"),
+            ("mean reward", f"{self.mean_reward:.3f}"),
+            ("pass@1", f"{self.pass_at_1:.3f}"),
+            (f"pass@{self.k}", f"{self.pass_at_k:.3f}"),
+            ("tool-call rate", f"{self.tool_call_rate:.3f}"),
+            ("tool calls / episode", f"{self.tool_calls_per_episode:.2f}"),
+            ("turns / episode", f"{self.mean_turns:.2f}"),
+            ("tokens / episode", f"{self.mean_episode_tokens:.1f}"),
+            ("sampled tokens / episode", f"{self.mean_sampled_tokens:.1f}"),
+            ("status", statuses),
+            ("infra failures", f"{self.infra_failures} (excluded from means and pass@k)"),
+            ("seconds", f"{self.seconds:.1f}"),
+        ]
+        width = max(len(name) for name, _ in rows)
+        return "\n".join(f"{name.ljust(width)}  {value}" for name, value in rows)
+
+    def to_json(self) -> dict[str, Any]:
+        """The report as plain data (per-task results included)."""
+        return asdict(self)
+
+
+def _mean(values: Sequence[float]) -> float:
+    return sum(values) / len(values) if values else float("nan")
+
+
+async def evaluate(
+    engine: RolloutEngine,
+    tasks: Sequence[dict[str, Any]],
+    k: int,
+    seed: int = 0,
+    progress: ProgressFn | None = None,
+    pass_threshold: float = DEFAULT_PASS_THRESHOLD,
+) -> EvalReport:
+    """Run `k` episodes of every task (one group per task, env seed `seed + task index`) and
+    aggregate them into an `EvalReport`.
+
+    Sampling is seeded from `seed` too, so the same policy on the same tasks gives the same
+    report (up to the generator's numerics): checkpoints are compared on the same noise.
+    Episodes of all tasks share the engine's concurrency limit.
+    """
+    if k < 1:
+        raise ValueError(f"k must be >= 1, got {k}")
+    total = len(tasks) * k
+    done = 0
+    previous = engine.on_trajectory
+
+    def on_trajectory(traj: Trajectory) -> None:
+        nonlocal done
+        if previous is not None:
+            previous(traj)
+        done += 1
+        if progress is not None:
+            progress(done, total)
+
+    engine.on_trajectory = on_trajectory
+    started = time.monotonic()
+    try:
+        groups = await asyncio.gather(
+            *(
+                engine.run_group(task, seed + i, k, sampling_seed=_sampling_seed(seed, i, k))
+                for i, task in enumerate(tasks)
+            )
+        )
+    finally:
+        engine.on_trajectory = previous
+    return EvalReport.from_groups(groups, k, pass_threshold, time.monotonic() - started)
+
+
+def _sampling_seed(seed: int, task_index: int, k: int) -> int:
+    """A distinct sampling seed per task; `run_group` adds 1000 per episode and 1 per turn."""
+    return (seed * 1_000_003 + task_index * k * 1000) % (2**31)

@@ -1,0 +1,336 @@
+"""The multi-turn rollout engine: episodes as independent async tasks, grouped per task.
+
+One episode (token-in/token-out, every token accounted for):
+
+    env.reset(task, seed) -> messages, tools -> render prompt ids
+    loop: generate(prompt ids) -> completion ids, logprobs, version
+          parse -> assistant message -> env.step -> tool/user messages (or done)
+          bridge_to_next_turn (append-only) -> next prompt ids
+    -> Trajectory(token ids, loss mask, sampler logprobs, per-token versions, status, rewards)
+
+The engine runs many episodes at once, each its own asyncio task: a finished episode frees its
+slot at once and the next one starts (no lock-step turns across a batch). G episodes of one
+task form a group and share the env seed, hence the env start state.
+
+Consumes: tasks (dicts) and seeds. Produces: `Group`s of `Trajectory`s. Waits on: the
+generator (`GenerateFn`) and env workers (`EnvSource`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from forge_agent.generator.engine import SamplingConfig
+from forge_agent.rollout.renderer import ChatRenderer
+from forge_agent.types import Completion, Group, Message, Status, StepResult, ToolSpec, Trajectory
+
+GenerateFn = Callable[[list[int], SamplingConfig, str], Awaitable[Completion]]
+"""Anything that maps (prompt ids, sampling, session id) to a completion: the generator actor,
+a router over replicas, or an in-process engine."""
+
+
+class EpisodeEnv(Protocol):
+    """One episode's env (an `AgentEnv` whose `close()` ends the episode)."""
+
+    async def reset(
+        self, task: dict[str, Any], seed: int | None = None
+    ) -> tuple[list[Message], list[ToolSpec]]: ...
+
+    async def step(self, assistant_message: Message) -> StepResult: ...
+
+    async def close(self) -> None: ...
+
+
+class EnvSource(Protocol):
+    """Where episodes get their env: an `EnvPool`, or `LocalEnvs` for in-process envs."""
+
+    async def acquire(self) -> EpisodeEnv: ...
+
+
+class LocalEnvs:
+    """Envs built in this process by `factory()`, one per episode (tests, benchmarks)."""
+
+    def __init__(self, factory: Callable[[], Any]) -> None:
+        self.factory = factory
+
+    async def acquire(self) -> EpisodeEnv:
+        return self.factory()
+
+
+@dataclass
+class RolloutConfig:
+    """Limits and sampling of one episode, and how many episodes run at once."""
+
+    max_turns: int = 4
+    max_total_tokens: int = 512  # prompt + every turn, per segment
+    max_new_tokens_per_turn: int = 48  # shrinks as the budget is spent
+    tool_output_tokens: int = 64  # each tool/user message the env returns is cut to this
+    max_concurrent_episodes: int = 64
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_model_len: int = 2048  # the generator's context
+
+
+class RolloutEngine:
+    """Runs episodes of one env against one generate function."""
+
+    def __init__(
+        self,
+        generate: GenerateFn,
+        envs: EnvSource,
+        renderer: ChatRenderer,
+        config: RolloutConfig | None = None,
+        on_trajectory: Callable[[Trajectory], None] | None = None,
+    ) -> None:
+        self.generate = generate
+        self.envs = envs
+        self.renderer = renderer
+        self.config = config or RolloutConfig()
+        self.on_trajectory = on_trajectory
+        self._slots = asyncio.Semaphore(self.config.max_concurrent_episodes)
+        self.stats: dict[str, float] = {"episodes": 0, "bridge_fallbacks": 0, "generate_s": 0.0}
+
+    # ------------------------------------------------------------------ one episode
+    async def run_episode(
+        self,
+        task: dict[str, Any],
+        seed: int | None = None,
+        group_id: str | None = None,
+        sampling_seed: int | None = None,
+    ) -> Trajectory:
+        """One episode of `task`; never raises for env, tool or generator failures (they
+        become the trajectory's status)."""
+        async with self._slots:
+            traj = Trajectory(
+                task_id=str(task.get("task_id", "task")),
+                group_id=group_id or uuid.uuid4().hex[:12],
+            )
+            started = time.monotonic()
+            try:
+                env = await self.envs.acquire()
+            except Exception as exc:  # a worker that cannot even start
+                return self._finish(traj, _failure_status(exc), f"env start: {exc}", started)
+            try:
+                await self._play(env, task, seed, traj, sampling_seed)
+            finally:
+                try:
+                    await env.close()
+                except Exception as exc:  # closing must not lose the trajectory
+                    traj.info.setdefault("close_error", str(exc))
+            return self._finish(traj, traj.status, None, started)
+
+    def _finish(
+        self, traj: Trajectory, status: Status, error: str | None, started: float
+    ) -> Trajectory:
+        traj.status = status
+        if error:
+            traj.info["error"] = error
+        traj.reward = sum(traj.reward_components.values())
+        traj.timings["total_s"] = time.monotonic() - started
+        self.stats["episodes"] += 1
+        if self.on_trajectory is not None:
+            self.on_trajectory(traj)
+        return traj
+
+    async def _play(
+        self,
+        env: EpisodeEnv,
+        task: dict[str, Any],
+        seed: int | None,
+        traj: Trajectory,
+        sampling_seed: int | None,
+    ) -> None:
+        cfg = self.config
+        session = f"{traj.group_id}-{uuid.uuid4().hex[:6]}"
+        env_s = 0.0
+        gen_s = 0.0
+        t0 = time.monotonic()
+        try:
+            messages, tools = await env.reset(task, seed)
+        except Exception as exc:
+            traj.status, traj.info["error"] = _failure_status(exc), f"reset: {exc}"
+            return
+        env_s += time.monotonic() - t0
+        messages = list(messages)
+        traj.messages = messages
+        context = self.renderer.render_prompt(messages, tools)  # the current segment
+        self._append(traj, context, sampled=False)
+        limit = min(cfg.max_total_tokens, cfg.max_model_len)
+        if len(context) >= limit:
+            traj.status = Status.PROMPT_TOO_LONG
+            traj.info["error"] = f"prompt of {len(context)} tokens >= budget of {limit}"
+            return
+        traj.status = Status.TRUNCATED_TURNS
+        for turn in range(cfg.max_turns):
+            budget = limit - len(context)
+            if budget <= 0:
+                traj.status = Status.TRUNCATED_LENGTH
+                break
+            sampling = SamplingConfig(
+                max_tokens=min(cfg.max_new_tokens_per_turn, budget),
+                temperature=cfg.temperature,
+                top_p=cfg.top_p,
+                stop_token_ids=self.renderer.stop_token_ids,
+                seed=None if sampling_seed is None else sampling_seed + turn,
+            )
+            t0 = time.monotonic()
+            try:
+                completion = await self.generate(list(context), sampling, session)
+            except Exception as exc:
+                traj.status, traj.info["error"] = Status.GENERATOR_ERROR, f"generate: {exc}"
+                break
+            finally:
+                gen_s += time.monotonic() - t0
+            if completion.finish_reason == "abort":
+                traj.status, traj.info["error"] = Status.GENERATOR_ERROR, "request aborted"
+                break
+            start = len(traj.token_ids)
+            self._append(traj, completion.token_ids, sampled=True, completion=completion)
+            traj.turn_spans.append((start, len(traj.token_ids)))
+            assistant = self.renderer.parse(
+                completion.token_ids, tools, context, call_prefix=f"call_{turn}"
+            )
+            messages.append(assistant)
+            if completion.finish_reason == "length":
+                traj.status = Status.TRUNCATED_LENGTH
+                break
+            t0 = time.monotonic()
+            try:
+                result = await env.step(assistant)
+            except Exception as exc:
+                traj.status, traj.info["error"] = _failure_status(exc), f"step: {exc}"
+                break
+            finally:
+                env_s += time.monotonic() - t0
+            self._record_step(traj, result)
+            if result.done:
+                traj.status = Status.OK
+                break
+            new_messages = [self._cut(m) for m in result.messages]
+            messages.extend(new_messages)
+            bridged = self.renderer.bridge(context, completion.token_ids, new_messages, tools)
+            if bridged is not None:
+                self._append(traj, bridged[len(context) + len(completion.token_ids) :], False)
+                context = bridged
+            else:  # full re-render: a new training segment starts here
+                self.stats["bridge_fallbacks"] += 1
+                traj.info["bridge_fallbacks"] = traj.info.get("bridge_fallbacks", 0) + 1
+                context = self.renderer.render_prompt(messages, tools)
+                traj.segment_starts.append(len(traj.token_ids))
+                self._append(traj, context, sampled=False)
+        traj.timings["env_s"] = env_s
+        traj.timings["generate_s"] = gen_s
+        self.stats["generate_s"] += gen_s
+
+    @staticmethod
+    def _append(
+        traj: Trajectory,
+        ids: list[int],
+        sampled: bool,
+        completion: Completion | None = None,
+    ) -> None:
+        traj.token_ids.extend(ids)
+        if sampled:
+            assert completion is not None
+            traj.loss_mask.extend([1] * len(ids))
+            traj.logprobs.extend(completion.logprobs)
+            traj.versions.extend([completion.policy_version] * len(ids))
+        else:
+            traj.loss_mask.extend([0] * len(ids))
+            traj.logprobs.extend([0.0] * len(ids))
+            traj.versions.extend([-1] * len(ids))
+
+    @staticmethod
+    def _record_step(traj: Trajectory, result: StepResult) -> None:
+        for name, value in result.rewards.items():
+            traj.reward_components[name] = traj.reward_components.get(name, 0.0) + float(value)
+        info = dict(result.info)
+        traj.tool_call_count += int(info.pop("tool_calls", 0) or 0)
+        traj.tool_error_count += int(info.pop("tool_errors", 0) or 0)
+        traj.info.update(info)
+
+    def _cut(self, message: Message) -> Message:
+        content = message.get("content")
+        if not isinstance(content, str):
+            return message
+        return {
+            **message,
+            "content": self.renderer.truncate_text(content, self.config.tool_output_tokens),
+        }
+
+    # ------------------------------------------------------------------ groups
+    async def run_group(
+        self, task: dict[str, Any], seed: int, group_size: int, sampling_seed: int | None = None
+    ) -> Group:
+        """`group_size` episodes of `task`, all from the same env seed (same start state)."""
+        group_id = f"{task.get('task_id', 'task')}-{uuid.uuid4().hex[:8]}"
+        trajectories = await asyncio.gather(
+            *(
+                self.run_episode(
+                    task,
+                    seed,
+                    group_id,
+                    None if sampling_seed is None else sampling_seed + 1000 * i,
+                )
+                for i in range(group_size)
+            )
+        )
+        return Group(task_id=str(task.get("task_id", "task")), trajectories=list(trajectories))
+
+    async def stream_groups(
+        self, tasks: Iterable[tuple[dict[str, Any], int]], group_size: int
+    ) -> AsyncIterator[Group]:
+        """Groups of `(task, seed)` pairs in the order they finish; episodes of all groups
+        share the engine's concurrency limit."""
+        pending = {
+            asyncio.ensure_future(self.run_group(task, seed, group_size)) for task, seed in tasks
+        }
+        try:
+            while pending:
+                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                for fut in done:
+                    yield fut.result()
+        finally:
+            for fut in pending:
+                fut.cancel()
+
+    async def run_groups(
+        self, tasks: Iterable[tuple[dict[str, Any], int]], group_size: int
+    ) -> list[Group]:
+        return [g async for g in self.stream_groups(tasks, group_size)]
+
+
+def _failure_status(exc: BaseException) -> Status:
+    status = getattr(exc, "status", None)
+    return status if isinstance(status, Status) else Status.ENV_ERROR
+
+
+class SessionRouter:
+    """Routes requests over generator replicas, keeping each session on one replica (prefix
+    cache hits); a new session goes to the replica with the fewest requests in flight."""
+
+    def __init__(self, replicas: list[Any]) -> None:
+        if not replicas:
+            raise ValueError("SessionRouter needs at least one generator replica")
+        self.replicas = replicas
+        self._load = [0] * len(replicas)
+        self._sessions: dict[str, int] = {}
+
+    async def __call__(self, prompt_ids: list[int], sampling: SamplingConfig, session: str):
+        index = self._sessions.get(session)
+        if index is None:
+            index = min(range(len(self.replicas)), key=self._load.__getitem__)
+            self._sessions[session] = index
+            if len(self._sessions) > 100_000:  # forget the oldest sessions
+                for key in list(self._sessions)[:50_000]:
+                    del self._sessions[key]
+        self._load[index] += 1
+        try:
+            return await self.replicas[index].generate.call_one(prompt_ids, sampling, session)
+        finally:
+            self._load[index] -= 1

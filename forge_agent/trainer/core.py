@@ -1,0 +1,362 @@
+"""The policy trainer: a transformers causal LM, AdamW, packed micro-batches, GRPO-family loss.
+
+One `train_step(trajectories)` is one optimizer step:
+
+    micro-batches = pack(trajectories)                  # no padding waste, see packing.py
+    for mb in micro-batches:                            # gradient accumulation to a token budget
+        logp, H = policy(mb)                            # current logprobs and entropy [B, T]
+        ref = reference(mb) if kl_coef else None        # frozen reference policy
+        loss = policy_loss(cfg.loss, logp, sampler_logp, A, mask, ...)   # batch-normalised
+        loss.backward()
+    clip_grad_norm_; optimizer.step(); policy_version += 1
+
+`sft_step` is the same loop with cross-entropy on the loss-masked tokens (warm starts).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import time
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+from torch import nn
+
+from forge_agent.losses import LossConfig, policy_loss
+from forge_agent.trainer.packing import MicroBatch, pack_trajectories
+from forge_agent.types import Trajectory
+
+
+@dataclass
+class TrainerConfig:
+    """Everything the trainer needs, as plain data (so an actor can receive it)."""
+
+    model: str = ""  # Hugging Face folder (or hub id) for AutoModelForCausalLM
+    device: str = "auto"  # "auto": cuda when available, else cpu
+    dtype: str = "auto"  # "auto": bfloat16 on cuda, float32 on cpu
+    attn_implementation: str = "sdpa"  # "sdpa" | "eager" | "flash_attention_2"
+    lr: float = 1e-5
+    betas: tuple[float, float] = (0.9, 0.999)
+    weight_decay: float = 0.0
+    max_grad_norm: float | None = 1.0
+    loss: LossConfig = field(default_factory=LossConfig)
+    packing: bool = True
+    row_tokens: int = 4096  # max tokens per packed row
+    microbatch_tokens: int = 16384  # token budget of one forward/backward
+    compute_entropy: bool = True  # entropy metric (and bonus when loss.entropy_coef > 0)
+    gradient_checkpointing: bool = False
+    seed: int = 0
+    initial_version: int = 0
+
+    def __post_init__(self) -> None:
+        if isinstance(self.loss, dict):  # from YAML / plain dicts
+            self.loss = LossConfig(**self.loss)
+        self.betas = tuple(self.betas)  # type: ignore[assignment]
+
+
+def _resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+def _resolve_dtype(name: str, device: torch.device) -> torch.dtype:
+    if name == "auto":
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    dtype = getattr(torch, name, None)
+    if not isinstance(dtype, torch.dtype):
+        raise ValueError(f"unknown dtype {name!r}; expected e.g. 'float32' or 'bfloat16'")
+    return dtype
+
+
+def hf_logits(model: nn.Module, mb: MicroBatch, attn_implementation: str = "sdpa") -> torch.Tensor:
+    """Logits `[R, L, V]` of a transformers causal LM on packed rows, each sequence attending
+    only to itself (block-diagonal causal mask; flash-attention uses position_ids instead)."""
+    kwargs: dict[str, Any] = {"input_ids": mb.input_ids, "position_ids": mb.position_ids}
+    if attn_implementation.startswith("flash"):
+        pass  # flash-attention detects packed sequences from position_ids
+    elif attn_implementation == "eager":
+        kwargs["attention_mask"] = mb.attention_mask("additive", next(model.parameters()).dtype)
+    else:
+        kwargs["attention_mask"] = mb.attention_mask("bool")
+    return model(**kwargs, use_cache=False).logits
+
+
+def logprobs_from_logits(
+    logits: torch.Tensor, mb: MicroBatch, entropy: Literal["none", "metric", "grad"] = "none"
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Per-token logprob log pi(y_t | y_<t) of every token, unpacked to `[B, T]` (0 at the
+    first token of each sequence and in padding), and optionally the entropy H_t of the
+    distribution each token was sampled from (`[B, T]`; "metric": detached, "grad": with
+    gradient for an entropy bonus). `logits` are the packed rows' `[R, L, V]`."""
+    logits = logits.float()
+    lse = torch.logsumexp(logits, dim=-1)  # [R, L]
+    nxt = mb.input_ids[:, 1:, None]  # [R, L-1, 1]
+    pred = logits[:, :-1].gather(-1, nxt).squeeze(-1) - lse[:, :-1]  # [R, L-1]
+    tok = torch.cat([torch.zeros_like(pred[:, :1]), pred], dim=1)  # [R, L]
+    keep = mb.valid & ~mb.seq_start  # [B, T]
+    logp = tok.reshape(-1)[mb.gather_index] * keep  # [B, T]
+    ent = None
+    if entropy != "none":
+        with torch.set_grad_enabled(entropy == "grad" and torch.is_grad_enabled()):
+            lg = logits[:, :-1] if entropy == "grad" else logits[:, :-1].detach()
+            h = lse[:, :-1] - (lg.softmax(-1) * lg).sum(-1)  # [R, L-1]
+            h = torch.cat([torch.zeros_like(h[:, :1]), h], dim=1)
+            ent = h.reshape(-1)[mb.gather_index] * keep
+    return logp, ent
+
+
+def token_logprobs(
+    model: nn.Module,
+    mb: MicroBatch,
+    entropy: Literal["none", "metric", "grad"] = "none",
+    attn_implementation: str = "sdpa",
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """`logprobs_from_logits(hf_logits(model, mb))`: per-token logprobs (and entropy) `[B, T]`."""
+    return logprobs_from_logits(hf_logits(model, mb, attn_implementation), mb, entropy)
+
+
+def _pad(rows: Sequence[Sequence[float]], T: int, dtype: torch.dtype) -> torch.Tensor:
+    out = torch.zeros(len(rows), T, dtype=dtype)
+    for b, r in enumerate(rows):
+        out[b, : len(r)] = torch.tensor(r, dtype=dtype)
+    return out
+
+
+class Trainer:
+    """Owns the policy model, an optional frozen reference model and the optimizer."""
+
+    def __init__(
+        self,
+        cfg: TrainerConfig,
+        model: nn.Module | None = None,
+        tokenizer: Any = None,
+        ref_model: nn.Module | None = None,
+    ) -> None:
+        self.cfg = cfg
+        torch.manual_seed(cfg.seed)
+        self.device = _resolve_device(cfg.device)
+        self.dtype = _resolve_dtype(cfg.dtype, self.device)
+        if model is None:
+            if not cfg.model:
+                raise ValueError("TrainerConfig.model is empty and no model was passed")
+            model = self._load_model(cfg.model)
+            if tokenizer is None and (Path(cfg.model) / "tokenizer_config.json").exists():
+                from transformers import AutoTokenizer
+
+                tokenizer = AutoTokenizer.from_pretrained(cfg.model)
+        self.model = self._place(model)
+        self.model.train()
+        if cfg.gradient_checkpointing and hasattr(self.model, "gradient_checkpointing_enable"):
+            self.model.gradient_checkpointing_enable()
+        self.attn_implementation = (
+            getattr(getattr(model, "config", None), "_attn_implementation", cfg.attn_implementation)
+            or cfg.attn_implementation
+        )
+        self.tokenizer = tokenizer
+        self.ref_model = ref_model
+        if self.ref_model is None and cfg.loss.kl_coef:
+            self.ref_model = self._reference_copy()
+        if self.ref_model is not None:
+            self.ref_model.to(self.device).eval().requires_grad_(False)
+        self.optimizer = torch.optim.AdamW(
+            self.model.parameters(), lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay
+        )
+        self.step = 0
+        self.policy_version = cfg.initial_version
+
+    # -- model construction (backends override) -----------------------------------------------
+
+    def _load_model(self, path: str) -> nn.Module:
+        from transformers import AutoModelForCausalLM
+
+        return AutoModelForCausalLM.from_pretrained(
+            path, dtype=self.dtype, attn_implementation=self.cfg.attn_implementation
+        )
+
+    def _place(self, model: nn.Module) -> nn.Module:
+        return model.to(device=self.device, dtype=self.dtype)
+
+    def _reference_copy(self) -> nn.Module:
+        return copy.deepcopy(self.model)
+
+    _loss_scale: float = 1.0  # data-parallel backends undo the gradient averaging
+
+    def _shard(self, trajectories: Sequence[Trajectory]) -> Sequence[Trajectory]:
+        """This rank's share of the batch (all of it in a single process)."""
+        return trajectories
+
+    # -- forward helpers ----------------------------------------------------------------------
+
+    def _logprobs(
+        self, model: nn.Module, mb: MicroBatch, entropy: Literal["none", "metric", "grad"]
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Per-token logprobs `[B, T]` of `model` on a micro-batch (backends override
+        `_logits`)."""
+        return logprobs_from_logits(self._logits(model, mb), mb, entropy)
+
+    def _logits(self, model: nn.Module, mb: MicroBatch) -> torch.Tensor:
+        return hf_logits(model, mb, self.attn_implementation)  # [R, L, V]
+
+    def _pack(self, trajectories: Sequence[Trajectory]) -> list[MicroBatch]:
+        return pack_trajectories(
+            trajectories, self.cfg.row_tokens, self.cfg.microbatch_tokens, self.cfg.packing
+        )
+
+    def _masks(self, trajs: Sequence[Trajectory], mb: MicroBatch) -> torch.Tensor:
+        T = mb.valid.shape[1]
+        mask = _pad([trajs[i].loss_mask for i in mb.traj_indices], T, torch.float32)
+        return mask.to(self.device) * (mb.valid & ~mb.seq_start)  # [B, T]
+
+    @torch.no_grad()
+    def compute_logprobs(self, trajectories: Sequence[Trajectory]) -> list[torch.Tensor]:
+        """Current policy's logprob of every token of each trajectory (`[T_i]` each, 0.0 at the
+        first token of each sequence), in eval mode without gradients."""
+        self.model.eval()
+        try:
+            out: list[torch.Tensor] = [torch.empty(0)] * len(trajectories)
+            for mb in self._pack(trajectories):
+                mb = mb.to(self.device)
+                logp, _ = self._logprobs(self.model, mb, "none")
+                for b, i in enumerate(mb.traj_indices):
+                    out[i] = logp[b, : len(trajectories[i].token_ids)].float().cpu()
+            return out
+        finally:
+            self.model.train()
+
+    # -- steps ---------------------------------------------------------------------------------
+
+    def train_step(self, trajectories: Sequence[Trajectory]) -> dict[str, float]:
+        """One optimizer step of the configured policy loss on trajectories with advantages
+        (uses `token_ids`, `loss_mask`, sampler `logprobs` and `advantage`)."""
+        trajs = [t for t in trajectories if t.num_sampled > 0]
+        if not trajs:
+            raise ValueError(
+                f"train_step got {len(trajectories)} trajectories and none has a sampled token"
+            )
+        return self._step(trajs, sft=False)
+
+    def sft_step(self, trajectories: Sequence[Trajectory]) -> dict[str, float]:
+        """One optimizer step of token-mean cross-entropy on the loss-masked tokens:
+        L = -(1/N) sum_t m_t log pi_theta(y_t | y_<t)."""
+        trajs = [t for t in trajectories if t.num_sampled > 0]
+        if not trajs:
+            raise ValueError(f"sft_step got {len(trajectories)} trajectories, none with targets")
+        return self._step(trajs, sft=True)
+
+    def _step(self, trajs: Sequence[Trajectory], sft: bool) -> dict[str, float]:
+        t0 = time.perf_counter()
+        cfg = self.cfg
+        num_tokens = float(sum(t.num_sampled for t in trajs))  # whole batch, every rank
+        num_sequences = float(len(trajs))
+        trajs = self._shard(trajs)  # this rank's share (all of it in one process)
+        mbs = self._pack(trajs)
+        sums: dict[str, float] = defaultdict(float)
+        weights: dict[str, float] = defaultdict(float)
+        self.optimizer.zero_grad(set_to_none=True)
+        want_entropy = cfg.compute_entropy and not sft
+        for mb_cpu in mbs:
+            mb = mb_cpu.to(self.device)
+            mask = self._masks(trajs, mb)  # [B, T]
+            ent_mode = "none"
+            if want_entropy:
+                ent_mode = "grad" if cfg.loss.entropy_coef else "metric"
+            logp, ent = self._logprobs(self.model, mb, ent_mode)
+            T = logp.shape[1]
+            n_mb = float(mask.sum())
+            if sft:
+                loss = -(logp * mask).sum() / max(num_tokens, 1.0)
+                metrics = {"loss/total": float(loss.detach())}
+            else:
+                sampler = _pad([trajs[i].logprobs for i in mb.traj_indices], T, torch.float32)
+                adv = torch.tensor([trajs[i].advantage for i in mb.traj_indices])
+                ref = None
+                if cfg.loss.kl_coef:
+                    with torch.no_grad():
+                        ref, _ = self._logprobs(self.ref_model, mb, "none")
+                loss, metrics = policy_loss(
+                    cfg.loss,
+                    logp,
+                    sampler.to(self.device),
+                    adv.to(self.device),
+                    mask,
+                    ref_logp=ref,
+                    entropy=ent,
+                    num_tokens=num_tokens,
+                    num_sequences=num_sequences,
+                )
+            (loss * self._loss_scale).backward()
+            for k, v in metrics.items():
+                if k.startswith("loss/"):  # already batch-normalised: micro-batch shares add up
+                    sums[k] += v
+                    weights[k] = 1.0
+                else:  # token means: weight by this micro-batch's tokens
+                    sums[k] += v * n_mb
+                    weights[k] += n_mb
+        grad_norm = self._clip()
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.step += 1
+        self.policy_version += 1
+        elapsed = time.perf_counter() - t0
+        real = sum(mb.num_tokens for mb in mbs)
+        padded = sum(mb.padded_tokens for mb in mbs)
+        out = {k: sums[k] / weights[k] if weights[k] else 0.0 for k in sums}
+        out.update(
+            {
+                "train/grad_norm": grad_norm,
+                "train/trajectories": num_sequences,
+                "train/loss_tokens": num_tokens,
+                "train/tokens": float(real),
+                "train/padding_frac": 1.0 - real / padded if padded else 0.0,
+                "train/microbatches": float(len(mbs)),
+                "train/step_s": elapsed,
+                "train/tokens_per_s": real / elapsed if elapsed > 0 else 0.0,
+                "train/policy_version": float(self.policy_version),
+            }
+        )
+        if not sft:
+            out["train/advantage_mean"] = sum(t.advantage for t in trajs) / len(trajs)
+        return out
+
+    def _clip(self) -> float:
+        params = [p for p in self.model.parameters() if p.grad is not None]
+        if not params:
+            return 0.0
+        max_norm = self.cfg.max_grad_norm if self.cfg.max_grad_norm is not None else math.inf
+        norm = torch.nn.utils.clip_grad_norm_(params, max_norm)
+        return float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)
+
+    # -- weights and checkpoints ---------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """The policy's weights in the transformers layout (detached, on the trainer's device),
+        for the weight store."""
+        return {k: v.detach() for k, v in self.model.state_dict().items()}
+
+    def save_checkpoint(self, path: str | Path, data_position: Any = None) -> Path:
+        """Save policy (HF folder), optimizer, step, version, RNG and data position."""
+        from forge_agent.trainer.checkpoint import save_checkpoint
+
+        return save_checkpoint(
+            path,
+            self.model,
+            self.optimizer,
+            step=self.step,
+            policy_version=self.policy_version,
+            data_position=data_position,
+            tokenizer=self.tokenizer,
+        )
+
+    def load_checkpoint(self, path: str | Path) -> Any:
+        """Restore from `save_checkpoint`; returns the saved data position."""
+        from forge_agent.trainer.checkpoint import load_checkpoint
+
+        state = load_checkpoint(path, self.model, self.optimizer)
+        self.step, self.policy_version = state.step, state.policy_version
+        return state.data_position

@@ -1,0 +1,220 @@
+"""Supervised warm start on generated demonstrations, before RL.
+
+A randomly initialised tiny model never emits a well-formed tool call, so RL would see reward 0
+everywhere and learn nothing. A short supervised pass on a mix of demonstrations fixes that:
+some call the tool and answer with its result (correct), the rest answer at once with a guess
+(mostly wrong). The warm start is honest and imperfect on purpose: the RL phase has to find
+that calling the tool pays.
+
+Demonstrations are rendered exactly as a rollout would see them (full render of the prompt,
+each assistant turn as the tokens the policy would sample, `bridge_to_next_turn` for tool
+results), so the loss mask covers exactly the assistant's sampled tokens.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import random
+import shutil
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from forge_agent.rollout.renderer import ChatRenderer
+from forge_agent.types import Message, ToolSpec, Trajectory
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class WarmStartConfig:
+    enabled: bool = True
+    steps: int = 300
+    batch_size: int = 32
+    lr: float = 1e-3
+    demo_fraction: float = 0.5  # share of demonstrations that use the tool; the rest guess
+    num_demos: int = 2000
+    seed: int = 0
+
+
+def demo_trajectory(
+    renderer: ChatRenderer, messages: list[Message], tools: list[ToolSpec], task_id: str = "demo"
+) -> Trajectory:
+    """Token ids and loss mask of a whole conversation, as the policy would have produced it."""
+    first = next(i for i, m in enumerate(messages) if m["role"] == "assistant")
+    context = renderer.render_prompt(messages[:first], tools)
+    traj = Trajectory(task_id=task_id, group_id=task_id, messages=list(messages))
+    _extend(traj, context, 0)
+    i = first
+    while i < len(messages):
+        completion = _assistant_tokens(renderer, context, messages[: i + 1], tools, task_id)
+        _extend(traj, completion, 1)
+        j = i + 1
+        while j < len(messages) and messages[j]["role"] != "assistant":
+            j += 1
+        if j >= len(messages):
+            break
+        bridged = renderer.bridge(context, completion, messages[i + 1 : j], tools)
+        if bridged is None:
+            raise ValueError(f"could not bridge demonstration {task_id!r} append-only")
+        _extend(traj, bridged[len(context) + len(completion) :], 0)
+        context, i = bridged, j
+    return traj
+
+
+def _assistant_tokens(
+    renderer: ChatRenderer,
+    context: list[int],
+    messages: list[Message],
+    tools: list[ToolSpec],
+    task_id: str,
+) -> list[int]:
+    """The last assistant message as the policy would sample it after `context`: its text
+    tokenized on its own (a full render may merge tokens across the prompt boundary), through
+    the turn's stop token."""
+    tok = renderer.tokenizer
+    full_text = tok.decode(renderer.render_full(messages, tools))
+    prefix = tok.decode(context)
+    if not full_text.startswith(prefix):
+        raise ValueError(f"renderer is not prefix-stable on demonstration {task_id!r}")
+    completion = tok.encode(full_text[len(prefix) :], add_special_tokens=False)
+    stop = next((k for k, t in enumerate(completion) if t in renderer.stop_token_ids), None)
+    return completion if stop is None else completion[: stop + 1]
+
+
+def _extend(traj: Trajectory, ids: list[int], mask: int) -> None:
+    traj.token_ids.extend(ids)
+    traj.loss_mask.extend([mask] * len(ids))
+    traj.logprobs.extend([0.0] * len(ids))
+    traj.versions.extend([0 if mask else -1] * len(ids))
+
+
+def demonstrations(
+    env_id: str, env_kwargs: dict[str, Any], n: int, demo_fraction: float, seed: int
+) -> tuple[list[list[Message]], list[ToolSpec]]:
+    """`n` conversations for `env_id`: tool-using demonstrations and direct guesses."""
+    rng = random.Random(seed)
+    if env_id == "calculator":
+        from envs.calculator import CalculatorEnv, demonstration, generate_tasks
+        from forge_agent.toolset import ToolSet
+
+        difficulty = int(env_kwargs.get("difficulty", 1))
+        tools = ToolSet(CalculatorEnv(difficulty=difficulty).get_tools()).specs
+        convos = []
+        for task in generate_tasks(n, seed=seed + 7919, difficulty=difficulty):
+            demo = demonstration(task)
+            if rng.random() >= demo_fraction:  # a guess: answer without the tool
+                demo = [*demo[:2], {"role": "assistant", "content": _guess(task["answer"], rng)}]
+            convos.append(demo)
+        return convos, tools
+    if env_id == "code_exec":
+        from envs.code_exec.env import CodeExecEnv, load_tasks
+        from forge_agent.toolset import ToolSet
+
+        env = CodeExecEnv(**env_kwargs)
+        tools = ToolSet(env.get_tools()).specs
+        tasks = load_tasks()
+        convos = []
+        for k in range(n):
+            task = tasks[k % len(tasks)]
+            convos.append(_code_demo(env.prompt(task), task, rng.random() < demo_fraction))
+        return convos, tools
+    raise ValueError(
+        f"no demonstrations for env {env_id!r}; warm start supports 'calculator' and "
+        "'code_exec' (set warm_start.enabled=false for other envs)"
+    )
+
+
+def _guess(answer: str, rng: random.Random) -> str:
+    """A plausible wrong-ish number: the answer with its last digits scrambled."""
+    digits = list(answer)
+    for k in range(max(1, len(digits) // 2)):
+        digits[-1 - k] = str(rng.randrange(10))
+    return "".join(digits).lstrip("0") or "0"
+
+
+def _code_demo(prompt: list[Message], task: dict[str, Any], use_tool: bool) -> list[Message]:
+    code = task["reference"]
+    answer = {"role": "assistant", "content": f"```python\n{code}```"}
+    if not use_tool:
+        return [*prompt, answer]
+    tests = json.loads(task["tests"]) if isinstance(task["tests"], str) else task["tests"]
+    first = tests[0]["args"] if tests else []
+    check = f"{code}\nprint({task['entry_point']}(*{first!r}))"
+    call = {
+        "id": "call_0",
+        "type": "function",
+        "function": {"name": "python", "arguments": json.dumps({"code": check})},
+    }
+    expected = repr(tests[0]["expected"]) if tests else ""
+    result = {"role": "tool", "tool_call_id": "call_0", "name": "python", "content": expected}
+    return [*prompt, {"role": "assistant", "content": "", "tool_calls": [call]}, result, answer]
+
+
+def warm_start(
+    model_path: str | Path,
+    envs: dict[str, dict[str, Any]],
+    cfg: WarmStartConfig,
+    cache_dir: str | Path | None = None,
+) -> Path:
+    """SFT `model_path` on demonstrations of `envs` ({env id: env kwargs}, demonstrations
+    split evenly); returns the new model folder.
+
+    The result is cached under a key of the inputs, so a second run reuses it.
+    """
+    from forge_agent.models.tiny import default_cache_dir, load_tokenizer
+    from forge_agent.trainer.core import Trainer, TrainerConfig
+
+    model_path = Path(model_path)
+    key = json.dumps(
+        {"model": str(model_path.resolve()), "envs": envs, **asdict(cfg)},
+        sort_keys=True,
+    )
+    digest = hashlib.sha256(key.encode()).hexdigest()[:16]
+    root = Path(cache_dir) if cache_dir else default_cache_dir()
+    out = root / f"warm-{model_path.name}-{'+'.join(sorted(envs))}-{digest}"
+    if (out / "config.json").exists():
+        logger.info("warm start: reusing %s", out)
+        return out
+
+    tokenizer = load_tokenizer(model_path)
+    renderer = ChatRenderer(tokenizer)
+    demos = []
+    for env_id, env_kwargs in envs.items():
+        n = cfg.num_demos // len(envs)
+        convos, tools = demonstrations(env_id, env_kwargs, n, cfg.demo_fraction, cfg.seed)
+        demos += [
+            demo_trajectory(renderer, c, tools, f"{env_id}-{i}") for i, c in enumerate(convos)
+        ]
+    # Short rows: on CPU, sdpa pays for the dense block-diagonal mask of a packed row
+    # quadratically, so rows of a few episodes beat long rows (apps/bench/train_step.py).
+    trainer = Trainer(
+        TrainerConfig(model=str(model_path), lr=cfg.lr, seed=cfg.seed, row_tokens=512)
+    )
+    rng = random.Random(cfg.seed)
+    started = time.monotonic()
+    every = max(1, cfg.steps // 10)
+    for step in range(1, cfg.steps + 1):
+        metrics = trainer.sft_step(rng.sample(demos, min(cfg.batch_size, len(demos))))
+        if step % every == 0 or step == cfg.steps:
+            elapsed = time.monotonic() - started
+            rate = step / elapsed
+            print(
+                f"[warm start] step {step}/{cfg.steps} loss {metrics['loss/total']:.3f}"
+                f" | {rate:.2f} steps/s | eta {(cfg.steps - step) / rate:.0f}s",
+                flush=True,
+            )
+    tmp = out.with_name(out.name + f".tmp{time.time_ns()}")
+    trainer.model.save_pretrained(tmp, safe_serialization=True)
+    tokenizer.save_pretrained(tmp)
+    try:
+        tmp.rename(out)
+    except OSError:
+        if not (out / "config.json").exists():
+            raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out

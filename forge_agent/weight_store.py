@@ -1,0 +1,591 @@
+"""Versioned weight store: the trainer `put`s a state dict under a policy version, generators
+`get` it. The API follows TorchStore's shape (`put_state_dict(sd, key)` /
+`get_state_dict(key, user_state_dict)`), keyed by an integer policy version:
+
+    await store.put(version, trainer.state_dict())
+    sd = await store.get(version, into=model.state_dict())   # copies into existing tensors
+    await store.drop(version); await store.latest_version()
+
+Backends (`make_weight_store(kind)`):
+- `LocalWeightStore`: in-process (one event loop), for tests and single-process runs.
+- `MonarchWeightStore`: a client for a `WeightStoreActor` (a Monarch actor that owns the
+  versions). Each put is ONE flat contiguous byte buffer plus a small table of tensor metadata,
+  never one message per tensor. When the store actor runs on the caller's host the buffer lives
+  in shared memory (`/dev/shm`): the trainer writes it once, the consumer reads it once, and
+  only a file name travels through Monarch ("shm" transport). Across hosts the buffer is sent
+  as one Monarch message ("message" transport). Buffers of dropped versions are recycled,
+  because on these machines faulting in fresh pages (~0.3 GB/s) costs far more than copying
+  into mapped ones (~5 GB/s).
+- `TorchStoreWeightStore`: TorchStore (`torchstore`), for clusters that carry a build
+  compatible with the installed Monarch (not these machines: see DESIGN.md).
+
+Capacity: `max_versions` versions are kept. When full, `on_full="evict"` drops the oldest
+version; `on_full="block"` waits for a consumer to `drop` one. A put that cannot finish within
+`put_timeout_s` (full store, hung store actor) raises `WeightStoreTimeoutError` instead of
+hanging the trainer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import socket
+import time
+import uuid
+from collections import OrderedDict
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+import torch
+from monarch.actor import Actor, endpoint
+
+StateDict = dict[str, torch.Tensor]
+OnFull = Literal["evict", "block"]
+_ALIGN = 64  # byte alignment of every tensor inside the flat buffer
+
+
+class WeightStoreError(RuntimeError):
+    """A weight-store operation failed (unknown version, bad state dict, ...)."""
+
+
+class WeightStoreTimeoutError(WeightStoreError, TimeoutError):
+    """A put could not complete within the configured timeout."""
+
+
+class WeightStore(Protocol):
+    """Versioned state dicts; all methods are coroutines."""
+
+    async def put(self, version: int, state_dict: Mapping[str, torch.Tensor]) -> None: ...
+
+    async def get(
+        self, version: int | None = None, into: Mapping[str, torch.Tensor] | None = None
+    ) -> StateDict: ...
+
+    async def drop(self, version: int) -> None: ...
+
+    async def latest_version(self) -> int | None: ...
+
+    async def versions(self) -> list[int]: ...
+
+
+# ---------------------------------------------------------------------------------------------
+# Flat-buffer layout shared by the Local and Monarch backends
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TensorMeta:
+    """Where one tensor lives inside a flat byte buffer."""
+
+    name: str
+    dtype: str  # e.g. "bfloat16"
+    shape: tuple[int, ...]
+    offset: int  # bytes
+    nbytes: int
+
+
+def layout(state_dict: Mapping[str, torch.Tensor]) -> tuple[list[TensorMeta], int]:
+    """Offsets of each tensor in one flat buffer (each aligned to 64 bytes); total size."""
+    metas, offset = [], 0
+    for name, t in state_dict.items():
+        if not isinstance(t, torch.Tensor):
+            raise WeightStoreError(f"state dict entry {name!r} is {type(t).__name__}, not Tensor")
+        nbytes = t.numel() * t.element_size()
+        dtype = str(t.dtype).removeprefix("torch.")
+        metas.append(TensorMeta(name, dtype, tuple(t.shape), offset, nbytes))
+        offset += -(-nbytes // _ALIGN) * _ALIGN
+    return metas, offset
+
+
+def pack_into(state_dict: Mapping[str, torch.Tensor], metas: list[TensorMeta], buf: torch.Tensor):
+    """Copy every tensor into its slot of the uint8 buffer `buf` (one pass, no allocation)."""
+    for m in metas:
+        t = state_dict[m.name]
+        dst = buf[m.offset : m.offset + m.nbytes].view(t.dtype).view(t.shape)
+        dst.copy_(t.detach(), non_blocking=False)
+
+
+def unpack(metas: list[TensorMeta], buf: torch.Tensor) -> StateDict:
+    """Views of the tensors inside the uint8 buffer `buf` (no copy)."""
+    out = {}
+    for m in metas:
+        dtype = getattr(torch, m.dtype)
+        out[m.name] = buf[m.offset : m.offset + m.nbytes].view(dtype).view(m.shape)
+    return out
+
+
+def _materialize(
+    views: StateDict, into: Mapping[str, torch.Tensor] | None, version: int
+) -> StateDict:
+    """Copy the stored views into `into` (in place) or into fresh tensors."""
+    if into is None:
+        return {k: v.clone() for k, v in views.items()}
+    missing = sorted(set(views) - set(into))
+    if missing:
+        raise WeightStoreError(f"version {version}: `into` lacks tensors {missing[:5]}")
+    out = {}
+    for k, v in views.items():
+        dst = into[k]
+        if dst.shape != v.shape:
+            raise WeightStoreError(
+                f"version {version}: tensor {k!r} has shape {tuple(v.shape)} in the store but "
+                f"{tuple(dst.shape)} in `into`"
+            )
+        with torch.no_grad():
+            dst.copy_(v)
+        out[k] = dst
+    return out
+
+
+def _check_version(version: int) -> None:
+    if not isinstance(version, int) or isinstance(version, bool) or version < 0:
+        raise WeightStoreError(f"policy version must be a non-negative int, got {version!r}")
+
+
+async def _wait_for_room(
+    versions: Any, max_versions: int | None, deadline: float, what: str
+) -> None:
+    """Poll `versions()` until the store has room for one more version or `deadline` passes."""
+    if max_versions is None:
+        return
+    delay = 0.005
+    while len(await versions()) >= max_versions:
+        if time.monotonic() + delay > deadline:
+            raise WeightStoreTimeoutError(
+                f"{what}: the store holds {max_versions} versions (max_versions={max_versions}, "
+                "on_full='block') and no consumer dropped one before the put timeout"
+            )
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, 0.1)
+
+
+# ---------------------------------------------------------------------------------------------
+# In-process store
+# ---------------------------------------------------------------------------------------------
+
+
+class LocalWeightStore:
+    """In-process versioned store. `put` copies into a (recycled) flat buffer, so later
+    changes to the trainer's tensors do not leak into stored versions."""
+
+    def __init__(
+        self, max_versions: int | None = 2, on_full: OnFull = "evict", put_timeout_s: float = 60.0
+    ) -> None:
+        if max_versions is not None and max_versions < 1:
+            raise ValueError(f"max_versions must be >= 1 or None, got {max_versions}")
+        self.max_versions, self.on_full, self.put_timeout_s = max_versions, on_full, put_timeout_s
+        self._data: OrderedDict[int, tuple[list[TensorMeta], torch.Tensor]] = OrderedDict()
+        self._free: list[torch.Tensor] = []
+
+    async def versions(self) -> list[int]:
+        return sorted(self._data)
+
+    async def latest_version(self) -> int | None:
+        return max(self._data) if self._data else None
+
+    def _buffer(self, nbytes: int) -> torch.Tensor:
+        for i, b in enumerate(self._free):
+            if b.numel() >= nbytes:
+                return self._free.pop(i)[:nbytes]
+        return torch.empty(nbytes, dtype=torch.uint8)
+
+    async def put(self, version: int, state_dict: Mapping[str, torch.Tensor]) -> None:
+        _check_version(version)
+        deadline = time.monotonic() + self.put_timeout_s
+        if version not in self._data and self.max_versions is not None:
+            if self.on_full == "evict":
+                while len(self._data) >= self.max_versions:
+                    await self.drop(min(self._data))
+            else:
+                await _wait_for_room(self.versions, self.max_versions, deadline, f"put({version})")
+        metas, nbytes = layout(state_dict)
+        buf = self._buffer(nbytes)
+        pack_into(state_dict, metas, buf)
+        if version in self._data:
+            await self.drop(version)
+        self._data[version] = (metas, buf)
+
+    async def get(
+        self, version: int | None = None, into: Mapping[str, torch.Tensor] | None = None
+    ) -> StateDict:
+        v = await self.latest_version() if version is None else version
+        if v is None or v not in self._data:
+            raise WeightStoreError(f"version {version} not in store (have {sorted(self._data)})")
+        metas, buf = self._data[v]
+        return _materialize(unpack(metas, buf), into, v)
+
+    async def drop(self, version: int) -> None:
+        item = self._data.pop(version, None)
+        if item is not None:
+            self._free = [item[1], *self._free][:2]
+
+
+# ---------------------------------------------------------------------------------------------
+# Monarch actor store
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _ShmSlot:
+    path: str
+    nbytes: int
+
+
+@dataclass
+class _Entry:
+    metas: list[TensorMeta]
+    nbytes: int
+    slot: _ShmSlot | None = None  # shm transport
+    data: torch.Tensor | None = None  # message transport
+
+
+class WeightStoreActor(Actor):
+    """Owns the stored versions. Shared-memory slots live in `shm_dir` and are recycled;
+    message-transport versions live in this process's memory."""
+
+    def __init__(
+        self, max_versions: int | None = 2, on_full: OnFull = "evict", shm_dir: str = "/dev/shm"
+    ) -> None:
+        self.max_versions, self.on_full, self.shm_dir = max_versions, on_full, shm_dir
+        self._entries: OrderedDict[int, _Entry] = OrderedDict()
+        self._free: list[_ShmSlot] = []
+        self._reserved: dict[str, _ShmSlot] = {}
+        self._prefix = f"forge_ws_{os.getpid()}_{uuid.uuid4().hex[:8]}"
+
+    @endpoint
+    async def host(self) -> tuple[str, str, bool]:
+        """(hostname, shm_dir, shm_dir usable) so a client can pick its transport."""
+        usable = os.path.isdir(self.shm_dir) and os.access(self.shm_dir, os.W_OK)
+        return socket.gethostname(), self.shm_dir, usable
+
+    @endpoint
+    async def versions(self) -> list[int]:
+        return sorted(self._entries)
+
+    def _has_room(self, version: int) -> bool:
+        if self.max_versions is None or version in self._entries:
+            return True
+        if self.on_full == "evict":
+            while len(self._entries) >= self.max_versions:
+                self._drop(min(self._entries))
+        return len(self._entries) < self.max_versions
+
+    @endpoint
+    async def reserve(self, nbytes: int) -> _ShmSlot:
+        """A shared-memory slot of at least `nbytes` for the caller to fill, then `commit`."""
+        for i, slot in enumerate(self._free):
+            if slot.nbytes >= nbytes:
+                slot = self._free.pop(i)
+                break
+        else:
+            path = os.path.join(self.shm_dir, f"{self._prefix}_{uuid.uuid4().hex[:8]}")
+            fd = os.open(path, os.O_CREAT | os.O_RDWR | os.O_EXCL, 0o600)
+            try:
+                os.ftruncate(fd, nbytes)
+            finally:
+                os.close(fd)
+            slot = _ShmSlot(path, nbytes)
+        self._reserved[slot.path] = slot
+        return slot
+
+    @endpoint
+    async def commit(self, version: int, metas: list[TensorMeta], nbytes: int, path: str) -> bool:
+        """Publish a filled slot as `version`; False (slot kept reserved) when full."""
+        if not self._has_room(version):
+            return False
+        slot = self._reserved.pop(path)
+        self._drop(version)
+        self._entries[version] = _Entry(metas, nbytes, slot=slot)
+        return True
+
+    @endpoint
+    async def release(self, path: str) -> None:
+        """Give back a reserved slot that will not be committed (put gave up)."""
+        slot = self._reserved.pop(path, None)
+        if slot is not None:
+            self._recycle(slot)
+
+    @endpoint
+    async def put_message(self, version: int, metas: list[TensorMeta], data: torch.Tensor) -> bool:
+        """Store a version sent as one flat uint8 tensor; False when full."""
+        if not self._has_room(version):
+            return False
+        self._drop(version)
+        self._entries[version] = _Entry(metas, data.numel(), data=data)
+        return True
+
+    @endpoint
+    async def get(self, version: int | None) -> tuple[int, _Entry]:
+        v = max(self._entries) if version is None and self._entries else version
+        if v not in self._entries:
+            raise WeightStoreError(f"version {version} not in store (have {sorted(self._entries)})")
+        return v, self._entries[v]
+
+    @endpoint
+    async def drop(self, version: int) -> None:
+        self._drop(version)
+
+    @endpoint
+    async def close(self) -> None:
+        """Delete every shared-memory file this store created."""
+        for v in list(self._entries):
+            self._drop(v)
+        for slot in [*self._free, *self._reserved.values()]:
+            _unlink(slot.path)
+        self._free, self._reserved = [], {}
+
+    def _drop(self, version: int) -> None:
+        entry = self._entries.pop(version, None)
+        if entry is not None and entry.slot is not None:
+            self._recycle(entry.slot)
+
+    def _recycle(self, slot: _ShmSlot) -> None:
+        self._free.append(slot)
+        keep = (self.max_versions or 2) + 1
+        while len(self._free) > keep:
+            _unlink(self._free.pop(0).path)
+
+    def __del__(self) -> None:
+        for slot in [*self._free, *self._reserved.values()]:
+            _unlink(slot.path)
+        for e in self._entries.values():
+            if e.slot is not None:
+                _unlink(e.slot.path)
+
+
+def _unlink(path: str) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+
+
+class MonarchWeightStore:
+    """Client of a `WeightStoreActor` (picklable: it can be handed to trainer and generator
+    actors). `transport="auto"` uses shared memory when the store runs on this host."""
+
+    def __init__(
+        self,
+        actor: Any,
+        transport: Literal["auto", "shm", "message"] = "auto",
+        max_versions: int | None = 2,
+        on_full: OnFull = "evict",
+        put_timeout_s: float = 60.0,
+    ) -> None:
+        self.actor, self.transport = actor, transport
+        self.max_versions, self.on_full, self.put_timeout_s = max_versions, on_full, put_timeout_s
+        self._maps: OrderedDict[str, torch.Tensor] = OrderedDict()  # path -> mapped buffer
+        self._resolved: str | None = None
+
+    @classmethod
+    async def spawn(
+        cls, procs: Any, name: str = "weight_store", **kwargs: Any
+    ) -> MonarchWeightStore:
+        """Spawn a `WeightStoreActor` on `procs` (a one-proc mesh) and return its client."""
+        actor_kwargs = {k: kwargs[k] for k in ("max_versions", "on_full") if k in kwargs}
+        actor = procs.spawn(name, WeightStoreActor, **actor_kwargs)
+        store = cls(actor, **kwargs)
+        await store._transport()
+        return store
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_maps": OrderedDict(), "_resolved": None}
+
+    async def _transport(self) -> str:
+        if self._resolved is None:
+            if self.transport != "auto":
+                self._resolved = self.transport
+            else:
+                host, shm_dir, usable = await self.actor.host.call_one()
+                same = host == socket.gethostname() and os.path.isdir(shm_dir)
+                self._resolved = "shm" if same and usable else "message"
+        return self._resolved
+
+    def _map(self, slot: _ShmSlot) -> torch.Tensor:
+        buf = self._maps.pop(slot.path, None)
+        if buf is None or buf.numel() < slot.nbytes:
+            buf = torch.from_file(slot.path, shared=True, size=slot.nbytes, dtype=torch.uint8)
+        self._maps[slot.path] = buf
+        while len(self._maps) > (self.max_versions or 2) + 2:
+            self._maps.popitem(last=False)
+        return buf
+
+    async def versions(self) -> list[int]:
+        return await self.actor.versions.call_one()
+
+    async def latest_version(self) -> int | None:
+        vs = await self.versions()
+        return vs[-1] if vs else None
+
+    async def put(self, version: int, state_dict: Mapping[str, torch.Tensor]) -> None:
+        """Write `state_dict` as `version`: one flat buffer, one commit message."""
+        _check_version(version)
+        try:
+            await asyncio.wait_for(self._put(version, state_dict), self.put_timeout_s)
+        except TimeoutError as e:
+            if isinstance(e, WeightStoreTimeoutError):
+                raise
+            raise WeightStoreTimeoutError(
+                f"put(version={version}) did not finish within put_timeout_s="
+                f"{self.put_timeout_s}s (store actor busy, hung or full)"
+            ) from e
+
+    async def _put(self, version: int, state_dict: Mapping[str, torch.Tensor]) -> None:
+        deadline = time.monotonic() + self.put_timeout_s
+        metas, nbytes = layout(state_dict)
+        if self.on_full == "block":
+            await _wait_for_room(self.versions, self.max_versions, deadline, f"put({version})")
+        if await self._transport() == "shm":
+            slot = await self.actor.reserve.call_one(nbytes)
+            try:
+                await asyncio.to_thread(pack_into, state_dict, metas, self._map(slot))
+                while not await self.actor.commit.call_one(version, metas, nbytes, slot.path):
+                    await _wait_for_room(
+                        self.versions, self.max_versions, deadline, f"put({version})"
+                    )
+            except BaseException:
+                await self.actor.release.call_one(slot.path)
+                raise
+        else:
+            buf = torch.empty(nbytes, dtype=torch.uint8)
+            await asyncio.to_thread(pack_into, state_dict, metas, buf)
+            while not await self.actor.put_message.call_one(version, metas, buf):
+                await _wait_for_room(self.versions, self.max_versions, deadline, f"put({version})")
+
+    async def get(
+        self, version: int | None = None, into: Mapping[str, torch.Tensor] | None = None
+    ) -> StateDict:
+        """Fetch `version` (latest when None): copied into `into`'s tensors in place when
+        given (the fast path: no allocation), else into fresh tensors."""
+        v, entry = await self.actor.get.call_one(version)
+        buf = self._map(entry.slot)[: entry.nbytes] if entry.slot is not None else entry.data
+        return await asyncio.to_thread(_materialize, unpack(entry.metas, buf), into, v)
+
+    async def drop(self, version: int) -> None:
+        await self.actor.drop.call_one(version)
+
+    async def close(self) -> None:
+        self._maps.clear()
+        await self.actor.close.call_one()
+
+
+# ---------------------------------------------------------------------------------------------
+# TorchStore backend
+# ---------------------------------------------------------------------------------------------
+
+
+def torchstore_available() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("torchstore") is not None
+
+
+class TorchStoreWeightStore:
+    """Versions as TorchStore state dicts under `{prefix}/v{version}` (TorchStore >= 0.1:
+    `initialize`, `put_state_dict`, `get_state_dict`, `keys`, `delete`). Call `initialize`
+    once per job (it spawns TorchStore's controller and storage volumes)."""
+
+    def __init__(
+        self,
+        prefix: str = "policy",
+        store_name: str | None = None,
+        max_versions: int | None = 2,
+        on_full: OnFull = "evict",
+        put_timeout_s: float = 60.0,
+    ) -> None:
+        import torchstore  # noqa: F401 - fail early with ImportError when absent
+
+        self.prefix, self.store_name = prefix, store_name
+        self.max_versions, self.on_full, self.put_timeout_s = max_versions, on_full, put_timeout_s
+
+    def _kw(self) -> dict[str, Any]:
+        return {} if self.store_name is None else {"store_name": self.store_name}
+
+    async def initialize(self, **kwargs: Any) -> None:
+        import torchstore as ts
+
+        await ts.initialize(**kwargs, **self._kw())
+
+    def _key(self, version: int) -> str:
+        return f"{self.prefix}/v{version}"
+
+    async def versions(self) -> list[int]:
+        import torchstore as ts
+
+        found = set()
+        for key in await ts.keys(f"{self.prefix}/v", **self._kw()):
+            head = key[len(self.prefix) + 2 :].split("/", 1)[0]
+            if head.isdigit():
+                found.add(int(head))
+        return sorted(found)
+
+    async def latest_version(self) -> int | None:
+        vs = await self.versions()
+        return vs[-1] if vs else None
+
+    async def put(self, version: int, state_dict: Mapping[str, torch.Tensor]) -> None:
+        import torchstore as ts
+
+        _check_version(version)
+        deadline = time.monotonic() + self.put_timeout_s
+
+        async def _put() -> None:
+            if self.max_versions is not None:
+                if self.on_full == "evict":
+                    vs = await self.versions()
+                    for old in vs[: max(0, len(vs) - self.max_versions + 1)]:
+                        await self.drop(old)
+                else:
+                    await _wait_for_room(self.versions, self.max_versions, deadline, "put")
+            await ts.put_state_dict(dict(state_dict), self._key(version), **self._kw())
+
+        try:
+            await asyncio.wait_for(_put(), self.put_timeout_s)
+        except TimeoutError as e:
+            if isinstance(e, WeightStoreTimeoutError):
+                raise
+            raise WeightStoreTimeoutError(
+                f"TorchStore put(version={version}) exceeded put_timeout_s={self.put_timeout_s}s"
+            ) from e
+
+    async def get(
+        self, version: int | None = None, into: Mapping[str, torch.Tensor] | None = None
+    ) -> StateDict:
+        import torchstore as ts
+
+        v = await self.latest_version() if version is None else version
+        if v is None:
+            raise WeightStoreError("get(None): the store holds no version")
+        user = dict(into) if into is not None else None
+        return await ts.get_state_dict(self._key(v), user_state_dict=user, **self._kw())
+
+    async def drop(self, version: int) -> None:
+        import torchstore as ts
+
+        for key in await ts.keys(self._key(version), **self._kw()):
+            await ts.delete(key, **self._kw())
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+async def make_weight_store(
+    kind: Literal["auto", "local", "monarch", "torchstore"] = "auto",
+    procs: Any = None,
+    **kwargs: Any,
+) -> WeightStore:
+    """Build a weight store. "auto": TorchStore when importable, else a Monarch store on
+    `procs` (a proc mesh; required for "monarch"/"auto" without TorchStore), else local."""
+    if kind == "auto":
+        kind = "torchstore" if torchstore_available() else ("monarch" if procs else "local")
+    if kind == "local":
+        return LocalWeightStore(**kwargs)
+    if kind == "monarch":
+        if procs is None:
+            raise ValueError("make_weight_store('monarch') needs procs= (a Monarch proc mesh)")
+        return await MonarchWeightStore.spawn(procs, **kwargs)
+    if kind == "torchstore":
+        store = TorchStoreWeightStore(**kwargs)
+        await store.initialize()
+        return store
+    raise ValueError(f"unknown weight store kind {kind!r}; expected auto/local/monarch/torchstore")

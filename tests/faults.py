@@ -1,0 +1,75 @@
+"""Fault injection for controller tests: an env whose worker dies, whose tool hangs and whose
+sandbox dies, a reward function that raises, and a generator that errors.
+
+Faults are keyed on the task's numbers, so every run hits the same ones.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+import zlib
+from typing import Any
+
+from envs.calculator import CalculatorEnv
+from forge_agent.sandbox import SandboxSession, make_sandbox
+from forge_agent.types import Message, StepResult, Trajectory
+from tools.calculator import calculator as exact_calculator
+
+
+def _bucket(text: str, n: int) -> int:
+    return zlib.crc32(text.encode()) % n
+
+
+def calculator(expression: str, *, sandbox: SandboxSession) -> str:
+    """Evaluate an arithmetic expression exactly.
+
+    Args:
+        expression: The arithmetic expression to evaluate.
+    """
+    kind = _bucket(expression, 6)
+    if kind == 0:  # a tool that hangs (the ToolSet's timeout must answer for it)
+        time.sleep(30)
+    if kind == 1 and sandbox.pid is not None:  # the sandbox dies under the tool
+        os.kill(sandbox.pid, signal.SIGKILL)
+    result = sandbox.run(argv=["/bin/true"])
+    if not result.ok:
+        raise RuntimeError(f"sandbox failed: {result.stderr.strip()[:200]}")
+    return exact_calculator(expression)
+
+
+class FaultyCalculatorEnv(CalculatorEnv):
+    """The calculator env with faults; its worker process dies on some tasks."""
+
+    task_source = "calculator"
+    tools = (calculator,)
+    tool_timeout_s = 1.0
+
+    def make_sandbox(self) -> Any:
+        return make_sandbox("bwrap").session()
+
+    async def step(self, assistant_message: Message) -> StepResult:
+        if _bucket(self.task["prompt"], 7) == 0:  # the env worker is killed mid-episode
+            os.kill(os.getpid(), signal.SIGKILL)
+        return await super().step(assistant_message)
+
+
+def flaky_reward(traj: Trajectory) -> float:
+    """A user reward function that raises on some trajectories."""
+    if _bucket(traj.group_id + str(len(traj.token_ids)), 5) == 0:
+        raise ValueError("flaky reward function failed")
+    return float(traj.tool_call_count > 0)
+
+
+class FlakyGenerate:
+    """Wraps a generate function; every `every`-th request fails."""
+
+    def __init__(self, generate: Any, every: int = 9) -> None:
+        self.generate, self.every, self.calls = generate, every, 0
+
+    async def __call__(self, ids, sampling, session):
+        self.calls += 1
+        if self.calls % self.every == 0:
+            raise RuntimeError("injected generator failure")
+        return await self.generate(ids, sampling, session)

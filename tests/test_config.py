@@ -1,0 +1,252 @@
+"""Typed config: YAML files, `defaults:` inheritance, key=value overrides and their errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from forge_agent.config import (
+    AgentConfig,
+    ConfigError,
+    GRPOConfig,
+    ServiceConfig,
+    dump_yaml,
+    from_dict,
+    load_config,
+    parse_cli,
+    to_dict,
+)
+
+AGENT_DIR = Path(__file__).resolve().parents[1] / "apps" / "agent"
+SHIPPED = sorted(p.name for p in AGENT_DIR.glob("*.yaml"))
+
+
+# ---------------------------------------------------------------- defaults and shipped files
+def test_no_path_and_no_overrides_gives_the_dataclass_defaults():
+    cfg = load_config(None, [])
+    assert cfg == AgentConfig()
+    assert cfg.model.name == "tiny"
+    assert cfg.services.env.num_replicas == 8  # env workers
+    assert cfg.services.generator.num_replicas == 1
+
+
+def test_default_yaml_equals_the_dataclass_defaults():
+    assert load_config(AGENT_DIR / "default.yaml") == AgentConfig()
+
+
+def test_default_yaml_writes_out_every_key_with_its_default_value():
+    written = yaml.safe_load((AGENT_DIR / "default.yaml").read_text())
+    assert written == to_dict(AgentConfig())
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_every_shipped_yaml_loads(name):
+    cfg = load_config(AGENT_DIR / name)
+    assert isinstance(cfg, AgentConfig)
+
+
+def test_gpu_configs_inherit_the_default_and_override_what_differs():
+    cfg = load_config(AGENT_DIR / "qwen3_8b_code_exec.yaml")
+    assert cfg.model.name == "Qwen/Qwen3-8B"
+    assert cfg.model.dtype == "bfloat16"
+    assert cfg.env.id == "code_exec"
+    assert cfg.services.trainer.with_gpus and cfg.services.trainer.procs == 4
+    assert cfg.generator.tensor_parallel_size == 2
+    assert cfg.training.lr == pytest.approx(1e-6)
+    assert not cfg.warm_start.enabled
+    assert cfg.grpo.clip_low == AgentConfig().grpo.clip_low  # inherited
+    # A free-form mapping from the child replaces the parent's: no calculator kwargs leak in.
+    assert "difficulty" not in cfg.env.kwargs
+
+
+# ---------------------------------------------------------------- overrides
+def test_overrides_set_nested_typed_values():
+    cfg = load_config(
+        None,
+        [
+            "grpo.n_samples=4",
+            "training.lr=3e-4",  # PyYAML reads 3e-4 as a string; float fields accept it
+            "env.kwargs={difficulty: 2}",
+            "model.tiny.hidden_size=64",
+            "grpo.loss=dapo",
+            "metrics.wandb_project=my-project",
+        ],
+    )
+    assert cfg.grpo.n_samples == 4
+    assert cfg.training.lr == pytest.approx(3e-4)
+    assert cfg.env.kwargs == {"difficulty": 2}
+    assert cfg.model.tiny == {"hidden_size": 64}
+    assert cfg.model.tiny_config().hidden_size == 64
+    assert cfg.grpo.loss == "dapo"
+    assert cfg.metrics.wandb_project == "my-project"
+
+
+def test_override_of_one_service_key_keeps_that_services_other_defaults():
+    cfg = load_config(None, ["services.env.procs=2"])
+    assert cfg.services.env == ServiceConfig(procs=2, num_replicas=8)
+
+
+def test_overrides_apply_after_the_yaml_file():
+    cfg = load_config(AGENT_DIR / "qwen3_1_7b_code_exec.yaml", ["grpo.n_samples=4"])
+    assert cfg.grpo.n_samples == 4
+    assert cfg.model.name == "Qwen/Qwen3-1.7B"
+
+
+def test_int_is_accepted_for_a_float_field():
+    cfg = load_config(None, ["grpo.temperature=1"])
+    assert cfg.grpo.temperature == 1.0 and isinstance(cfg.grpo.temperature, float)
+
+
+def test_optional_field_accepts_null():
+    cfg = load_config(None, ["env.dataset=tasks.jsonl", "env.dataset=null"])
+    assert cfg.env.dataset is None
+
+
+def test_override_without_equals_sign_is_an_error():
+    with pytest.raises(ConfigError, match=r"not of the form key=value"):
+        load_config(None, ["grpo.n_samples"])
+
+
+def test_parse_cli_reads_config_path_and_overrides():
+    cfg = parse_cli(["--config", str(AGENT_DIR / "default.yaml"), "seed=3", "resume=true"])
+    assert cfg.seed == 3 and cfg.checkpoint.resume
+
+
+# ---------------------------------------------------------------- errors name the key
+def test_unknown_key_names_the_key_the_allowed_keys_and_a_suggestion():
+    with pytest.raises(ConfigError) as err:
+        load_config(None, ["grpo.n_sample=4"])
+    msg = str(err.value)
+    assert "'grpo.n_sample'" in msg
+    assert "did you mean 'grpo.n_samples'" in msg
+    assert "n_samples, clip_low, clip_high" in msg
+
+
+def test_unknown_key_in_a_yaml_file_is_an_error(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("training:\n  stepz: 3\n")
+    with pytest.raises(ConfigError, match=r"unknown key 'training.stepz'.*'training.steps'"):
+        load_config(path)
+
+
+def test_unknown_top_level_section_is_an_error():
+    with pytest.raises(ConfigError, match=r"unknown key 'trainer'.*allowed keys at the top level"):
+        load_config(None, ["trainer.lr=1"])
+
+
+def test_unknown_tiny_model_key_lists_the_tiny_model_fields():
+    with pytest.raises(ConfigError, match=r"'model.tiny.hidden_sizes'.*hidden_size"):
+        load_config(None, ["model.tiny.hidden_sizes=64"])
+
+
+def test_bad_literal_lists_the_allowed_values():
+    with pytest.raises(ConfigError) as err:
+        load_config(None, ["grpo.loss=ppo"])
+    msg = str(err.value)
+    assert "grpo.loss='ppo'" in msg
+    assert "'grpo', 'dr_grpo', 'dapo', 'gspo', 'cispo'" in msg
+
+
+def test_bad_type_names_the_key_the_value_and_the_expected_type():
+    with pytest.raises(ConfigError, match=r"grpo.n_samples='many' \(str\).*expected an int"):
+        load_config(None, ["grpo.n_samples=many"])
+
+
+def test_bool_is_not_accepted_for_an_int():
+    with pytest.raises(ConfigError, match=r"training.steps=True"):
+        load_config(None, ["training.steps=true"])
+
+
+def test_list_fields_are_checked_elementwise():
+    with pytest.raises(ConfigError, match=r"model.tiny.extra_corpus\[1\]=3"):
+        load_config(None, ["model.tiny.extra_corpus=[a, 3]"])
+
+
+def test_dict_of_float_values_are_checked():
+    with pytest.raises(ConfigError, match=r"rewards.components.tool_use='lots'"):
+        load_config(None, ["rewards.components={tool_use: lots}"])
+
+
+def test_override_into_a_scalar_is_an_error():
+    with pytest.raises(ConfigError, match=r"'grpo.n_samples' is an int, not a section"):
+        load_config(None, ["grpo.n_samples.x=1"])
+
+
+@pytest.mark.parametrize(
+    ("override", "key"),
+    [
+        ("grpo.n_samples=1", "grpo.n_samples"),
+        ("grpo.clip_low=1.0", "grpo.clip_low"),
+        ("training.max_policy_lag=-1", "training.max_policy_lag"),
+        ("training.steps=0", "training.steps"),
+        ("warm_start.demo_fraction=1.5", "warm_start.demo_fraction"),
+        ("services.trainer.procs=0", "services.trainer.procs"),
+        ("rollout.max_total_tokens=4096", "rollout.max_total_tokens"),
+    ],
+)
+def test_out_of_range_value_names_the_key(override, key):
+    with pytest.raises(ConfigError, match=rf"^{key}="):
+        load_config(None, [override])
+
+
+def test_range_checks_run_for_directly_built_sections():
+    with pytest.raises(ConfigError, match=r"n_samples=1"):
+        GRPOConfig(n_samples=1)
+
+
+def test_from_dict_builds_nested_sections_and_prefixes_keys():
+    grpo = from_dict(GRPOConfig, {"n_samples": 4, "loss": "gspo"})
+    assert grpo == GRPOConfig(n_samples=4, loss="gspo")
+    with pytest.raises(ConfigError, match=r"unknown key 'rl.grpo.nope'"):
+        from_dict(GRPOConfig, {"nope": 1}, where="rl.grpo")
+
+
+# ---------------------------------------------------------------- inheritance, alias, round trip
+def test_defaults_key_inherits_from_a_sibling_yaml_merged_deeply(tmp_path):
+    (tmp_path / "base.yaml").write_text(
+        "seed: 5\ngrpo: {n_samples: 4, beta: 0.1}\nservices: {env: {procs: 2}}\n"
+    )
+    (tmp_path / "child.yaml").write_text(
+        "defaults: base.yaml\ngrpo: {n_samples: 6}\nservices: {env: {num_replicas: 3}}\n"
+    )
+    cfg = load_config(tmp_path / "child.yaml")
+    assert cfg.seed == 5
+    assert cfg.grpo.n_samples == 6 and cfg.grpo.beta == pytest.approx(0.1)
+    assert cfg.services.env == ServiceConfig(procs=2, num_replicas=3)
+
+
+def test_defaults_cycle_is_an_error(tmp_path):
+    (tmp_path / "a.yaml").write_text("defaults: b.yaml\n")
+    (tmp_path / "b.yaml").write_text("defaults: a.yaml\n")
+    with pytest.raises(ConfigError, match="cycle"):
+        load_config(tmp_path / "a.yaml")
+
+
+def test_missing_config_file_is_an_error(tmp_path):
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_config(tmp_path / "nope.yaml")
+
+
+def test_resume_shortcut_sets_checkpoint_resume():
+    assert load_config(None, ["resume=true"]).checkpoint.resume
+    assert load_config(None, ["checkpoint.resume=true"]).checkpoint.resume
+    assert not load_config(None, []).checkpoint.resume
+
+
+def test_dump_then_load_round_trips(tmp_path):
+    cfg = load_config(
+        AGENT_DIR / "qwen3_8b_code_exec.yaml",
+        ["model.tiny.hidden_size=64", "rewards.components={tool_use: 0.1}", "training.lr=3e-4"],
+    )
+    path = dump_yaml(cfg, tmp_path / "run" / "config.yaml")
+    assert load_config(path) == cfg
+
+
+def test_generator_config_carries_the_engine_settings():
+    cfg = load_config(AGENT_DIR / "qwen3_8b_code_exec.yaml")
+    gen = cfg.generator_config("/models/qwen3-8b")
+    assert gen.model == "/models/qwen3-8b"
+    assert gen.tensor_parallel_size == 2 and gen.max_model_len == 8192
+    assert gen.dtype == "bfloat16" and not gen.enforce_eager

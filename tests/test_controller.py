@@ -1,0 +1,144 @@
+"""The whole loop on Monarch with the real stack on CPU: a shortened default run with every kind
+of fault injected, and a run killed mid-training then resumed."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from forge_agent.config import load_config
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _short_overrides(model: Path, out: Path) -> list[str]:
+    return [
+        f"model.name={model}",
+        "warm_start.enabled=false",
+        f"output_dir={out}",
+        "training.groups_per_step=2",
+        "grpo.n_samples=4",
+        "rollout.max_concurrent_episodes=16",
+        "services.env.num_replicas=4",
+        "eval.num_tasks=4",
+        "eval.k=2",
+        "metrics.console=false",
+    ]
+
+
+@pytest.fixture(scope="module")
+def faulty_run(policy_model_path, tmp_path_factory):
+    """Three GRPO steps of the real stack, with env, tool, sandbox, reward and generator
+    faults injected; returns the summary and the output folder."""
+    from forge_agent.controller import train
+    from tests.faults import FlakyGenerate
+
+    out = tmp_path_factory.mktemp("faulty_run")
+    cfg = load_config(
+        None,
+        [
+            *_short_overrides(policy_model_path, out),
+            "env.id=tests.faults:FaultyCalculatorEnv",
+            "env.step_timeout_s=10",
+            "training.steps=3",
+            "eval.every=3",
+            "checkpoint.every=3",
+            "rewards.components={tests.faults:flaky_reward: 0.1}",
+        ],
+    )
+    summary = asyncio.run(train(cfg, generate_wrapper=FlakyGenerate))
+    return summary, out
+
+
+def test_short_run_trains_syncs_and_writes_metrics_and_traces(faulty_run, policy_model_path):
+    summary, out = faulty_run
+    assert summary["steps"] == 3 and summary["policy_version"] == 3
+    # weights changed: the final checkpoint's policy differs from the starting weights
+    start = load_file(str(next(Path(policy_model_path).glob("*.safetensors"))))
+    final = load_file(str(next((out / "checkpoints").glob("step_*/policy/*.safetensors"))))
+    assert any(not torch.equal(start[k], final[k]) for k in start)
+    # versions advanced in the generator: later traces carry newer versions
+    traces = [json.loads(line) for line in (out / "traces.jsonl").read_text().splitlines()]
+    assert max(t["max_version"] for t in traces) >= 2
+    metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in metrics] == [1, 2, 3]
+    assert all("loss/total" in m["metrics"] and "reward/mean" in m["metrics"] for m in metrics)
+    assert (out / "traces.html").stat().st_size > 1000
+    assert (out / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert [e["step"] for e in summary["evals"]] == [0, 3]
+
+
+def test_killed_env_worker_is_counted_and_survived(faulty_run):
+    assert faulty_run[0]["counts"].get("status/env_error", 0) > 0
+
+
+def test_hanging_tool_and_dying_sandbox_become_tool_errors(faulty_run):
+    summary, out = faulty_run
+    assert summary["counts"].get("tool_errors", 0) > 0
+    texts = (out / "traces.jsonl").read_text()
+    assert "timed out" in texts  # the hung tool's error message reached the model
+    assert "sandbox failed" in texts  # the dead sandbox's error message too
+
+
+def test_raising_reward_function_is_counted_not_fatal(faulty_run):
+    assert faulty_run[0]["counts"].get("reward_errors", 0) > 0
+
+
+def test_generator_request_errors_are_marked(faulty_run):
+    assert faulty_run[0]["counts"].get("status/generator_error", 0) > 0
+
+
+def _run_main(args: list[str], log: Path) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
+    return subprocess.Popen(
+        [sys.executable, "-m", "apps.agent.main", *args],
+        cwd=REPO,
+        env=env,
+        stdout=log.open("w"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,  # its own process group, so the kill takes every child
+    )
+
+
+def test_run_killed_mid_training_resumes_from_its_checkpoint(policy_model_path, tmp_path):
+    out = tmp_path / "run"
+    args = [*_short_overrides(policy_model_path, out), "training.steps=4", "eval.every=0"]
+    args += ["checkpoint.every=1", "checkpoint.keep=5"]
+    first = _run_main(args, tmp_path / "first.log")
+    marker = out / "checkpoints" / "step_000002" / "COMPLETE"
+    deadline = time.monotonic() + 420
+    while not marker.exists() and first.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert marker.exists(), (tmp_path / "first.log").read_text()[-3000:]
+    os.killpg(first.pid, signal.SIGKILL)  # the whole run dies at once
+    first.wait()
+    time.sleep(1.0)
+    leftover = subprocess.run(
+        ["pgrep", "-g", str(first.pid)], capture_output=True, text=True
+    ).stdout.split()
+    assert leftover == []
+    saved = sorted(
+        p.name for p in (out / "checkpoints").glob("step_*") if (p / "COMPLETE").exists()
+    )
+    last = out / "checkpoints" / saved[-1]
+    state = torch.load(last / "trainer.pt", weights_only=False)
+
+    second = _run_main([*args, "resume=true"], tmp_path / "second.log")
+    assert second.wait(timeout=600) == 0, (tmp_path / "second.log").read_text()[-3000:]
+    log = (tmp_path / "second.log").read_text()
+    step = int(saved[-1].split("_")[1])
+    assert f"[resume] {saved[-1]}: step {step}, policy version {step}" in log
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["steps"] == 4 and summary["policy_version"] == 4
+    assert summary["resumed_from"]["step"] == step
+    assert summary["resumed_from"]["tasks"] == state["data_position"]["tasks"]

@@ -1,0 +1,203 @@
+"""Versioned weight stores: in-process and the Monarch actor store (shm and message transports)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from forge_agent.weight_store import (
+    LocalWeightStore,
+    MonarchWeightStore,
+    WeightStoreError,
+    WeightStoreTimeoutError,
+    make_weight_store,
+)
+
+
+def state_dict(seed: int = 0) -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    return {
+        "embed.weight": torch.randn(33, 7, generator=g),
+        "layer.bias": torch.randn(5, generator=g).to(torch.bfloat16),
+        "head.weight": torch.randn(7, 33, generator=g).t(),  # non-contiguous
+        "steps": torch.tensor([3], dtype=torch.int64),
+    }
+
+
+def assert_same(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> None:
+    assert set(a) == set(b)
+    for k in a:
+        assert a[k].dtype == b[k].dtype and torch.equal(a[k], b[k]), k
+
+
+def test_local_store_round_trips_versions_and_copies_on_put():
+    async def run():
+        store = LocalWeightStore(max_versions=None)
+        sd = state_dict()
+        await store.put(1, sd)
+        sd["embed.weight"].add_(1.0)  # trainer keeps training: stored version must not change
+        await store.put(2, sd)
+        assert await store.versions() == [1, 2] and await store.latest_version() == 2
+        got1 = await store.get(1)
+        assert_same(await store.get(), sd)
+        await store.drop(2)
+        assert await store.latest_version() == 1
+        return got1
+
+    got1 = asyncio.run(run())
+    assert_same(got1, state_dict())
+
+
+def test_get_into_copies_in_place():
+    async def run():
+        store = LocalWeightStore()
+        await store.put(0, state_dict())
+        dst = {k: torch.zeros_like(v) for k, v in state_dict().items()}
+        ptrs = {k: v.data_ptr() for k, v in dst.items()}
+        got = await store.get(0, into=dst)
+        return got, ptrs
+
+    got, ptrs = asyncio.run(run())
+    assert_same(got, state_dict())
+    assert {k: v.data_ptr() for k, v in got.items()} == ptrs
+
+
+def test_full_store_evicts_the_oldest_version():
+    async def run():
+        store = LocalWeightStore(max_versions=2)
+        for v in range(4):
+            await store.put(v, state_dict(v))
+        return await store.versions()
+
+    assert asyncio.run(run()) == [2, 3]
+
+
+def test_blocking_put_times_out_with_a_clear_error_instead_of_hanging():
+    async def run():
+        store = LocalWeightStore(max_versions=1, on_full="block", put_timeout_s=0.2)
+        await store.put(0, state_dict())
+        t0 = time.monotonic()
+        with pytest.raises(WeightStoreTimeoutError, match="max_versions=1"):
+            await store.put(1, state_dict())
+        return time.monotonic() - t0
+
+    assert asyncio.run(run()) < 2.0
+
+
+def test_blocking_put_proceeds_once_a_consumer_drops_a_version():
+    async def run():
+        store = LocalWeightStore(max_versions=1, on_full="block", put_timeout_s=5.0)
+        await store.put(0, state_dict())
+
+        async def consumer():
+            await asyncio.sleep(0.05)
+            await store.get(0)
+            await store.drop(0)
+
+        await asyncio.gather(store.put(1, state_dict(1)), consumer())
+        return await store.versions()
+
+    assert asyncio.run(run()) == [1]
+
+
+def test_unknown_version_and_bad_versions_name_the_value():
+    async def run():
+        store = LocalWeightStore()
+        with pytest.raises(WeightStoreError, match="version 7 not in store"):
+            await store.get(7)
+        with pytest.raises(WeightStoreError, match="non-negative int, got -1"):
+            await store.put(-1, state_dict())
+
+    asyncio.run(run())
+
+
+@pytest.fixture(scope="module")
+def store_procs():
+    from monarch.actor import this_host
+
+    root = str(Path(__file__).resolve().parents[1])  # child processes must import forge_agent
+    old = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (root, old) if p)
+    procs = this_host().spawn_procs(per_host={"procs": 1})
+    yield procs
+    procs.stop().get()
+    if old is None:
+        os.environ.pop("PYTHONPATH", None)
+    else:
+        os.environ["PYTHONPATH"] = old
+
+
+@pytest.mark.parametrize("transport", ["shm", "message"])
+def test_monarch_store_round_trips_through_the_actor(store_procs, transport):
+    async def run():
+        store = await MonarchWeightStore.spawn(
+            store_procs, name=f"ws_{transport}", transport=transport, max_versions=2
+        )
+        for v in range(3):
+            await store.put(v, state_dict(v))
+        versions = await store.versions()
+        got = await store.get()
+        into = {k: torch.empty_like(v) for k, v in state_dict().items()}
+        got1 = await store.get(1, into=into)
+        await store.close()
+        return versions, got, got1
+
+    versions, got, got1 = asyncio.run(run())
+    assert versions == [1, 2]
+    assert_same(got, state_dict(2))
+    assert_same(got1, state_dict(1))
+
+
+def test_monarch_shm_store_recycles_buffers_and_removes_files_on_close(store_procs):
+    async def run():
+        store = await MonarchWeightStore.spawn(store_procs, name="ws_recycle", max_versions=1)
+        host = await store.actor.host.call_one()
+        before = set(os.listdir("/dev/shm"))
+        for v in range(5):
+            await store.put(v, state_dict(v))
+        created = set(os.listdir("/dev/shm")) - before
+        assert_same(await store.get(4), state_dict(4))
+        await store.close()
+        left = set(os.listdir("/dev/shm")) & created
+        return store._resolved, host, created, left
+
+    transport, host, created, left = asyncio.run(run())
+    assert transport == "shm" and host[2]
+    assert 1 <= len(created) <= 2  # five puts, buffers reused
+    assert left == set()
+
+
+def test_monarch_blocking_put_times_out(store_procs):
+    async def run():
+        store = await MonarchWeightStore.spawn(
+            store_procs, name="ws_block", max_versions=1, on_full="block", put_timeout_s=0.3
+        )
+        await store.put(0, state_dict())
+        try:
+            with pytest.raises(WeightStoreTimeoutError, match=r"max_versions=1|put_timeout_s=0\.3"):
+                await store.put(1, state_dict())
+        finally:
+            await store.close()
+
+    asyncio.run(run())
+
+
+def test_make_weight_store_picks_local_without_procs_or_torchstore():
+    store = asyncio.run(make_weight_store("local", max_versions=3))
+    assert isinstance(store, LocalWeightStore) and store.max_versions == 3
+    with pytest.raises(ValueError, match="needs procs="):
+        asyncio.run(make_weight_store("monarch"))
+
+
+def test_torchstore_backend_reports_missing_package():
+    from forge_agent.weight_store import TorchStoreWeightStore, torchstore_available
+
+    if torchstore_available():
+        pytest.skip("torchstore is installed here; this checks the absent case")
+    with pytest.raises(ImportError):
+        TorchStoreWeightStore()
