@@ -27,10 +27,12 @@ class Panel:
 
 
 DEFAULT_PANELS: tuple[Panel, ...] = (
-    Panel("reward", ("reward/mean", "reward")),
+    Panel("reward (training rollouts)", ("reward/mean", "reward")),
+    Panel("held-out reward (eval)", ("eval/reward/mean", "eval/pass@1")),
     Panel("episode length (tokens)", ("episode/length", "episode/num_tokens", "episode_length")),
     Panel("tool-call rate", ("tools/call_rate", "tool_call_rate", "episode/tool_calls")),
-    Panel("KL", ("loss/kl", "kl")),
+    # KL to the reference policy when beta > 0, else the sampler-vs-trainer mismatch KL.
+    Panel("KL", ("loss/kl", "kl", "sampler_ratio/mismatch_kl_k3")),
     Panel("entropy", ("loss/entropy", "entropy")),
     Panel("policy lag", ("policy/lag", "policy_lag")),
 )

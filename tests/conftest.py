@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# Processes the tests spawn (Monarch procs, env workers, `python -m apps...`) import the
+# project and the test helpers from the checkout, installed or not.
+_ROOT = str(Path(__file__).resolve().parents[1])
+os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (_ROOT, os.environ.get("PYTHONPATH")) if p)
 
 
 @pytest.fixture(scope="session")
@@ -37,11 +42,10 @@ def policy_model_path(tiny_model_path):
 @pytest.fixture(scope="session")
 def generator(policy_model_path):
     """A real vLLM CPU engine inside a Monarch actor, shared by the whole run (start ~20 s)."""
-    from monarch.actor import this_host
-
     from forge_agent.generator import Generator, GeneratorConfig
+    from tests.helpers import spawn_test_procs
 
-    procs = this_host().spawn_procs(per_host={"procs": 1})
+    procs = spawn_test_procs(1)
     gen = procs.spawn("generator", Generator, GeneratorConfig(model=str(policy_model_path)))
     gen.setup.call_one().get()
     yield gen

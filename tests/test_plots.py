@@ -14,6 +14,7 @@ from forge_agent.plots import DEFAULT_PANELS, Panel, find_series, plot_curves, r
 
 ALL_SERIES = [
     "reward/mean",
+    "eval/reward/mean",
     "episode/length",
     "tools/call_rate",
     "loss/kl",
@@ -37,13 +38,14 @@ def assert_png(path, min_size=(600, 400)):
         assert len(img.convert("RGB").getcolors(maxcolors=1 << 20)) > 20
 
 
-def test_png_has_the_six_default_panels_filled_when_every_series_is_recorded(tmp_path):
+def test_png_has_the_seven_default_panels_filled_when_every_series_is_recorded(tmp_path):
     metrics = write_metrics(tmp_path / "m.jsonl", ALL_SERIES)
 
     used = plot_curves(metrics, tmp_path / "curves.png")
 
     assert list(used) == [
-        "reward",
+        "reward (training rollouts)",
+        "held-out reward (eval)",
         "episode length (tokens)",
         "tool-call rate",
         "KL",
@@ -59,8 +61,8 @@ def test_missing_series_become_not_recorded_panels_instead_of_errors(tmp_path):
 
     used = plot_curves(metrics, tmp_path / "curves.png")
 
-    assert used["reward"] == "reward/mean"
-    assert [used[p.title] for p in DEFAULT_PANELS[1:]] == [None] * 5
+    assert used["reward (training rollouts)"] == "reward/mean"
+    assert [used[p.title] for p in DEFAULT_PANELS[1:]] == [None] * 6
     assert_png(tmp_path / "curves.png")
 
 

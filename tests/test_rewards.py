@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import math
-import os
-from pathlib import Path
 
 import pytest
 
@@ -22,6 +20,7 @@ from forge_agent.rewards import (
     tool_use,
 )
 from forge_agent.types import Trajectory
+from tests.helpers import spawn_test_procs
 
 
 def traj(answer: str = "", n_sampled: int = 4, **kw) -> Trajectory:
@@ -161,18 +160,9 @@ def make_rubric() -> Rubric:
 
 @pytest.fixture(scope="module")
 def reward_procs():
-    from monarch.actor import this_host
-
-    root = str(Path(__file__).resolve().parents[1])  # child processes must import forge_agent
-    old = os.environ.get("PYTHONPATH")
-    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (root, old) if p)
-    procs = this_host().spawn_procs(per_host={"procs": 2})
+    procs = spawn_test_procs(2)
     yield procs
     procs.stop().get()
-    if old is None:
-        os.environ.pop("PYTHONPATH", None)
-    else:
-        os.environ["PYTHONPATH"] = old
 
 
 def test_reward_actor_replicas_score_trajectories(reward_procs):

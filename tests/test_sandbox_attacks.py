@@ -182,7 +182,8 @@ def test_infinite_loop_times_out(runner) -> None:
 def test_cpu_limit_stops_a_busy_loop(runner) -> None:
     result = runner(code="while True:\n    pass\n", limits=Limits(wall_s=10, cpu_s=1))
     assert result.timed_out, result
-    assert result.duration_s < 8
+    # The CPU-time limit, not the wall clock, ended it (wall time depends on machine load).
+    assert result.signal == 24, result  # SIGXCPU
 
 
 def test_hundred_megabytes_of_stdout_is_truncated(runner) -> None:

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import os
 import random
-from pathlib import Path
 
 import pytest
 import torch
@@ -14,6 +12,7 @@ import torch
 from forge_agent.losses import LossConfig
 from forge_agent.trainer import Trainer, TrainerConfig, pack_trajectories
 from forge_agent.types import Trajectory
+from tests.helpers import spawn_test_procs
 
 VOCAB = 512
 
@@ -179,18 +178,9 @@ def test_train_step_without_sampled_tokens_names_the_problem():
 
 @pytest.fixture(scope="module")
 def trainer_procs():
-    from monarch.actor import this_host
-
-    root = str(Path(__file__).resolve().parents[1])  # child processes must import forge_agent
-    old = os.environ.get("PYTHONPATH")
-    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (root, old) if p)
-    procs = this_host().spawn_procs(per_host={"procs": 1})
+    procs = spawn_test_procs(1)
     yield procs
     procs.stop().get()
-    if old is None:
-        os.environ.pop("PYTHONPATH", None)
-    else:
-        os.environ["PYTHONPATH"] = old
 
 
 def test_trainer_actor_trains_and_pushes_weights_to_the_store(trainer_procs, tmp_path):

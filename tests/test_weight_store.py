@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from pathlib import Path
 
 import pytest
 import torch
@@ -17,6 +16,7 @@ from forge_agent.weight_store import (
     WeightStoreTimeoutError,
     make_weight_store,
 )
+from tests.helpers import spawn_test_procs
 
 
 def state_dict(seed: int = 0) -> dict[str, torch.Tensor]:
@@ -118,18 +118,9 @@ def test_unknown_version_and_bad_versions_name_the_value():
 
 @pytest.fixture(scope="module")
 def store_procs():
-    from monarch.actor import this_host
-
-    root = str(Path(__file__).resolve().parents[1])  # child processes must import forge_agent
-    old = os.environ.get("PYTHONPATH")
-    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (root, old) if p)
-    procs = this_host().spawn_procs(per_host={"procs": 1})
+    procs = spawn_test_procs(1)
     yield procs
     procs.stop().get()
-    if old is None:
-        os.environ.pop("PYTHONPATH", None)
-    else:
-        os.environ["PYTHONPATH"] = old
 
 
 @pytest.mark.parametrize("transport", ["shm", "message"])

@@ -202,6 +202,28 @@ def serve_openenv(
     return OpenEnvServer(f"http://{host}:{bound_port}", server, thread)
 
 
+def server_entry_point(env_id: str, description: str) -> tuple[Callable[[str], Any], Callable]:
+    """`(module __getattr__, main)` for an env's `server.py`: `app` is built on first access
+    (importing openenv takes seconds) for `uvicorn envs.<id>.server:app`, and `main()` parses
+    `--host/--port` for `python -m envs.<id>.server`."""
+
+    def module_getattr(name: str) -> Any:
+        if name == "app":
+            return openenv_app(env_id)
+        raise AttributeError(name)
+
+    def main(argv: list[str] | None = None) -> None:
+        import argparse
+
+        parser = argparse.ArgumentParser(description=description)
+        parser.add_argument("--host", default="127.0.0.1")
+        parser.add_argument("--port", type=int, default=8000)
+        args = parser.parse_args(argv)
+        serve_openenv(env_id, host=args.host, port=args.port)
+
+    return module_getattr, main
+
+
 class OpenEnvAgentEnv:
     """Any OpenEnv server as an agent env (see the module docstring for the two modes).
 

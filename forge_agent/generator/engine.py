@@ -89,6 +89,9 @@ class VLLMEngine:
 
     async def start(self) -> None:
         """Start the engine (slow: tens of seconds on CPU)."""
+        # vLLM reads these when it is imported: set them here, in the generator's process,
+        # only where the user has not (INFO logs per request and per reload drown the run).
+        os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
         if _on_cpu():
             os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(self.config.cpu_kv_cache_gb))
         from vllm.engine.arg_utils import AsyncEngineArgs

@@ -17,6 +17,8 @@ import abc
 import os
 import posixpath
 import stat
+import threading
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from types import TracebackType
@@ -41,6 +43,9 @@ WORKSPACE = "/workspace"
 
 class SandboxError(RuntimeError):
     """The sandbox itself failed (not the code it ran): missing tool, dead engine, no start."""
+
+
+READ_FILE_MAX_BYTES = 1_000_000  # the most `read_file` returns
 
 
 @dataclass(frozen=True)
@@ -171,6 +176,64 @@ class SandboxSession(abc.ABC):
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+
+class WorkspaceSession(SandboxSession):
+    """A session whose workspace is a host folder: files are written and read on the host
+    side (symlinks never followed); `run` checks the request, writes `files` and hands over to
+    the backend's `_execute` under the session lock."""
+
+    workspace: str
+    restarts: int
+    _lock: threading.Lock
+    _closed: bool
+
+    @property
+    @abc.abstractmethod
+    def _file_owner(self) -> tuple[int, int] | None:
+        """The (uid, gid) that should own files written into the workspace, or None."""
+
+    @abc.abstractmethod
+    def _execute(
+        self, code: str | None, argv: list[str] | None, limits: Limits, start: float
+    ) -> RunResult:
+        """Run one request in the started sandbox (called with the lock held)."""
+
+    def write_file(self, path: str, data: FileData) -> None:
+        """Write a workspace file (relative path; parents created; symlinks never followed)."""
+        self._check_open()
+        host_write_file(self.workspace, path, data, owner=self._file_owner)
+
+    def read_file(self, path: str) -> str:
+        """Read a workspace file as text (at most 1 MB; symlinks never followed)."""
+        self._check_open()
+        return host_read_file(self.workspace, path, READ_FILE_MAX_BYTES)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise SandboxError("the sandbox session is closed")
+
+    def run(
+        self,
+        code: str | None = None,
+        argv: list[str] | None = None,
+        files: Mapping[str, FileData] | None = None,
+        limits: Limits | None = None,
+    ) -> RunResult:
+        """Write `files`, then run Python `code` or the command `argv` in the workspace."""
+        check_request(code, argv)
+        limits = limits or self.limits
+        if limits.network != self.limits.network:
+            raise ValueError(
+                f"limits.network={limits.network} differs from the session's "
+                f"network={self.limits.network}; start a session with the network setting"
+            )
+        with self._lock:
+            self._check_open()
+            start = time.monotonic()
+            for path, data in (files or {}).items():
+                host_write_file(self.workspace, path, data, owner=self._file_owner)
+            return self._execute(code, argv, limits, start)
 
 
 class Sandbox(abc.ABC):

@@ -24,20 +24,16 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 from forge_agent.sandbox.base import (
     WORKSPACE,
-    FileData,
     Limits,
     RunResult,
     Sandbox,
     SandboxError,
-    SandboxSession,
-    check_request,
-    host_read_file,
-    host_write_file,
+    WorkspaceSession,
 )
 from forge_agent.sandbox.cgroups import SandboxCgroup
 
@@ -62,7 +58,6 @@ ETC_FILES = (
 
 START_TIMEOUT_S = 30.0
 BACKSTOP_GRACE_S = 2.0
-READ_FILE_MAX_BYTES = 1_000_000
 
 
 class BubblewrapSandbox(Sandbox):
@@ -156,7 +151,7 @@ class BubblewrapSandbox(Sandbox):
         return args
 
 
-class BubblewrapSession(SandboxSession):
+class BubblewrapSession(WorkspaceSession):
     """One bubblewrap sandbox with a warm supervisor and a persistent workspace."""
 
     def __init__(self, backend: BubblewrapSandbox, limits: Limits) -> None:
@@ -258,100 +253,72 @@ class BubblewrapSession(SandboxSession):
 
     # -- files -------------------------------------------------------------------------------
 
-    def write_file(self, path: str, data: FileData) -> None:
-        """Write a workspace file (relative path; parents created; symlinks never followed)."""
-        self._check_open()
-        host_write_file(self.workspace, path, data, owner=self.backend.drop_to)
-
-    def read_file(self, path: str) -> str:
-        """Read a workspace file as text (at most 1 MB; symlinks never followed)."""
-        self._check_open()
-        return host_read_file(self.workspace, path, READ_FILE_MAX_BYTES)
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise SandboxError("the sandbox session is closed")
+    @property
+    def _file_owner(self) -> tuple[int, int] | None:
+        return self.backend.drop_to
 
     # -- runs --------------------------------------------------------------------------------
 
-    def run(
-        self,
-        code: str | None = None,
-        argv: list[str] | None = None,
-        files: Mapping[str, FileData] | None = None,
-        limits: Limits | None = None,
+    def _execute(
+        self, code: str | None, argv: list[str] | None, limits: Limits, start: float
     ) -> RunResult:
         """Run Python `code` (in the sandbox's python) or the command `argv` in the workspace."""
-        check_request(code, argv)
-        limits = limits or self.limits
-        if limits.network != self.limits.network:
-            raise ValueError(
-                f"limits.network={limits.network} differs from the session's "
-                f"network={self.limits.network}; start a session with the network setting"
-            )
-        with self._lock:
-            self._check_open()
-            start = time.monotonic()
-            for path, data in (files or {}).items():
-                host_write_file(self.workspace, path, data, owner=self.backend.drop_to)
-            if not self.alive:
-                if self._proc is not None:
-                    self._kill_and_collect_stderr()
-                    self.restarts += 1
-                self._start()
-            assert self._proc is not None and self._proc.stdin is not None
-            oom_before = 0
-            if self._cgroup is not None:
-                self._cgroup.set_limits(limits.memory_mb, limits.max_procs)
-                oom_before = self._cgroup.oom_kills()
-            request = {"code": code, "argv": argv, "cwd": WORKSPACE, "limits": limits.to_dict()}
+        if not self.alive:
+            if self._proc is not None:
+                self._kill_and_collect_stderr()
+                self.restarts += 1
+            self._start()
+        assert self._proc is not None and self._proc.stdin is not None
+        oom_before = 0
+        if self._cgroup is not None:
+            self._cgroup.set_limits(limits.memory_mb, limits.max_procs)
+            oom_before = self._cgroup.oom_kills()
+        request = {"code": code, "argv": argv, "cwd": WORKSPACE, "limits": limits.to_dict()}
+        try:
+            self._proc.stdin.write(json.dumps(request).encode() + b"\n")
+            self._proc.stdin.flush()
+        except OSError:
+            pass  # the sandbox died; the read below reports it
+        deadline = start + limits.wall_s + BACKSTOP_GRACE_S + 0.1 * limits.wall_s
+        line = self._read_line(deadline, 16 * limits.output_bytes + 65536)
+        oom_kill = self._cgroup is not None and self._cgroup.oom_kills() > oom_before
+        duration = time.monotonic() - start
+        if isinstance(line, bytes):
             try:
-                self._proc.stdin.write(json.dumps(request).encode() + b"\n")
-                self._proc.stdin.flush()
-            except OSError:
-                pass  # the sandbox died; the read below reports it
-            deadline = start + limits.wall_s + BACKSTOP_GRACE_S + 0.1 * limits.wall_s
-            line = self._read_line(deadline, 16 * limits.output_bytes + 65536)
-            oom_kill = self._cgroup is not None and self._cgroup.oom_kills() > oom_before
-            duration = time.monotonic() - start
-            if isinstance(line, bytes):
-                try:
-                    reply = json.loads(line)
-                except ValueError:
-                    reply = {"error": f"unreadable supervisor reply {line[:200]!r}"}
-                if "error" in reply:
-                    self._kill_and_collect_stderr()
-                    raise SandboxError(f"bubblewrap supervisor failed: {reply['error']}")
-                return RunResult(
-                    stdout=reply["stdout"],
-                    stderr=reply["stderr"],
-                    exit_code=reply["exit_code"],
-                    signal=reply["signal"],
-                    timed_out=reply["timed_out"],
-                    oom=reply["memory_error"] or oom_kill,
-                    duration_s=duration,
-                    truncated=reply["truncated"],
-                )
-            # No reply: the supervisor hung (backstop) or the sandbox died (OOM killer, ...).
-            detail = self._kill_and_collect_stderr()
-            if line is None:
-                note = f"[sandbox] no answer within {deadline - start:.1f} s; sandbox killed"
-            elif oom_kill:
-                note = "[sandbox] the sandbox was killed by the OOM killer"
-            else:
-                note = "[sandbox] the sandbox died during the run" + (
-                    f": {detail}" if detail else ""
-                )
+                reply = json.loads(line)
+            except ValueError:
+                reply = {"error": f"unreadable supervisor reply {line[:200]!r}"}
+            if "error" in reply:
+                self._kill_and_collect_stderr()
+                raise SandboxError(f"bubblewrap supervisor failed: {reply['error']}")
             return RunResult(
-                stdout="",
-                stderr=note + "\n",
-                exit_code=None,
-                signal=signal.SIGKILL,
-                timed_out=line is None,
-                oom=oom_kill,
+                stdout=reply["stdout"],
+                stderr=reply["stderr"],
+                exit_code=reply["exit_code"],
+                signal=reply["signal"],
+                timed_out=reply["timed_out"],
+                oom=reply["memory_error"] or oom_kill,
                 duration_s=duration,
-                truncated=False,
+                truncated=reply["truncated"],
             )
+        # No reply: the supervisor hung (backstop) or the sandbox died (OOM killer, ...).
+        detail = self._kill_and_collect_stderr()
+        if line is None:
+            note = f"[sandbox] no answer within {deadline - start:.1f} s; sandbox killed"
+        elif oom_kill:
+            note = "[sandbox] the sandbox was killed by the OOM killer"
+        else:
+            note = "[sandbox] the sandbox died during the run" + (f": {detail}" if detail else "")
+        return RunResult(
+            stdout="",
+            stderr=note + "\n",
+            exit_code=None,
+            signal=signal.SIGKILL,
+            timed_out=line is None,
+            oom=oom_kill,
+            duration_s=duration,
+            truncated=False,
+        )
 
     def _read_line(self, deadline: float, max_bytes: int) -> bytes | str | None:
         """The next protocol line; None on timeout, "" on EOF. Never blocks past `deadline`."""

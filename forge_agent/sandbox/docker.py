@@ -36,9 +36,8 @@ from forge_agent.sandbox.base import (
     RunResult,
     Sandbox,
     SandboxError,
-    SandboxSession,
+    WorkspaceSession,
     check_request,
-    host_read_file,
     host_write_file,
 )
 from forge_agent.sandbox.bwrap import SUPERVISOR_SOURCE
@@ -51,7 +50,6 @@ CONTROL_DIR = "/.forge"
 BACKSTOP_GRACE_S = 5.0
 SUPERVISOR_MEMORY_MB = 48
 KEEPALIVE = "import time\nwhile True:\n    time.sleep(3600)\n"
-READ_FILE_MAX_BYTES = 1_000_000
 
 
 class DockerSandbox(Sandbox):
@@ -150,7 +148,7 @@ class DockerSandbox(Sandbox):
             dirs.remove()
 
 
-class DockerSession(SandboxSession):
+class DockerSession(WorkspaceSession):
     """One container kept running for an episode; runs are ``docker exec`` of the supervisor."""
 
     def __init__(self, backend: DockerSandbox, limits: Limits) -> None:
@@ -200,81 +198,55 @@ class DockerSession(SandboxSession):
             return False
         return self._container.status == "running"
 
-    def write_file(self, path: str, data: FileData) -> None:
-        """Write a workspace file (relative path; parents created; symlinks never followed)."""
-        self._check_open()
-        host_write_file(self.workspace, path, data, owner=self.backend.owner)
+    @property
+    def _file_owner(self) -> tuple[int, int] | None:
+        return self.backend.owner
 
-    def read_file(self, path: str) -> str:
-        """Read a workspace file as text (at most 1 MB; symlinks never followed)."""
-        self._check_open()
-        return host_read_file(self.workspace, path, READ_FILE_MAX_BYTES)
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise SandboxError("the sandbox session is closed")
-
-    def run(
-        self,
-        code: str | None = None,
-        argv: list[str] | None = None,
-        files: Mapping[str, FileData] | None = None,
-        limits: Limits | None = None,
+    def _execute(
+        self, code: str | None, argv: list[str] | None, limits: Limits, start: float
     ) -> RunResult:
         """``docker exec`` the supervisor to run `code` or `argv` in the session's container."""
-        check_request(code, argv)
-        limits = limits or self.limits
-        if limits.network != self.limits.network:
-            raise ValueError(
-                f"limits.network={limits.network} differs from the session's "
-                f"network={self.limits.network}; start a session with the network setting"
-            )
-        with self._lock:
-            self._check_open()
-            start = time.monotonic()
-            for path, data in (files or {}).items():
-                host_write_file(self.workspace, path, data, owner=self.backend.owner)
-            if self._container is None or not self.alive:
-                self._remove_container()
-                self.restarts += 1
-                self._start()
-            request_path = self._dirs.write_request(
-                code, argv, limits, protect_pids=[self._keepalive_pid]
-            )
-            cmd = [self.backend.python, f"{CONTROL_DIR}/supervisor.py", "oneshot", request_path]
-            api = self.backend.client.api
+        if self._container is None or not self.alive:
+            self._remove_container()
+            self.restarts += 1
+            self._start()
+        request_path = self._dirs.write_request(
+            code, argv, limits, protect_pids=[self._keepalive_pid]
+        )
+        cmd = [self.backend.python, f"{CONTROL_DIR}/supervisor.py", "oneshot", request_path]
+        api = self.backend.client.api
+        try:
+            exec_id = api.exec_create(
+                self._container.id, cmd, user=SANDBOX_USER, workdir=WORKSPACE
+            )["Id"]
+        except Exception as exc:
+            raise SandboxError(f"docker exec failed: {exc}") from exc
+        out = bytearray()
+        cap = 16 * limits.output_bytes + 65536
+
+        def pump() -> None:
             try:
-                exec_id = api.exec_create(
-                    self._container.id, cmd, user=SANDBOX_USER, workdir=WORKSPACE
-                )["Id"]
-            except Exception as exc:
-                raise SandboxError(f"docker exec failed: {exc}") from exc
-            out = bytearray()
-            cap = 16 * limits.output_bytes + 65536
+                for chunk, _ in api.exec_start(exec_id, stream=True, demux=True):
+                    if chunk and len(out) < cap:
+                        out.extend(chunk[: cap - len(out)])
+            except Exception:
+                pass
 
-            def pump() -> None:
-                try:
-                    for chunk, _ in api.exec_start(exec_id, stream=True, demux=True):
-                        if chunk and len(out) < cap:
-                            out.extend(chunk[: cap - len(out)])
-                except Exception:
-                    pass
-
-            reader = threading.Thread(target=pump, daemon=True)
-            reader.start()
-            backstop = limits.wall_s + BACKSTOP_GRACE_S
-            reader.join(backstop)
-            if reader.is_alive():
-                self._remove_container()
-                return _no_answer(start, f"no answer within {backstop:.1f} s; container killed")
-            with contextlib.suppress(OSError):
-                os.unlink(os.path.join(self._dirs.control, os.path.basename(request_path)))
-            result = _result_from_reply(bytes(out), start, "supervisor")
-            if result.stderr.startswith("[sandbox]"):
-                # The supervisor died, so nothing bounds what the run left behind: drop the
-                # container (the next run starts a new one on the same workspace).
-                self._remove_container()
-            return result
+        reader = threading.Thread(target=pump, daemon=True)
+        reader.start()
+        backstop = limits.wall_s + BACKSTOP_GRACE_S
+        reader.join(backstop)
+        if reader.is_alive():
+            self._remove_container()
+            return _no_answer(start, f"no answer within {backstop:.1f} s; container killed")
+        with contextlib.suppress(OSError):
+            os.unlink(os.path.join(self._dirs.control, os.path.basename(request_path)))
+        result = _result_from_reply(bytes(out), start, "supervisor")
+        if result.stderr.startswith("[sandbox]"):
+            # The supervisor died, so nothing bounds what the run left behind: drop the
+            # container (the next run starts a new one on the same workspace).
+            self._remove_container()
+        return result
 
     def _remove_container(self) -> None:
         if self._container is not None:
