@@ -123,6 +123,8 @@ class Controller:
 
         cfg = self.cfg
         self.out.mkdir(parents=True, exist_ok=True)
+        if not cfg.checkpoint.resume:
+            self._clear_previous_outputs()
         dump_yaml(cfg, self.out / "config.yaml")
 
         # 1. model (+ warm start)
@@ -206,6 +208,24 @@ class Controller:
         self.decode = load_token_decoder(self.policy_path)
         if cfg.checkpoint.resume:
             await self._resume()
+
+    def _clear_previous_outputs(self) -> None:
+        """A fresh run in a used `output_dir` starts clean: appending to an old run's metrics,
+        traces or checkpoints would mix two runs (resume=true continues one instead)."""
+        old = [self.out / n for n in ("metrics.jsonl", "traces.jsonl", "checkpoints")]
+        old = [p for p in old if p.exists()]
+        if not old:
+            return
+        print(
+            f"[fresh run] clearing the previous run's outputs in {self.out} "
+            "(pass resume=true to continue it)",
+            flush=True,
+        )
+        for path in old:
+            if path.is_dir():
+                shutil.rmtree(path)
+            else:
+                path.unlink()
 
     def _warm_start(self, base: Path) -> Path:
         from forge_agent.warm_start import WarmStartConfig, warm_start
