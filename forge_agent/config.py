@@ -331,6 +331,20 @@ class AgentConfig:
             self.rollout.max_new_tokens_per_turn,
             f"<= rollout.max_total_tokens ({self.rollout.max_total_tokens})",
         )
+        _check(
+            self.services.generator.procs == 1,
+            "services.generator.procs",
+            self.services.generator.procs,
+            "1 (a replica is one proc running vLLM, which starts its own workers for "
+            "generator.tensor_parallel_size GPUs; add replicas with num_replicas)",
+        )
+        _check(
+            self.training.backend == "titan" or self.services.trainer.procs == 1,
+            "services.trainer.procs",
+            self.services.trainer.procs,
+            "1 with training.backend=hf (one process); use training.backend=titan to shard "
+            "the trainer over several procs",
+        )
 
     def generator_config(self, model_path: str | Path) -> Any:
         """The ``forge_agent.generator.GeneratorConfig`` for this run's engine."""

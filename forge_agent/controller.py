@@ -100,12 +100,26 @@ class Controller:
         self._gate.set()
 
     # ------------------------------------------------------------------ setup
-    def _spawn_procs(self, n: int, name: str) -> Any:
+    def _spawn_procs(self, n: int, name: str, gpus: int = 0) -> Any:
+        """A proc mesh of `n` local procs; with `gpus` > 0 it is given the next `gpus` devices
+        of this host (CUDA_VISIBLE_DEVICES, set before anything in the procs touches CUDA)."""
         from monarch.actor import this_host
 
-        procs = this_host().spawn_procs(per_host={"procs": n}, name=name)
+        bootstrap = None
+        if gpus:
+            devices = ",".join(str(d) for d in range(self._next_gpu, self._next_gpu + gpus))
+            self._next_gpu += gpus
+            bootstrap = functools.partial(_set_visible_devices, devices)
+        procs = this_host().spawn_procs(per_host={"procs": n}, name=name, bootstrap=bootstrap)
         self.meshes.append(procs)
         return procs
+
+    async def _trainer_call(self, endpoint: Any, *args: Any) -> Any:
+        """Call a trainer endpoint on every rank; rank 0's answer."""
+        if self.cfg.services.trainer.procs == 1:
+            return await endpoint.call_one(*args)
+        values = await endpoint.call(*args)
+        return next(iter(values.values()))
 
     async def setup(self) -> None:
         from forge_agent.env import EnvPool
@@ -141,12 +155,22 @@ class Controller:
 
         # 2. actors: weight store, trainer, generator replicas, reward service
         self.store = await make_weight_store("auto", procs=self._spawn_procs(1, "store"))
-        self.trainer = self._spawn_procs(cfg.services.trainer.procs, "trainer").spawn(
-            "trainer", TrainerActor, self._trainer_config(), self.store
+        trainer = cfg.services.trainer
+        self.trainer = self._spawn_procs(
+            trainer.procs, "trainer", trainer.procs if trainer.with_gpus else 0
+        ).spawn(
+            "trainer",
+            TrainerActor,
+            self._trainer_config(),
+            self.store,
+            cfg.training.backend,
+            dict(cfg.training.titan),
+            _free_port(),
         )
         gen_cfg = cfg.generator_config(self.policy_path)
+        gen_gpus = cfg.generator.tensor_parallel_size if cfg.services.generator.with_gpus else 0
         for i in range(cfg.services.generator.num_replicas):
-            procs = self._spawn_procs(cfg.services.generator.procs, f"generator{i}")
+            procs = self._spawn_procs(1, f"generator{i}", gen_gpus)
             self.generators.append(procs.spawn("generator", Generator, gen_cfg))
         rubric = functools.partial(
             build_rubric, dict(cfg.rewards.components), cfg.rollout.max_total_tokens
@@ -376,7 +400,7 @@ class Controller:
                 lags = [self.version - t.min_version for t in batch]
                 if cfg.training.max_policy_lag == 0:
                     self._gate.clear()  # on-policy: no rollouts while the policy changes
-                metrics = await self.trainer.train_step.call_one(batch)
+                metrics = await self._trainer_call(self.trainer.train_step, batch)
                 self.step += 1
                 self.version = int(metrics.get("train/policy_version", self.version + 1))
                 if self.step % cfg.training.sync_interval == 0:
@@ -427,7 +451,7 @@ class Controller:
         from forge_agent.metrics import record
 
         started = time.monotonic()
-        version = await self.trainer.push_weights.call_one()
+        version = await self._trainer_call(self.trainer.push_weights)
         updates = [g.update_weights.call_one(version, None, self.store) for g in self.generators]
         try:
             await asyncio.wait_for(
@@ -464,7 +488,7 @@ class Controller:
     async def _save_checkpoint(self) -> None:
         path = self.out / "checkpoints" / f"step_{self.step:06d}"
         position = {"tasks": self.tasks.state(), "step": self.step}
-        await self.trainer.save_checkpoint.call_one(str(path), position)
+        await self._trainer_call(self.trainer.save_checkpoint, str(path), position)
         for old in self._checkpoints()[: -self.cfg.checkpoint.keep]:
             shutil.rmtree(old, ignore_errors=True)
 
@@ -474,11 +498,11 @@ class Controller:
             logger.info("resume: no checkpoint under %s; starting fresh", self.out)
             return
         path = checkpoints[-1]
-        position = await self.trainer.load_checkpoint.call_one(str(path))
+        position = await self._trainer_call(self.trainer.load_checkpoint, str(path))
         self.tasks.load_state(position["tasks"])
         self.resumed_from = position
         self.step = int(position["step"])
-        self.version = int(await self.trainer.policy_version.call_one())
+        self.version = int(await self._trainer_call(self.trainer.policy_version))
         if self.version > 0:
             await self._sync_weights()
         print(f"[resume] {path.name}: step {self.step}, policy version {self.version}", flush=True)
@@ -509,6 +533,21 @@ class Controller:
         for mesh in reversed(self.meshes):
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(mesh.stop(), 30)
+
+
+def _set_visible_devices(devices: str) -> None:
+    """Proc bootstrap: the GPUs this proc may use."""
+    import os
+
+    os.environ["CUDA_VISIBLE_DEVICES"] = devices
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
 def _eval_line(metrics: dict[str, float]) -> str:

@@ -250,3 +250,15 @@ def test_generator_config_carries_the_engine_settings():
     assert gen.model == "/models/qwen3-8b"
     assert gen.tensor_parallel_size == 2 and gen.max_model_len == 8192
     assert gen.dtype == "bfloat16" and not gen.enforce_eager
+
+
+def test_a_sharded_trainer_needs_the_titan_backend():
+    with pytest.raises(ConfigError, match=r"services\.trainer\.procs=2 .*training\.backend=titan"):
+        load_config(None, ["services.trainer.procs=2"])
+    cfg = load_config(None, ["services.trainer.procs=2", "training.backend=titan"])
+    assert cfg.services.trainer.procs == 2
+
+
+def test_a_generator_replica_is_one_proc():
+    with pytest.raises(ConfigError, match=r"services\.generator\.procs=2 .*num_replicas"):
+        load_config(None, ["services.generator.procs=2"])

@@ -23,9 +23,22 @@ from forge_agent.types import Trajectory
 class TrainerActor(Actor):
     """Wraps one `Trainer` (one process, one device)."""
 
-    def __init__(self, cfg: TrainerConfig, weight_store: Any = None) -> None:
+    def __init__(
+        self,
+        cfg: TrainerConfig,
+        weight_store: Any = None,
+        backend: str = "hf",
+        titan: dict[str, Any] | None = None,
+        master_port: int = 29500,
+    ) -> None:
+        if backend not in ("hf", "titan"):
+            raise ValueError(f"trainer backend must be 'hf' or 'titan', got {backend!r}")
         self.cfg = cfg
         self.weight_store = weight_store
+        self.backend = backend
+        self.titan = dict(titan or {})
+        self.master_port = master_port
+        self.rank = 0
         self.trainer: Trainer | None = None
 
     def _t(self) -> Trainer:
@@ -35,8 +48,24 @@ class TrainerActor(Actor):
 
     @endpoint
     async def setup(self) -> int:
-        """Load the model and build the optimizer; returns the policy version."""
-        self.trainer = Trainer(self.cfg)
+        """Load the model and build the optimizer; returns the policy version.
+
+        With the titan backend each proc of the mesh is one rank: the usual torch.distributed
+        variables are set from the Monarch rank before torchtitan builds its device mesh.
+        """
+        if self.backend == "titan":
+            from forge_agent.trainer.titan import TitanTrainer
+
+            self.rank, world = _join_process_group(self.master_port)
+            tp = int(self.titan.get("tensor_parallel_degree", 1))
+            if world % tp:
+                raise ValueError(
+                    f"training.titan.tensor_parallel_degree={tp} does not divide the "
+                    f"{world} trainer procs (services.trainer.procs)"
+                )
+            self.trainer = TitanTrainer(self.cfg, tensor_parallel_degree=tp)
+        else:
+            self.trainer = Trainer(self.cfg)
         return self.trainer.policy_version
 
     @endpoint
@@ -61,7 +90,9 @@ class TrainerActor(Actor):
         if self.weight_store is None:
             raise RuntimeError("TrainerActor was built without a weight_store")
         t = self._t()
-        await self.weight_store.put(t.policy_version, t.state_dict())
+        state = t.state_dict()  # every rank: gathering sharded tensors is a collective
+        if self.rank == 0:
+            await self.weight_store.put(t.policy_version, state)
         return t.policy_version
 
     @endpoint
@@ -71,3 +102,25 @@ class TrainerActor(Actor):
     @endpoint
     async def load_checkpoint(self, path: str) -> Any:
         return self._t().load_checkpoint(path)
+
+
+def _join_process_group(master_port: int) -> tuple[int, int]:
+    """Set RANK/WORLD_SIZE/LOCAL_RANK/MASTER_* from this proc's place in its Monarch mesh and
+    pin its GPU; returns (rank, world size)."""
+    import os
+
+    import torch
+    from monarch.actor import current_rank
+
+    point = current_rank()
+    rank, world = point.rank, point.extent.nelements
+    os.environ.update(
+        RANK=str(rank),
+        WORLD_SIZE=str(world),
+        LOCAL_RANK=str(rank),
+        MASTER_ADDR=os.environ.get("MASTER_ADDR", "127.0.0.1"),
+        MASTER_PORT=str(master_port),
+    )
+    if torch.cuda.is_available():
+        torch.cuda.set_device(rank % torch.cuda.device_count())
+    return rank, world

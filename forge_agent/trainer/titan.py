@@ -217,16 +217,23 @@ class TitanTrainer(Trainer):
         from forge_agent.trainer.checkpoint import save_checkpoint
 
         path = Path(path)
-        save_checkpoint(
-            path,
-            self.hf_model(),
-            None,
-            step=self.step,
-            policy_version=self.policy_version,
-            data_position=data_position,
-            tokenizer=self.tokenizer,
-        )
+        hf = self.hf_model()  # every rank: gathering the sharded weights is a collective
+        path.mkdir(parents=True, exist_ok=True)
         torch.save(self.optimizer.state_dict(), path / f"titan_optimizer_rank{self.rank}.pt")
+        if self.world_size > 1:
+            import torch.distributed as dist
+
+            dist.barrier()  # every rank's optimizer file is on disk before COMPLETE is
+        if self.rank == 0:
+            save_checkpoint(
+                path,
+                hf,
+                None,
+                step=self.step,
+                policy_version=self.policy_version,
+                data_position=data_position,
+                tokenizer=self.tokenizer,
+            )
         return path
 
     def load_checkpoint(self, path: str | Path) -> Any:
