@@ -22,6 +22,7 @@ import importlib
 import json
 import logging
 import shutil
+import signal
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -556,12 +557,34 @@ def _eval_line(metrics: dict[str, float]) -> str:
 
 
 async def train(cfg: AgentConfig, generate_wrapper: GenerateWrapper | None = None) -> dict:
-    """Build, run and always shut down a controller for `cfg`."""
+    """Build, run and always shut down a controller for `cfg`.
+
+    Ctrl-C (SIGINT) and SIGTERM cancel the run and shut every actor, env worker and sandbox
+    down. The handlers are installed after the actors are spawned: Monarch's runtime takes
+    over SIGINT when its procs start, and then Python never sees it (seen here).
+    """
     controller = Controller(cfg, generate_wrapper)
+    loop = asyncio.get_running_loop()
+    main_task = asyncio.current_task()
+    handled: list[signal.Signals] = []
+
+    def stop(sig: signal.Signals) -> None:
+        print(
+            f"\n[{sig.name}] stopping: shutting actors, env workers and sandboxes down", flush=True
+        )
+        if main_task is not None:
+            main_task.cancel()
+
     try:
         await controller.setup()
+        with contextlib.suppress(NotImplementedError, RuntimeError):  # not the main thread
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.add_signal_handler(sig, stop, sig)
+                handled.append(sig)
         return await controller.run()
     finally:
+        for sig in handled:
+            loop.remove_signal_handler(sig)
         await controller.shutdown()
 
 

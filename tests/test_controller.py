@@ -98,6 +98,14 @@ def test_generator_request_errors_are_marked(faulty_run):
     assert faulty_run[0]["counts"].get("status/generator_error", 0) > 0
 
 
+def _vllm_pids() -> set[int]:
+    import psutil
+
+    return {
+        p.pid for p in psutil.process_iter(["name"]) if (p.info["name"] or "").startswith("VLLM")
+    }
+
+
 def _run_main(args: list[str], log: Path) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
     return subprocess.Popen(
@@ -114,6 +122,7 @@ def test_run_killed_mid_training_resumes_from_its_checkpoint(policy_model_path, 
     out = tmp_path / "run"
     args = [*_short_overrides(policy_model_path, out), "training.steps=4", "eval.every=0"]
     args += ["checkpoint.every=1", "checkpoint.keep=5"]
+    engines_before = _vllm_pids()
     first = _run_main(args, tmp_path / "first.log")
     marker = out / "checkpoints" / "step_000002" / "COMPLETE"
     deadline = time.monotonic() + 420
@@ -127,6 +136,11 @@ def test_run_killed_mid_training_resumes_from_its_checkpoint(policy_model_path, 
         ["pgrep", "-g", str(first.pid)], capture_output=True, text=True
     ).stdout.split()
     assert leftover == []
+    # vLLM's engine processes sit outside the group; the generator's reaper must end them.
+    deadline = time.monotonic() + 15
+    while _vllm_pids() - engines_before and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert _vllm_pids() - engines_before == set()
     saved = sorted(
         p.name for p in (out / "checkpoints").glob("step_*") if (p / "COMPLETE").exists()
     )
@@ -142,3 +156,22 @@ def test_run_killed_mid_training_resumes_from_its_checkpoint(policy_model_path, 
     assert summary["steps"] == 4 and summary["policy_version"] == 4
     assert summary["resumed_from"]["step"] == step
     assert summary["resumed_from"]["tasks"] == state["data_position"]["tasks"]
+
+
+def test_ctrl_c_shuts_the_whole_run_down(policy_model_path, tmp_path):
+    out = tmp_path / "run"
+    args = [*_short_overrides(policy_model_path, out), "training.steps=50", "eval.every=0"]
+    engines_before = _vllm_pids()
+    run = _run_main(args, tmp_path / "run.log")
+    deadline = time.monotonic() + 420
+    metrics = out / "metrics.jsonl"
+    while not (metrics.exists() and metrics.read_text()) and time.monotonic() < deadline:
+        assert run.poll() is None, (tmp_path / "run.log").read_text()[-3000:]
+        time.sleep(0.5)
+    run.send_signal(signal.SIGINT)
+    assert run.wait(timeout=120) == 130
+    log = (tmp_path / "run.log").read_text()
+    assert "[SIGINT] stopping" in log and "actors, env workers and sandboxes were shut down" in log
+    left = subprocess.run(["pgrep", "-g", str(run.pid)], capture_output=True, text=True)
+    assert left.stdout.split() == []
+    assert _vllm_pids() - engines_before == set()

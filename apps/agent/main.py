@@ -28,8 +28,8 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         summary = asyncio.run(train(cfg))
-    except KeyboardInterrupt:
-        print("interrupted: actors, env workers and sandboxes were shut down", file=sys.stderr)
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        print("stopped: actors, env workers and sandboxes were shut down", file=sys.stderr)
         return 130
     evals = summary["evals"]
     if evals:

@@ -86,6 +86,7 @@ class VLLMEngine:
         self._hf_shapes: dict[str, tuple[int, ...]] = {}
         self.max_model_len = config.max_model_len
         self.vocab_size = 0
+        self._reaper: Any = None
 
     async def start(self) -> None:
         """Start the engine (slow: tens of seconds on CPU)."""
@@ -116,6 +117,9 @@ class VLLMEngine:
             **cfg.engine_kwargs,
         )
         self._llm = AsyncLLM.from_engine_args(args)
+        from forge_agent.generator.reaper import watch_engine
+
+        self._reaper = watch_engine()  # engine processes die with this process, even on SIGKILL
         self._hf_shapes = _expected_shapes(cfg.model)
         self.vocab_size = self._llm.model_config.get_vocab_size()
         self.max_model_len = self._llm.model_config.max_model_len
