@@ -28,8 +28,14 @@ class WeightSyncExtension:
         embeddings the reload writes `embed_tokens` only, so the LM head's packed copy would go
         stale. Re-preparing every embedding-method layer after the reload fixes both cases.
         """
+        import logging
+
         from safetensors.torch import load_file
 
+        # Rotary embeddings have no checkpoint tensors; vLLM warns about them on every reload.
+        logging.getLogger("vllm.model_executor.model_loader.reload.layerwise").setLevel(
+            logging.ERROR
+        )
         weights = load_file(path, device="cpu")
         self.model_runner.reload_weights(weights_iterator=iter(weights.items()))  # type: ignore[attr-defined]
         self._forge_reprepare_embedding_layers()
