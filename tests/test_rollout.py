@@ -10,7 +10,7 @@ from forge_agent.env import EnvPool
 from forge_agent.rollout import ChatRenderer, LocalEnvs, RolloutConfig, RolloutEngine
 from forge_agent.traces import TraceWriter, read_traces
 from forge_agent.types import Status, Trajectory
-from tests.rollout_envs import CrashingEnv, EchoToolEnv, HangingEnv
+from tests.rollout_envs import EchoToolEnv
 
 
 @pytest.fixture(scope="module")
@@ -174,7 +174,6 @@ def test_failures_become_statuses_not_exceptions(generator, renderer):
     # the pool replaced the hung worker: the next episode ran (and was cut at one turn)
     assert out["after_hang"].status != Status.ENV_ERROR
     assert len(out["after_hang"].turn_spans) == 1
-    assert CrashingEnv and HangingEnv  # both importable by the worker processes
 
 
 def test_turn_limit_marks_truncated_turns_and_traces_are_written(generator, renderer, tmp_path):
@@ -199,7 +198,7 @@ def test_turn_limit_marks_truncated_turns_and_traces_are_written(generator, rend
     # unless the model's turn ran out of tokens first.
     statuses = {t.status for t in group.trajectories}
     assert statuses <= {Status.TRUNCATED_TURNS, Status.TRUNCATED_LENGTH}
-    assert Status.TRUNCATED_TURNS in statuses or Status.TRUNCATED_LENGTH in statuses
+    assert all(len(t.turn_spans) == 1 for t in group.trajectories)
     records = read_traces(path)
     assert len(records) == 3
     assert all(r["num_sampled"] == sum(r["loss_mask"]) > 0 for r in records)
