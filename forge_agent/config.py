@@ -346,6 +346,22 @@ class AgentConfig:
             "the trainer over several procs",
         )
 
+    def rollout_config(self, temperature: float, max_model_len: int) -> Any:
+        """The ``forge_agent.rollout.RolloutConfig`` of this run's limits."""
+        from forge_agent.rollout import RolloutConfig
+
+        r = self.rollout
+        return RolloutConfig(
+            max_turns=r.max_turns,
+            max_total_tokens=r.max_total_tokens,
+            max_new_tokens_per_turn=r.max_new_tokens_per_turn,
+            tool_output_tokens=r.tool_output_tokens,
+            max_concurrent_episodes=r.max_concurrent_episodes,
+            temperature=temperature,
+            top_p=self.grpo.top_p,
+            max_model_len=max_model_len,
+        )
+
     def generator_config(self, model_path: str | Path) -> Any:
         """The ``forge_agent.generator.GeneratorConfig`` for this run's engine."""
         from forge_agent.generator.engine import GeneratorConfig

@@ -126,7 +126,7 @@ class Controller:
         from forge_agent.env import EnvPool
         from forge_agent.generator import Generator
         from forge_agent.metrics import MetricLogger, MetricsConfig
-        from forge_agent.models.tiny import ensure_tiny_model, load_tokenizer
+        from forge_agent.models.tiny import load_tokenizer
         from forge_agent.replay import ReplayBuffer
         from forge_agent.rewards.actor import RewardActor
         from forge_agent.rollout import ChatRenderer, RendererConfig, RolloutEngine, SessionRouter
@@ -134,6 +134,7 @@ class Controller:
         from forge_agent.trace_html import load_token_decoder
         from forge_agent.traces import TraceWriter
         from forge_agent.trainer.actor import TrainerActor
+        from forge_agent.warm_start import policy_model
         from forge_agent.weight_store import make_weight_store
 
         cfg = self.cfg
@@ -143,11 +144,7 @@ class Controller:
         dump_yaml(cfg, self.out / "config.yaml")
 
         # 1. model (+ warm start)
-        if cfg.model.name == "tiny":
-            base = ensure_tiny_model(cfg.model.tiny_config())
-        else:
-            base = Path(cfg.model.name)
-        self.policy_path = self._warm_start(base) if cfg.warm_start.enabled else base
+        self.policy_path = policy_model(cfg)
         self.tokenizer = load_tokenizer(self.policy_path)
         renderer = ChatRenderer(
             self.tokenizer,
@@ -185,6 +182,7 @@ class Controller:
         results = await asyncio.gather(*setups)
         gen_info = results[2]
         logger.info("actors ready in %.1fs: %s", time.monotonic() - started, gen_info)
+        max_len = int(gen_info["max_model_len"])
 
         # 3. envs, rollout engines, data, buffer, metrics, traces
         self.pool = EnvPool(
@@ -199,10 +197,10 @@ class Controller:
             generate = self.generate_wrapper(generate)
         self.traces = TraceWriter(self.out / "traces.jsonl")
         self.engine = RolloutEngine(
-            generate, self.pool, renderer, self._rollout_config(cfg.grpo.temperature, gen_info)
+            generate, self.pool, renderer, cfg.rollout_config(cfg.grpo.temperature, max_len)
         )
         self.eval_engine = RolloutEngine(
-            generate, self.pool, renderer, self._rollout_config(cfg.eval.temperature, gen_info)
+            generate, self.pool, renderer, cfg.rollout_config(cfg.eval.temperature, max_len)
         )
         self.tasks = TaskStream(
             cfg.env.id, dict(cfg.env.kwargs), cfg.env.train_seed, dataset=cfg.env.dataset
@@ -252,22 +250,6 @@ class Controller:
             else:
                 path.unlink()
 
-    def _warm_start(self, base: Path) -> Path:
-        from forge_agent.warm_start import WarmStartConfig, warm_start
-
-        ws = self.cfg.warm_start
-        return warm_start(
-            base,
-            {self.cfg.env.id: dict(self.cfg.env.kwargs)},
-            WarmStartConfig(
-                steps=ws.steps,
-                batch_size=ws.batch_size,
-                lr=ws.lr,
-                demo_fraction=ws.demo_fraction,
-                seed=self.cfg.seed,
-            ),
-        )
-
     def _trainer_config(self) -> Any:
         from forge_agent.losses import LossConfig
         from forge_agent.trainer.core import TrainerConfig
@@ -291,21 +273,6 @@ class Controller:
             row_tokens=min(512, cfg.training.token_budget),  # see warm_start.py on row length
             microbatch_tokens=cfg.training.token_budget,
             seed=cfg.seed,
-        )
-
-    def _rollout_config(self, temperature: float, gen_info: dict[str, Any]) -> Any:
-        from forge_agent.rollout import RolloutConfig
-
-        r = self.cfg.rollout
-        return RolloutConfig(
-            max_turns=r.max_turns,
-            max_total_tokens=r.max_total_tokens,
-            max_new_tokens_per_turn=r.max_new_tokens_per_turn,
-            tool_output_tokens=r.tool_output_tokens,
-            max_concurrent_episodes=r.max_concurrent_episodes,
-            temperature=temperature,
-            top_p=self.cfg.grpo.top_p,
-            max_model_len=int(gen_info["max_model_len"]),
         )
 
     # ------------------------------------------------------------------ rollout loop

@@ -218,3 +218,28 @@ def warm_start(
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return out
+
+
+def policy_model(cfg: Any) -> Path:
+    """The policy folder an `AgentConfig` starts from: the tiny model (built here) or
+    `model.name`, after the warm start when `warm_start.enabled` (cached)."""
+    from forge_agent.models.tiny import ensure_tiny_model
+
+    if cfg.model.name == "tiny":
+        base = ensure_tiny_model(cfg.model.tiny_config())
+    else:
+        base = Path(cfg.model.name)
+    ws = cfg.warm_start
+    if not ws.enabled or ws.steps <= 0:
+        return base
+    return warm_start(
+        base,
+        {cfg.env.id: dict(cfg.env.kwargs)},
+        WarmStartConfig(
+            steps=ws.steps,
+            batch_size=ws.batch_size,
+            lr=ws.lr,
+            demo_fraction=ws.demo_fraction,
+            seed=cfg.seed,
+        ),
+    )

@@ -18,21 +18,13 @@ pytestmark = pytest.mark.skipif(
 
 
 def hf_tiny(seed: int = 0):
-    from transformers import Qwen3Config, Qwen3ForCausalLM
+    from forge_agent.models.tiny import TinyModelConfig, build_model
 
-    torch.manual_seed(seed)
-    cfg = Qwen3Config(
-        vocab_size=512,
-        hidden_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=16,
-        intermediate_size=128,
-        max_position_embeddings=256,
-        tie_word_embeddings=False,
-    )
-    model = Qwen3ForCausalLM(cfg).eval()
+    shape = TinyModelConfig(
+        hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2, head_dim=16,
+        intermediate_size=128, max_position_embeddings=256, seed=seed,
+    )  # fmt: skip
+    model = build_model(shape, 512).eval()
     with torch.no_grad():  # non-trivial norms so a swapped norm weight would show
         for name, p in model.named_parameters():
             if "norm" in name:

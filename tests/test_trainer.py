@@ -18,21 +18,13 @@ VOCAB = 512
 
 
 def tiny_model(seed: int = 0, attn: str = "sdpa"):
-    from transformers import Qwen3Config, Qwen3ForCausalLM
+    from forge_agent.models.tiny import TinyModelConfig, build_model
 
-    torch.manual_seed(seed)
-    cfg = Qwen3Config(
-        vocab_size=VOCAB,
-        hidden_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=16,
-        intermediate_size=128,
-        tie_word_embeddings=False,
-        attn_implementation=attn,
-    )
-    return Qwen3ForCausalLM(cfg)
+    shape = TinyModelConfig(
+        hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2, head_dim=16,
+        intermediate_size=128, seed=seed,
+    )  # fmt: skip
+    return build_model(shape, VOCAB, attn_implementation=attn)
 
 
 def make_traj(prompt: list[int], completion: list[int], adv: float = 0.0, segs=None) -> Trajectory:

@@ -47,20 +47,11 @@ def mixed_trajectories(n: int, vocab: int, seed: int = 0) -> list[Trajectory]:
 
 
 def build_model(vocab: int):
-    from transformers import Qwen3Config, Qwen3ForCausalLM
+    """The project's default tiny Qwen3 shape (forge_agent.models.tiny), seeded."""
+    from forge_agent.models.tiny import TinyModelConfig
+    from forge_agent.models.tiny import build_model as build_tiny
 
-    torch.manual_seed(0)
-    cfg = Qwen3Config(
-        vocab_size=vocab,
-        hidden_size=256,
-        num_hidden_layers=4,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=64,
-        intermediate_size=512,
-        tie_word_embeddings=False,
-    )
-    return Qwen3ForCausalLM(cfg)
+    return build_tiny(TinyModelConfig(), vocab)
 
 
 def main(n: int, steps: int, row_tokens: int, microbatch_tokens: int) -> dict:

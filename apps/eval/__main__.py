@@ -34,29 +34,12 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
 def resolve_model(cfg: AgentConfig, model: str | None) -> Path | str:
-    """The policy to evaluate: `model`, or the config's model (tiny: built + warm-started)."""
+    """The policy to evaluate: `model`, or the config's policy (tiny: built + warm-started)."""
     if model:
         return Path(model)
-    if cfg.model.name != "tiny":
-        return cfg.model.name
-    from forge_agent.models.tiny import ensure_tiny_model
-    from forge_agent.warm_start import WarmStartConfig, warm_start
+    from forge_agent.warm_start import policy_model
 
-    path = ensure_tiny_model(cfg.model.tiny_config())
-    ws = cfg.warm_start
-    if ws.enabled and ws.steps > 0:
-        path = warm_start(
-            path,
-            {cfg.env.id: dict(cfg.env.kwargs)},
-            WarmStartConfig(
-                steps=ws.steps,
-                batch_size=ws.batch_size,
-                lr=ws.lr,
-                demo_fraction=ws.demo_fraction,
-                seed=cfg.seed,
-            ),
-        )
-    return path
+    return policy_model(cfg)
 
 
 class EpisodeProgress:
@@ -98,7 +81,6 @@ async def run_eval(cfg: AgentConfig, model_path: Path | str, out: Path) -> EvalR
     from forge_agent.rollout import (
         ChatRenderer,
         RendererConfig,
-        RolloutConfig,
         RolloutEngine,
     )
     from forge_agent.traces import TraceWriter
@@ -130,20 +112,11 @@ async def run_eval(cfg: AgentConfig, model_path: Path | str, out: Path) -> EvalR
     try:
         print(f"starting vLLM on {model_path} and {pool.size} {cfg.env.id} env workers", flush=True)
         await asyncio.gather(engine.start(), pool.start())
-        r = cfg.rollout
         rollout = RolloutEngine(
             lambda ids, sampling, session: engine.generate(ids, sampling, session),
             pool,
             renderer,
-            RolloutConfig(
-                max_turns=r.max_turns,
-                max_total_tokens=r.max_total_tokens,
-                max_new_tokens_per_turn=r.max_new_tokens_per_turn,
-                tool_output_tokens=r.tool_output_tokens,
-                max_concurrent_episodes=r.max_concurrent_episodes,
-                temperature=cfg.eval.temperature,
-                max_model_len=engine.max_model_len,
-            ),
+            cfg.rollout_config(cfg.eval.temperature, engine.max_model_len),
             on_trajectory=lambda traj: writer.write(traj, {"split": "eval"}),
         )
         progress = EpisodeProgress(len(tasks) * cfg.eval.k)  # after start-up: honest rate/ETA

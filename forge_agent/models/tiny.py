@@ -227,8 +227,15 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int):
     return fast
 
 
-def build_model(cfg: TinyModelConfig, vocab_size: int, eos_id: int, pad_id: int):
-    """A randomly initialised `Qwen3ForCausalLM` of the configured size, seeded."""
+def build_model(
+    cfg: TinyModelConfig,
+    vocab_size: int,
+    eos_id: int | None = None,
+    pad_id: int | None = None,
+    attn_implementation: str | None = None,
+):
+    """A randomly initialised `Qwen3ForCausalLM` of the configured size, seeded (also how
+    tests and benchmarks get a model of a given shape without a tokenizer)."""
     import torch
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
@@ -247,6 +254,7 @@ def build_model(cfg: TinyModelConfig, vocab_size: int, eos_id: int, pad_id: int)
         eos_token_id=eos_id,
         pad_token_id=pad_id,
         torch_dtype="float32",
+        **({"attn_implementation": attn_implementation} if attn_implementation else {}),
     )
     torch.manual_seed(cfg.seed)
     model = Qwen3ForCausalLM(config)
