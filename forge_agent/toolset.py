@@ -30,7 +30,7 @@ from forge_agent.tool_schema import (
 )
 from forge_agent.types import Message, ToolSpec
 
-__all__ = ["ToolSet", "tool", "tool_spec", "validate_arguments"]
+__all__ = ["ToolError", "ToolSet", "tool", "tool_spec", "validate_arguments"]
 
 ERROR_KINDS = (
     "not_a_dict",  # the tool call is not a dict
@@ -44,8 +44,19 @@ ERROR_KINDS = (
     "exception",  # the tool raised
     "timeout",  # the tool ran past timeout_s
     "output_truncated",  # the output was cut to max_output_chars (the call still succeeded)
+    "mcp_server_error",  # an MCP server answered with an error (ToolError)
+    "mcp_server_crash",  # an MCP server died or cannot be restarted (ToolError)
 )
-"""The keys `ToolSet.error_counts` may hold."""
+"""The keys `ToolSet.error_counts` may hold (a `ToolError` may add its own kind)."""
+
+
+class ToolError(Exception):
+    """Raised by a tool for a failure it can name: the model reads ``Error: <message>`` (no
+    exception type, no traceback) and `ToolSet.error_counts[kind]` counts it."""
+
+    def __init__(self, message: str, kind: str = "exception") -> None:
+        super().__init__(message)
+        self.kind = kind
 
 
 def _clip(text: str, limit: int = 40) -> str:
@@ -225,6 +236,8 @@ class ToolSet:
             return self._error(
                 "timeout", call_id, name, f"tool {name!r} timed out after {self.timeout_s:g} s"
             )
+        except ToolError as exc:
+            return self._error(exc.kind, call_id, name, f"tool {name!r} failed: {exc}")
         except Exception as exc:
             return self._error(
                 "exception", call_id, name, f"tool {name!r} raised {type(exc).__name__}: {exc}"

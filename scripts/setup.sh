@@ -14,12 +14,33 @@ mkdir -p "$STAMP_DIR"
 missing=()
 command -v bwrap >/dev/null 2>&1 || missing+=(bubblewrap)      # default sandbox backend
 [[ -x /usr/bin/python3 ]] || missing+=(python3)               # interpreter used inside sandboxes
+/usr/bin/python3 -c "import ensurepip" 2>/dev/null || missing+=(python3-venv)  # MCP servers venv
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)   # trace page tests (headless)
 if ((${#missing[@]})); then
   echo "[setup] apt-get install ${missing[*]}"
   if [[ $(id -u) -ne 0 ]]; then SUDO=sudo; else SUDO=; fi
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+# --- MCP servers (tests and envs/sql_mcp) -----------------------------------------------
+# Real servers from the registries, pinned, in a venv of the system Python outside /root, so a
+# sandbox can bind it read-only (forge_agent.mcp.MCP_HOME). The PyPI servers of this mcp 1.x
+# line (mcp-server-time >= 2026.10 and mcp-server-git need mcp 2.x, which sqlite predates).
+MCP_HOME=${FORGE_MCP_HOME:-/opt/forge-mcp}
+MCP_PINS="mcp==1.30.0 mcp-server-sqlite==2025.4.25 mcp-server-time==2026.1.26 mcp-server-calculator==0.2.1"
+MCP_NPM="@modelcontextprotocol/server-filesystem@2026.8.31"
+if [[ $(cat "$MCP_HOME/.pins" 2>/dev/null) != "$MCP_PINS $MCP_NPM" ]]; then
+  echo "[setup] MCP servers into $MCP_HOME"
+  command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 || {
+    [[ $(id -u) -ne 0 ]] && SUDO=sudo || SUDO=
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq nodejs npm >/dev/null
+  }
+  /usr/bin/python3 -m venv "$MCP_HOME"
+  "$MCP_HOME/bin/pip" install -q $MCP_PINS
+  npm install --prefix "$MCP_HOME/node" --no-audit --no-fund -q "$MCP_NPM" >/dev/null
+  echo "$MCP_PINS $MCP_NPM" >"$MCP_HOME/.pins"
 fi
 
 # --- python packages -------------------------------------------------------------------

@@ -17,6 +17,7 @@ import abc
 import os
 import posixpath
 import stat
+import subprocess
 import threading
 import time
 from collections.abc import Mapping
@@ -165,6 +166,26 @@ class SandboxSession(abc.ABC):
     @abc.abstractmethod
     def close(self) -> None:
         """Stop the sandbox and delete the workspace. Idempotent."""
+
+    def spawn(
+        self,
+        argv: list[str],
+        limits: Limits | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> subprocess.Popen[bytes]:
+        """Start a long-lived process (e.g. a tool server) in this session's sandbox.
+
+        The process sees the session's workspace (at ``/workspace``, its working directory),
+        the same read-only system files, no network unless the session has it, and the rlimits
+        of `limits` (default: the session's; its `wall_s` does not apply: the process lives
+        until it exits, the caller kills it, or the session closes). Its stdin, stdout and
+        stderr are pipes held by the caller; keep reading stdout and stderr. Runs of `run` do
+        not kill it. `env` adds environment variables.
+
+        Raises:
+            SandboxError: when the backend cannot start long-lived processes or the start fails.
+        """
+        raise SandboxError(f"{type(self).__name__} cannot spawn long-lived processes")
 
     def __enter__(self) -> Self:
         return self

@@ -24,7 +24,7 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from forge_agent.sandbox.base import (
@@ -34,6 +34,7 @@ from forge_agent.sandbox.base import (
     Sandbox,
     SandboxError,
     WorkspaceSession,
+    check_request,
 )
 from forge_agent.sandbox.cgroups import SandboxCgroup
 
@@ -107,15 +108,22 @@ class BubblewrapSandbox(Sandbox):
         """Start a sandbox with a fresh workspace; it stays up until `close()`."""
         return BubblewrapSession(self, limits or self.limits)
 
-    def command(self, workspace: str, limits: Limits) -> list[str]:
-        """The bwrap command line of one sandbox whose PID 1 is the supervisor."""
+    def command(
+        self,
+        workspace: str,
+        limits: Limits,
+        entry: Sequence[str] | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> list[str]:
+        """The bwrap command line of one sandbox whose PID 1 is the supervisor, or (with
+        `entry`) one that runs `entry` under bubblewrap's own init, with `env` added."""
         args = [self.bwrap, "--unshare-all"]
         if limits.network:
             args.append("--share-net")
+        args += ["--die-with-parent", "--new-session"]
+        if entry is None:
+            args.append("--as-pid-1")
         args += [
-            "--die-with-parent",
-            "--new-session",
-            "--as-pid-1",
             "--uid", str(SANDBOX_ID),
             "--gid", str(SANDBOX_ID),
             "--hostname", "sandbox",
@@ -127,6 +135,8 @@ class BubblewrapSandbox(Sandbox):
             "--setenv", "PYTHONDONTWRITEBYTECODE", "1",
             "--ro-bind", "/usr", "/usr",
         ]  # fmt: skip
+        for key, value in (env or {}).items():
+            args += ["--setenv", key, value]
         for top in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
             if os.path.islink(top):
                 args += ["--symlink", os.readlink(top), top]
@@ -146,9 +156,8 @@ class BubblewrapSandbox(Sandbox):
             "--bind", workspace, WORKSPACE,
             "--chdir", WORKSPACE,
             "--remount-ro", "/",
-            self.python, "-c", SUPERVISOR_SOURCE, "serve",
         ]  # fmt: skip
-        return args
+        return args + list(entry or [self.python, "-c", SUPERVISOR_SOURCE, "serve"])
 
 
 class BubblewrapSession(WorkspaceSession):
@@ -163,6 +172,7 @@ class BubblewrapSession(WorkspaceSession):
         self._pending = b""
         self._closed = False
         self._cgroup: SandboxCgroup | None = None
+        self._spawned: list[subprocess.Popen[bytes]] = []
         self.workspace = tempfile.mkdtemp(prefix="forge-ws-", dir=backend.workspace_root)
         os.chmod(self.workspace, 0o700)
         if backend.drop_to is not None:
@@ -236,6 +246,9 @@ class BubblewrapSession(WorkspaceSession):
                 return
             self._closed = True
             self._kill_and_collect_stderr()
+            for proc in self._spawned:
+                _end_process(proc)
+            self._spawned.clear()
             if self._cgroup is not None:  # rmdir waits for the dying processes: not on our time
                 self._cgroup.remove_later()
                 self._cgroup = None
@@ -250,6 +263,52 @@ class BubblewrapSession(WorkspaceSession):
     def pid(self) -> int | None:
         """The host pid of the sandbox process (bwrap), or None before the first run."""
         return self._proc.pid if self.alive and self._proc is not None else None
+
+    def spawn(
+        self,
+        argv: list[str],
+        limits: Limits | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> subprocess.Popen[bytes]:
+        """Start a long-lived process beside the supervisor: a sibling bubblewrap sandbox with
+        the same mounts, the same workspace, no network (unless the session has it), the rlimits
+        of `limits` and the session's memory/pids cgroup; it dies with the session (or with the
+        host process). Its own PID namespace keeps it out of reach of `run`'s cleanup."""
+        check_request(None, argv)
+        limits = limits or self.limits
+        if limits.network != self.limits.network:
+            raise ValueError(
+                f"limits.network={limits.network} differs from the session's "
+                f"network={self.limits.network}"
+            )
+        backend = self.backend
+        entry = [backend.python, "-c", SUPERVISOR_SOURCE, "exec", json.dumps(limits.to_dict())]
+        user = backend.drop_to
+        with self._lock:
+            self._check_open()
+            self._spawned = [p for p in self._spawned if p.poll() is None]
+            try:
+                proc = subprocess.Popen(
+                    backend.command(self.workspace, limits, entry=[*entry, *argv], env=env),
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    cwd="/",
+                    # bubblewrap's init (PID 1 here) keeps the environment it was started with,
+                    # readable in /proc/1/environ: give it nothing of the host's.
+                    env={"PATH": "/usr/bin:/bin"},
+                    user=user[0] if user else None,
+                    group=user[1] if user else None,
+                    extra_groups=[] if user else None,
+                )
+            except OSError as exc:
+                raise SandboxError(f"cannot start bubblewrap ({backend.bwrap!r}): {exc}") from exc
+            if self._cgroup is not None:
+                with contextlib.suppress(OSError):
+                    for pid in _process_tree(proc.pid):
+                        self._cgroup.add(pid)
+            self._spawned.append(proc)
+            return proc
 
     # -- files -------------------------------------------------------------------------------
 
@@ -339,6 +398,18 @@ class BubblewrapSession(WorkspaceSession):
             self._pending += chunk
         line, self._pending = self._pending.split(b"\n", 1)
         return line
+
+
+def _end_process(proc: subprocess.Popen[bytes]) -> None:
+    """Kill a spawned sandbox (its init takes the whole PID namespace along) and reap it."""
+    if proc.poll() is None:
+        proc.kill()
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=5)
+    for stream in (proc.stdin, proc.stdout, proc.stderr):
+        if stream is not None:
+            with contextlib.suppress(OSError):
+                stream.close()
 
 
 def _read_available(fd: int, max_bytes: int) -> bytes:

@@ -15,6 +15,8 @@ Modes:
   ``kill(-1, SIGKILL)`` cleans up everything else.
 - ``oneshot PATH``: run the request in file PATH, print one JSON result (Docker ``exec``/``run``);
   leftovers are found by scanning /proc, sparing the PIDs listed in ``protect_pids``.
+- ``exec LIMITS_JSON ARGV...``: apply the rlimits, then exec ARGV in place (a long-lived process
+  with the host's pipes as stdin/stdout, started by `SandboxSession.spawn`).
 """
 
 import json
@@ -41,6 +43,18 @@ def _limit(kind, soft, hard=None):
         resource.setrlimit(kind, (soft, hard))
 
 
+def _apply_limits(limits):
+    """The rlimits of a `Limits` dict, applied to this process (inherited by what it execs)."""
+    mb = 1024 * 1024
+    cpu = max(1, int(limits["cpu_s"] + 0.999))
+    _limit(resource.RLIMIT_CPU, cpu, cpu + 1)
+    _limit(resource.RLIMIT_AS, int(limits["memory_mb"]) * mb)
+    _limit(resource.RLIMIT_FSIZE, int(limits["file_size_mb"]) * mb)
+    _limit(resource.RLIMIT_NPROC, int(limits["max_procs"]))
+    _limit(resource.RLIMIT_NOFILE, 1024)
+    _limit(resource.RLIMIT_CORE, 0)
+
+
 def _child(request, out_w, err_w):
     """Runs in the forked child: never returns."""
     code = 1
@@ -57,14 +71,7 @@ def _child(request, out_w, err_w):
         except OSError:
             pass
         os.chdir(request.get("cwd") or "/")
-        mb = 1024 * 1024
-        cpu = max(1, int(limits["cpu_s"] + 0.999))
-        _limit(resource.RLIMIT_CPU, cpu, cpu + 1)
-        _limit(resource.RLIMIT_AS, int(limits["memory_mb"]) * mb)
-        _limit(resource.RLIMIT_FSIZE, int(limits["file_size_mb"]) * mb)
-        _limit(resource.RLIMIT_NPROC, int(limits["max_procs"]))
-        _limit(resource.RLIMIT_NOFILE, 1024)
-        _limit(resource.RLIMIT_CORE, 0)
+        _apply_limits(limits)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         argv = request.get("argv")
         if argv:
@@ -354,10 +361,26 @@ def oneshot(path):
     sys.stdout.flush()
 
 
+def exec_limited(limits_json, argv):
+    """Apply the rlimits of `limits_json`, then become `argv` (a long-lived process whose
+    stdin/stdout the host keeps, e.g. a tool server). Nothing is killed after it: it lives
+    until the host ends it."""
+    _apply_limits(json.loads(limits_json))
+    for sig in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGCHLD):
+        signal.signal(sig, signal.SIG_DFL)
+    try:
+        os.execvp(argv[0], argv)
+    except OSError as exc:
+        sys.stderr.write(f"cannot run {argv[0]!r}: {exc.strerror}\n")
+        sys.exit(127)
+
+
 if __name__ == "__main__":
     if sys.argv[1:2] == ["serve"]:
         serve()
     elif sys.argv[1:2] == ["oneshot"] and len(sys.argv) == 3:
         oneshot(sys.argv[2])
+    elif sys.argv[1:2] == ["exec"] and len(sys.argv) >= 4:
+        exec_limited(sys.argv[2], sys.argv[3:])
     else:
-        sys.exit("usage: supervisor.py serve | oneshot REQUEST.json")
+        sys.exit("usage: supervisor.py serve | oneshot REQUEST.json | exec LIMITS_JSON ARGV...")
