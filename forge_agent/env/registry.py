@@ -103,6 +103,11 @@ register(
     description="write a Python function, run code in a sandbox; reward: hidden tests passed",
 )
 register(
+    "sql_mcp",
+    "envs.sql_mcp:SqlMcpEnv",
+    description="SQL questions through a sandboxed MCP server (mcp-server-sqlite); exact answer",
+)
+register(
     "frozen_lake",
     "envs.frozen_lake:FrozenLakeEnv",
     description="Gymnasium FrozenLake-v1 through the act tool; reward: reached the goal",
