@@ -90,7 +90,7 @@ def test_served_as_openenv_over_websocket() -> None:
     from openenv.core import GenericEnvClient
 
     task = generate_tasks(1, seed=21)[0]
-    server = serve_openenv("sql_mcp", host="127.0.0.1", port=0, block=False)
+    server = serve_openenv("envs.sql_mcp:SqlMcpEnv", host="127.0.0.1", port=0, block=False)
     assert server is not None
 
     async def main() -> tuple[Any, Any, Any]:
@@ -105,3 +105,35 @@ def test_served_as_openenv_over_websocket() -> None:
     assert reset.observation["tools"][0]["function"]["name"] == "read_query"
     assert tool_turn.observation["messages"][0]["content"].endswith(f": {task['answer']}}}]")
     assert final.done and final.reward == 1.0
+
+
+def test_docs_mcp_example_runs_an_episode_with_the_filesystem_server() -> None:
+    """The `py` block of the "Tools from an MCP server" section of docs/envs.md, run as is."""
+    import re
+    from pathlib import Path
+
+    require_servers()
+    docs = (Path(__file__).resolve().parents[1] / "docs" / "envs.md").read_text()
+    section = docs[docs.index("## Tools from an MCP server") :]
+    (block,) = re.findall(r"^```py\n(.*?)^```$", section, re.MULTILINE | re.DOTALL)
+    namespace: dict[str, Any] = {}
+    exec(compile(block, "docs/envs.md", "exec"), namespace)
+    task = {"prompt": "What colour is the door?", "notes": "The door is green.", "answer": "green"}
+
+    async def episode() -> tuple[list, StepResult, StepResult]:
+        env = namespace["NotesEnv"]()
+        try:
+            _, tools = await env.reset(task, seed=0)
+            function = {"name": "read_text_file", "arguments": {"path": "/workspace/notes.txt"}}
+            tool_turn = await env.step(
+                {"role": "assistant", "content": "", "tool_calls": [{"function": function}]}
+            )
+            final = await env.step({"role": "assistant", "content": "green"})
+            return tools, tool_turn, final
+        finally:
+            await env.close()
+
+    tools, tool_turn, final = asyncio.run(episode())
+    assert [t["function"]["name"] for t in tools] == ["read_text_file", "list_directory"]
+    assert tool_turn.messages[0]["content"] == "The door is green."
+    assert final.rewards == {"correct": 1.0}

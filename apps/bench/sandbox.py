@@ -6,6 +6,10 @@ per run), bubblewrap warm (one session, a fork of its supervisor per run), Docke
 marked skipped, with the reason, where no engine can be started. Each row runs the same
 ``print(1)`` snippet; the table shows p50/p95 in milliseconds and p50 as a ratio to the baseline.
 
+The MCP rows time one tool call through a `ToolSet`, side by side: a direct Python tool running
+an SQLite query in-process (their baseline), and the same query through `read_query` of the real
+mcp-server-sqlite kept warm in a bubblewrap session (its ratio is to the Python tool).
+
     python -m apps.bench.sandbox --n 30 --out bench_results/sandbox.json
 """
 
@@ -101,6 +105,76 @@ def bench_docker(n: int) -> list[dict[str, Any]]:
         engine.stop()
 
 
+MCP_QUERY = "SELECT SUM(units) AS s FROM sales"
+
+
+def bench_mcp(n: int) -> list[dict[str, Any]]:
+    """A direct Python tool vs an MCP tool of a warm sandboxed server, both through a ToolSet."""
+    import asyncio
+    import sqlite3
+    import tempfile
+
+    from forge_agent.mcp import MCP_HOME, MCPConnection, MCPServerConfig
+    from forge_agent.toolset import ToolSet
+
+    names = ("python tool (ToolSet, direct)", "mcp tool (ToolSet, warm bwrap)")
+    server = f"{MCP_HOME}/bin/mcp-server-sqlite"
+    if not os.path.exists(server):
+        return [
+            {"name": name, "skipped": f"{server} missing (run scripts/setup.sh)"} for name in names
+        ]
+    rows = [("Oslo", "tea", 3), ("Lima", "rice", 4)]
+    host_dir = tempfile.mkdtemp(prefix="forge-bench-mcp-")
+    host_db = os.path.join(host_dir, "task.db")
+    with sqlite3.connect(host_db) as db:
+        db.execute("CREATE TABLE sales(city TEXT, product TEXT, units INTEGER)")
+        db.executemany("INSERT INTO sales VALUES (?, ?, ?)", rows)
+    with open(host_db, "rb") as f:
+        db_bytes = f.read()
+
+    def read_query(query: str) -> str:
+        """Run a SELECT on the database (the direct Python tool)."""
+        db = sqlite3.connect(host_db)
+        db.row_factory = sqlite3.Row
+        try:
+            return str([dict(r) for r in db.execute(query).fetchall()])
+        finally:
+            db.close()
+
+    call = {"function": {"name": "read_query", "arguments": {"query": MCP_QUERY}}}
+
+    def timed(toolset: ToolSet) -> list[float]:
+        async def go() -> list[float]:
+            async def once() -> None:
+                out = (await toolset.call(call))["content"]
+                if out != "[{'s': 7}]":
+                    raise RuntimeError(f"benchmark call failed: {out}")
+
+            for _ in range(3):
+                await once()
+            samples = []
+            for _ in range(n):
+                start = time.perf_counter()
+                await once()
+                samples.append(time.perf_counter() - start)
+            return samples
+
+        return asyncio.run(go())
+
+    direct = _row(names[0], timed(ToolSet([read_query])))
+    sandbox = make_sandbox("bwrap", ro_binds=[MCP_HOME])
+    with sandbox.session() as session:
+        session.write_file("task.db", db_bytes)
+        config = MCPServerConfig("sqlite", command=(server, "--db-path", "/workspace/task.db"))
+        conn = MCPConnection(config, session).start()
+        try:
+            mcp = _row(names[1], timed(ToolSet(conn.tools(), sandbox=session)))
+        finally:
+            conn.close()
+    mcp["ratio_p50_to_python_tool"] = mcp["p50_ms"] / direct["p50_ms"]
+    return [direct, mcp]
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--n", type=int, default=30, help="iterations per row")
@@ -113,20 +187,24 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         rows += [{"name": "docker", "skipped": "--no-docker"}]
     else:
         rows += bench_docker(args.n)
+    rows += bench_mcp(args.n)
     base = rows[0]["p50_ms"]
     for row in rows:
         if "p50_ms" in row:
             row["ratio_p50_to_bare"] = row["p50_ms"] / base
 
-    print(f"{'runner':<28}{'n':>5}{'p50 ms':>10}{'p95 ms':>10}{'p50 / bare':>12}")
+    print(f"{'runner':<32}{'n':>5}{'p50 ms':>10}{'p95 ms':>10}{'p50 / bare':>12}")
     for row in rows:
         if "skipped" in row:
-            print(f"{row['name']:<28}  skipped: {row['skipped']}")
+            print(f"{row['name']:<32}  skipped: {row['skipped']}")
         else:
             print(
-                f"{row['name']:<28}{row['n']:>5}{row['p50_ms']:>10.1f}{row['p95_ms']:>10.1f}"
+                f"{row['name']:<32}{row['n']:>5}{row['p50_ms']:>10.1f}{row['p95_ms']:>10.1f}"
                 f"{row['ratio_p50_to_bare']:>12.2f}"
             )
+    for row in rows:
+        if "ratio_p50_to_python_tool" in row:
+            print(f"{row['name']}: p50 {row['ratio_p50_to_python_tool']:.1f}x the python tool's")
     report = {"benchmark": "sandbox", "code": CODE, "cpus": os.cpu_count(), "rows": rows}
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
