@@ -35,3 +35,8 @@ def time_server(**kwargs: object) -> MCPServerConfig:
 
 def filesystem_server(root: str = "/workspace", **kwargs: object) -> MCPServerConfig:
     return MCPServerConfig("fs", command=("/usr/bin/node", FILESYSTEM_JS, root), **kwargs)  # type: ignore[arg-type]
+
+
+DOCKER_BINDS = (MCP_HOME, "/usr/lib/x86_64-linux-gnu", "/usr/bin/node")
+"""Host paths a Docker sandbox binds read-only for these servers: the servers, the shared
+libraries the image lacks (libsqlite3, libgcc_s, Node.js's), and the node binary."""

@@ -17,12 +17,18 @@ from forge_agent.mcp import MCP_HOME, MCPConnection, MCPServerConfig, MCPStartEr
 from forge_agent.sandbox import Sandbox, make_sandbox
 from forge_agent.toolset import ToolSet
 from tests.mcp_servers import (
+    DOCKER_BINDS,
     HANG_QUERY,
     filesystem_server,
     require_servers,
     sqlite_server,
     time_server,
 )
+
+try:
+    from sandbox_fixtures import docker_engine
+except ImportError:
+    from tests.sandbox_fixtures import docker_engine  # noqa: F401
 
 
 def call(name: str, **arguments: object) -> dict:
@@ -243,3 +249,64 @@ def test_server_config_errors_name_the_server(kwargs: dict, message: str) -> Non
     with pytest.raises(ValueError, match=message) as info:
         MCPServerConfig("srv", **kwargs)
     assert "'srv'" in str(info.value)
+
+
+# -- the Docker backend ----------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def docker_session(docker_engine: str) -> Iterator:
+    require_servers()
+    sandbox = make_sandbox("docker", base_url=docker_engine, ro_binds=DOCKER_BINDS)
+    with sandbox.session() as s:
+        yield s
+
+
+def test_docker_sqlite_and_time_servers_answer_through_the_toolset(docker_session) -> None:
+    sqlite = connect(sqlite_server(), docker_session)
+    clock = connect(time_server(), docker_session)
+    try:
+        toolset = ToolSet(sqlite.tools() + clock.tools(), sandbox=docker_session, timeout_s=20)
+        run(toolset, "create_table", query="CREATE TABLE t (x INTEGER)")
+        run(toolset, "write_query", query="INSERT INTO t VALUES (5), (6)")
+        assert run(toolset, "read_query", query="SELECT sum(x) AS s FROM t") == "[{'s': 11}]"
+        assert "test.db" in docker_session.run(argv=["ls", "/workspace"]).stdout
+        now = json.loads(run(toolset, "get_current_time", timezone="Asia/Tokyo"))
+        assert now["datetime"].endswith("+09:00")
+        assert toolset.num_errors == 0
+    finally:
+        sqlite.close()
+        clock.close()
+
+
+def test_docker_filesystem_server_cannot_reach_outside_the_workspace(docker_session, tmp_path):
+    secret = tmp_path / "host-secret.txt"
+    secret.write_text("TOP-SECRET")
+    conn = connect(filesystem_server("/"), docker_session)
+    try:
+        toolset = ToolSet(conn.tools(), sandbox=docker_session, timeout_s=20)
+        docker_session.write_file("notes.txt", "inside")
+        assert run(toolset, "read_text_file", path="/workspace/notes.txt") == "inside"
+        for path in (str(secret), "/etc/shadow", "/root/.bashrc"):
+            out = run(toolset, "read_text_file", path=path)
+            assert out.startswith("Error:") and "ENOENT" in out, (path, out)
+        out = run(toolset, "write_file", path=f"{MCP_HOME}/planted.txt", content="x")
+        assert out.startswith("Error:") and "EROFS" in out
+    finally:
+        conn.close()
+
+
+def test_docker_hung_server_is_a_timeout_error(docker_session) -> None:
+    conn = connect(sqlite_server(db="/workspace/hang.db"), docker_session)
+    try:
+        toolset = ToolSet(conn.tools(), sandbox=docker_session, timeout_s=3)
+        container = conn._proc.container
+        start = time.monotonic()
+        assert run(toolset, "read_query", query=HANG_QUERY) == (
+            "Error: tool 'read_query' timed out after 3 s"
+        )
+        assert time.monotonic() - start < 5
+        with pytest.raises(Exception, match=r"No such container|404"):  # the hung one is gone
+            container.reload()
+    finally:
+        conn.close()

@@ -23,10 +23,11 @@ import json
 import os
 import shutil
 import signal
+import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from forge_agent.sandbox.base import (
@@ -62,6 +63,8 @@ class DockerSandbox(Sandbox):
         base_url: the engine's address (default: the environment's, e.g. ``DOCKER_HOST``).
         python: the interpreter inside the image.
         workspace_root: host directory under which per-session workspaces are created.
+        ro_binds: host paths bound read-only at the same place in every container (e.g. the
+            folder of tool servers that `DockerSession.spawn` starts).
     """
 
     name = "docker"
@@ -74,6 +77,7 @@ class DockerSandbox(Sandbox):
         base_url: str | None = None,
         python: str = "/usr/bin/python3",
         workspace_root: str | None = None,
+        ro_binds: Sequence[str] = (),
     ) -> None:
         super().__init__(limits)
         try:
@@ -99,6 +103,8 @@ class DockerSandbox(Sandbox):
                 "forge_agent.sandbox.docker_local.build_python_image(client)"
             ) from None
         self.image = image
+        self.base_url = base_url
+        self.ro_binds = tuple(ro_binds)
         self.python = python
         self.workspace_root = workspace_root
         self.owner = (65534, 65534) if os.geteuid() == 0 else None
@@ -129,7 +135,7 @@ class DockerSandbox(Sandbox):
                     self.image,
                     [self.python, f"{CONTROL_DIR}/supervisor.py", "oneshot", request_path],
                     detach=True,
-                    **container_options(dirs, limits),
+                    **container_options(dirs, limits, self.ro_binds),
                 )
             except self._docker.errors.DockerException as exc:
                 raise SandboxError(f"docker run failed: {exc}") from exc
@@ -159,6 +165,7 @@ class DockerSession(WorkspaceSession):
         self._closed = False
         self._container: Any = None
         self._keepalive_pid: int | None = None
+        self._spawned: list[ContainerProcess] = []
         self._dirs = _Dirs(backend.workspace_root, backend.owner)
         self.workspace = self._dirs.workspace
         try:
@@ -174,7 +181,7 @@ class DockerSession(WorkspaceSession):
                 backend.image,
                 [backend.python, "-c", KEEPALIVE],
                 detach=True,
-                **container_options(self._dirs, self.limits),
+                **container_options(self._dirs, self.limits, backend.ro_binds),
             )
             # The keep-alive is init's only child; the supervisor must never kill it.
             code, out = self._container.exec_run(
@@ -260,11 +267,65 @@ class DockerSession(WorkspaceSession):
             if self._closed:
                 return
             self._closed = True
+            for proc in self._spawned:
+                proc.kill()
+            self._spawned.clear()
             self._remove_container()
             self._dirs.remove()
 
+    def spawn(
+        self,
+        argv: list[str],
+        limits: Limits | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> subprocess.Popen[bytes]:
+        """Start a long-lived process in a sibling container of the session's: the same image,
+        hardening, workspace volume and read-only binds, no network (unless the session has
+        it), the rlimits of `limits` and memory/pids limits of its own. Its stdio is attached
+        through the ``docker`` CLI (``docker start -ai``); `kill()` removes the container. It is
+        removed when the session closes. The session's runs cannot reach it."""
+        check_request(None, argv)
+        limits = limits or self.limits
+        if limits.network != self.limits.network:
+            raise ValueError(
+                f"limits.network={limits.network} differs from the session's "
+                f"network={self.limits.network}"
+            )
+        backend = self.backend
+        cli = shutil.which("docker")
+        if cli is None:
+            raise SandboxError("spawn needs the docker CLI on PATH (it attaches the pipes)")
+        options = container_options(self._dirs, limits, backend.ro_binds)
+        options["environment"] = {**options["environment"], **(env or {})}
+        command = [
+            backend.python, f"{CONTROL_DIR}/supervisor.py", "exec",
+            json.dumps(limits.to_dict()), *argv,
+        ]  # fmt: skip
+        with self._lock:
+            self._check_open()
+            try:
+                container = backend.client.containers.create(
+                    backend.image, command, stdin_open=True, **options
+                )
+            except backend._docker.errors.DockerException as exc:
+                raise SandboxError(f"cannot create a Docker container to spawn: {exc}") from exc
+            host = ["-H", backend.base_url] if backend.base_url else []
+            try:
+                proc = ContainerProcess(
+                    container,
+                    [cli, *host, "start", "--attach", "--interactive", container.id],
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                )
+            except OSError as exc:
+                _remove_quietly(container)
+                raise SandboxError(f"cannot run the docker CLI ({cli!r}): {exc}") from exc
+            self._spawned.append(proc)
+            return proc
 
-def container_options(dirs: _Dirs, limits: Limits) -> dict[str, Any]:
+
+def container_options(dirs: _Dirs, limits: Limits, ro_binds: Sequence[str] = ()) -> dict[str, Any]:
     """The hardening and limits every sandbox container gets."""
     memory = f"{int(limits.memory_mb) + SUPERVISOR_MEMORY_MB}m"
     return {
@@ -282,6 +343,7 @@ def container_options(dirs: _Dirs, limits: Limits) -> dict[str, Any]:
         "volumes": {
             dirs.workspace: {"bind": WORKSPACE, "mode": "rw"},
             dirs.control: {"bind": CONTROL_DIR, "mode": "ro"},
+            **{path: {"bind": path, "mode": "ro"} for path in ro_binds},
         },
         "environment": {"HOME": WORKSPACE, "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1"},
         "log_config": {"type": "json-file", "config": {"max-size": "1m", "max-file": "1"}},
@@ -365,6 +427,25 @@ def _no_answer(start: float, note: str, timed_out: bool = True) -> RunResult:
         duration_s=time.monotonic() - start,
         truncated=False,
     )
+
+
+class ContainerProcess(subprocess.Popen):  # type: ignore[type-arg]
+    """The ``docker start -ai`` client of a spawned container; `kill()` also removes the
+    container (killing the client alone would leave it running)."""
+
+    def __init__(self, container: Any, args: list[str], **kwargs: Any) -> None:
+        self.container = container
+        super().__init__(args, **kwargs)
+
+    def kill(self) -> None:
+        _remove_quietly(self.container)
+        with contextlib.suppress(OSError):
+            super().kill()
+
+
+def _remove_quietly(container: Any) -> None:
+    with contextlib.suppress(Exception):
+        container.remove(force=True)
 
 
 def _kill_quietly(container: Any) -> None:
