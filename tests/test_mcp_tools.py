@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import socket
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -29,6 +31,13 @@ try:
     from sandbox_fixtures import docker_engine
 except ImportError:
     from tests.sandbox_fixtures import docker_engine  # noqa: F401
+
+
+@pytest.fixture
+def unused_tcp_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
 def call(name: str, **arguments: object) -> dict:
@@ -249,6 +258,45 @@ def test_server_config_errors_name_the_server(kwargs: dict, message: str) -> Non
     with pytest.raises(ValueError, match=message) as info:
         MCPServerConfig("srv", **kwargs)
     assert "'srv'" in str(info.value)
+
+
+# -- a streamable-HTTP server ----------------------------------------------------------------
+
+
+def test_http_server_tools_are_reached_by_url(unused_tcp_port: int) -> None:
+    """PyPI's mcp-server-calculator (a FastMCP app) served over streamable HTTP on the host."""
+    require_servers()
+    serve = (
+        "from mcp_server_calculator.calculator import mcp\n"
+        f"mcp.settings.port = {unused_tcp_port}\n"
+        "mcp.run(transport='streamable-http')\n"
+    )
+    server = subprocess.Popen(
+        [f"{MCP_HOME}/bin/python", "-c", serve],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        url = f"http://127.0.0.1:{unused_tcp_port}/mcp"
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                conn = connect(MCPServerConfig("calc", url=url, start_timeout_s=5), None)
+                break
+            except MCPStartError:
+                if time.monotonic() > deadline or server.poll() is not None:
+                    raise
+                time.sleep(0.5)
+        try:
+            toolset = ToolSet(conn.tools(), timeout_s=10)
+            assert toolset.names == ["calculate"]
+            assert run(toolset, "calculate", expression="6 * 7") == "42"
+            assert run(toolset, "calculate").startswith("Error: bad arguments")
+        finally:
+            conn.close()
+    finally:
+        server.kill()
+        server.wait()
 
 
 # -- the Docker backend ----------------------------------------------------------------------

@@ -129,9 +129,14 @@ class MCPConnection:
         """Start (or reach) the server, initialize the session and list its tools.
 
         Raises:
-            MCPStartError: naming the server, with its exit status and stderr when it died.
+            MCPStartError: naming the server, with its exit status and stderr when it died (the
+                connection is closed then).
         """
-        self._on_loop(self._open(), self.config.start_timeout_s + 5)
+        try:
+            self._on_loop(self._open(), self.config.start_timeout_s + 5)
+        except BaseException:
+            self.close()
+            raise
         return self
 
     async def _open(self) -> None:
