@@ -162,6 +162,9 @@ def test_filesystem_server_cannot_reach_outside_the_workspace(session, tmp_path,
             assert out.startswith("Error:") and "ENOENT" in out, (path, out)
         environ = run(toolset, "read_text_file", path="/proc/1/environ")
         assert "env-secret-value" not in environ
+        # no network: the server's network namespace holds only a loopback device
+        devices = run(toolset, "read_text_file", path="/proc/net/dev").splitlines()[2:]
+        assert [d.split(":")[0].strip() for d in devices] == ["lo"]
         out = run(toolset, "write_file", path="/usr/planted.txt", content="x")
         assert out.startswith("Error:") and "EROFS" in out
         assert not os.path.exists("/usr/planted.txt")
