@@ -1,0 +1,280 @@
+"""The OpenAI-compatible endpoint with the real `openai` client, the real vLLM CPU engine (in a
+Monarch actor) and unmodified agent programs: token-exact recording, segments, errors."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import httpx
+import openai
+import pytest
+
+from envs.calculator import generate_tasks
+from forge_agent.endpoint import EndpointConfig, EndpointServer
+from forge_agent.generator import GeneratorConfig
+from forge_agent.rollout import ChatRenderer
+from forge_agent.types import Trajectory
+from tests.endpoint_agents import CALCULATOR_TOOL, calculator_agent, rewriting_agent
+
+MAX_MODEL_LEN = GeneratorConfig().max_model_len  # the shared generator fixture's context
+
+
+@pytest.fixture(scope="module")
+def renderer(tiny_tokenizer):
+    return ChatRenderer(tiny_tokenizer)
+
+
+class RecordingGenerate:
+    """The real generator actor, with every (prompt ids, completion) it served kept for the
+    checks. `fail_next` makes the next call raise (fault injection for the 503 path)."""
+
+    def __init__(self, generator) -> None:
+        self.generator = generator
+        self.calls: list[tuple[list[int], object]] = []
+        self.seeds: list[int | None] = []
+        self.fail_next = False
+
+    async def __call__(self, prompt_ids, sampling, session):
+        if self.fail_next:
+            self.fail_next = False
+            raise RuntimeError("injected generator failure")
+        completion = await self.generator.generate.call_one(prompt_ids, sampling, session)
+        self.calls.append((list(prompt_ids), completion))
+        self.seeds.append(sampling.seed)
+        return completion
+
+
+def _client(server: EndpointServer, key: str) -> openai.AsyncOpenAI:
+    return openai.AsyncOpenAI(base_url=server.base_url, api_key=key, max_retries=0)
+
+
+def _check_segment(traj: Trajectory, start: int, calls: list) -> int:
+    """One segment starting at `start` is exactly: the first prompt, then per turn the sampled
+    ids and the bridge tokens, where each later prompt extends the segment append-only.
+    Returns where the segment ends."""
+    ids = traj.token_ids
+    for prompt, completion in calls:
+        p, c = len(prompt), len(completion.token_ids)
+        assert ids[start : start + p] == prompt  # every prompt is a prefix of the segment
+        span = (start + p, start + p + c)
+        assert ids[span[0] : span[1]] == completion.token_ids  # sampled ids, verbatim
+        assert span in traj.turn_spans
+        assert traj.logprobs[span[0] : span[1]] == completion.logprobs
+        assert traj.versions[span[0] : span[1]] == [completion.policy_version] * c
+    last_prompt, last = calls[-1]
+    return start + len(last_prompt) + len(last.token_ids)
+
+
+def _check_mask(traj: Trajectory) -> None:
+    n = len(traj.token_ids)
+    assert len(traj.loss_mask) == len(traj.logprobs) == len(traj.versions) == n
+    sampled = {i for s, e in traj.turn_spans for i in range(s, e)}
+    assert {i for i, m in enumerate(traj.loss_mask) if m} == sampled
+    for i in range(n):
+        if not traj.loss_mask[i]:
+            assert traj.logprobs[i] == 0.0 and traj.versions[i] == -1
+        else:
+            assert traj.logprobs[i] <= 0.0 and traj.versions[i] >= 0
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
+def test_unmodified_openai_agent_is_recorded_token_exactly(generator, renderer, stream):
+    gen = RecordingGenerate(generator)
+
+    async def run():
+        async with EndpointServer(gen, renderer, MAX_MODEL_LEN) as server:
+            assert server.base_url.startswith("http://127.0.0.1:")  # loopback by default
+            for task in generate_tasks(12, seed=21):
+                gen.calls.clear()
+                session = server.open_session(task["task_id"])
+                async with _client(server, session.key) as client:
+                    answer = await calculator_agent(task, client, stream=stream)
+                traj = server.close_session(session.key)
+                if len(gen.calls) >= 2:
+                    return task, answer, traj, list(gen.calls)
+        return None
+
+    found = asyncio.run(run())
+    assert found is not None, "the warm-started policy never called the tool"
+    _, answer, traj, calls = found
+    first_messages = traj.messages[:2]
+    assert calls[0][0] == renderer.render_prompt(first_messages, [CALCULATOR_TOOL])
+    assert traj.segment_starts == [0]
+    end = _check_segment(traj, 0, calls)
+    assert end == len(traj.token_ids)  # nothing else was recorded
+    _check_mask(traj)
+    assert len(traj.turn_spans) == len(calls)
+    assert traj.info["history_rewrites"] == 0
+    # the transcript as the endpoint saw it: assistant turns with their tool calls
+    assert traj.messages[2]["role"] == "assistant" and traj.messages[2].get("tool_calls")
+    assert traj.messages[3]["role"] == "tool"
+    assert traj.messages[-1]["role"] == "assistant"
+    assert (traj.messages[-1]["content"] or "") == answer
+
+
+def test_history_rewriting_agent_yields_two_correct_segments(generator, renderer):
+    gen = RecordingGenerate(generator)
+    task = generate_tasks(1, seed=4)[0]
+
+    async def run():
+        async with EndpointServer(gen, renderer, MAX_MODEL_LEN) as server:
+            session = server.open_session(task["task_id"])
+            async with _client(server, session.key) as client:
+                await rewriting_agent(task, client)
+            return server.close_session(session.key), server.endpoint.stats
+
+    traj, stats = asyncio.run(run())
+    assert len(gen.calls) == 2
+    assert len(traj.segment_starts) == 2 and traj.segment_starts[0] == 0
+    second_start = _check_segment(traj, 0, gen.calls[:1])
+    assert traj.segment_starts[1] == second_start
+    assert _check_segment(traj, second_start, gen.calls[1:]) == len(traj.token_ids)
+    _check_mask(traj)
+    assert traj.info["history_rewrites"] == 1 and stats["history_rewrites"] == 1
+    rewritten = [
+        {"role": "system", "content": traj.messages[0]["content"]},
+        {"role": "user", "content": traj.messages[1]["content"]},
+    ]
+    assert "A first draft said" in rewritten[1]["content"]
+    assert gen.calls[1][0] == renderer.render_prompt(rewritten, [CALCULATOR_TOOL])
+
+
+def test_models_lists_the_policy(generator, renderer):
+    async def run():
+        gen = RecordingGenerate(generator)
+        async with (
+            EndpointServer(gen, renderer, MAX_MODEL_LEN) as s,
+            _client(s, s.open_session().key) as client,
+        ):
+            return [m.id async for m in client.models.list()]
+
+    assert asyncio.run(run()) == [EndpointConfig().model_name]
+
+
+def _post(server: EndpointServer, key: str, body: bytes | dict) -> httpx.Response:
+    content = body if isinstance(body, bytes) else json.dumps(body).encode()
+    return httpx.post(
+        f"{server.base_url}/chat/completions",
+        content=content,
+        headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"},
+        timeout=60,
+    )
+
+
+def test_bad_requests_are_refused_with_the_field_named_and_record_nothing(generator, renderer):
+    gen = RecordingGenerate(generator)
+    task = generate_tasks(1, seed=8)[0]
+    ok = {"model": "policy", "messages": [{"role": "user", "content": task["prompt"]}]}
+    cases = {
+        "malformed JSON": (b'{"messages": [', None),
+        "wrong field type": ({**ok, "temperature": "hot"}, "temperature"),
+        "unknown role": (
+            {**ok, "messages": [{"role": "robot", "content": "x"}]},
+            "messages[0].role",
+        ),
+        "n out of range": ({**ok, "n": 99}, "n"),
+        "max_tokens zero": ({**ok, "max_tokens": 0}, "max_tokens"),
+        "max_tokens past context": ({**ok, "max_tokens": MAX_MODEL_LEN}, "max_tokens"),
+        "prompt past context": (
+            {**ok, "messages": [{"role": "user", "content": "7 " * MAX_MODEL_LEN}]},
+            "messages",
+        ),
+        "forced tool": ({**ok, "tool_choice": {"type": "function"}}, "tool_choice"),
+    }
+
+    async def run():
+        async with EndpointServer(gen, renderer, MAX_MODEL_LEN) as server:
+            session = server.open_session(task["task_id"])
+            replies = {
+                name: await asyncio.to_thread(_post, server, session.key, body)
+                for name, (body, _) in cases.items()
+            }
+            unknown = await asyncio.to_thread(_post, server, "fa-not-a-key", ok)
+            untouched = server.close_session(session.key)
+            # the server is still usable: a fresh session works, and its key expires on close
+            fresh = server.open_session(task["task_id"])
+            client = _client(server, fresh.key)
+            reply = await client.chat.completions.create(**ok, max_tokens=16, logprobs=True)
+            traj = server.close_session(fresh.key)
+            with pytest.raises(openai.AuthenticationError) as closed:
+                await client.chat.completions.create(**ok, max_tokens=4)
+            await client.close()
+            return replies, unknown, untouched, reply, traj, closed.value
+
+    replies, unknown, untouched, reply, traj, closed = asyncio.run(run())
+    for name, (_, field) in cases.items():
+        r = replies[name]
+        assert r.status_code == 400, (name, r.text)
+        error = r.json()["error"]
+        assert error["type"] == "invalid_request_error"
+        assert error["param"] == field, (name, error)
+        if field:
+            assert field in error["message"]
+    assert unknown.status_code == 401
+    assert unknown.json()["error"]["code"] == "invalid_api_key"
+    assert closed.status_code == 401 and closed.body["code"] == "invalid_api_key"
+    assert untouched.token_ids == [] and untouched.num_sampled == 0
+    assert traj.num_sampled == len(gen.calls[-1][1].token_ids) > 0
+    # what the client sees is what was recorded
+    shown = [t.logprob for t in reply.choices[0].logprobs.content]
+    span = traj.turn_spans[0]
+    assert len(shown) == span[1] - span[0]
+    assert shown == traj.logprobs[span[0] : span[1]]
+
+
+def test_generator_failure_is_503_and_the_session_goes_on(generator, renderer):
+    gen = RecordingGenerate(generator)
+    task = generate_tasks(1, seed=9)[0]
+    messages = [{"role": "user", "content": task["prompt"]}]
+
+    async def run():
+        async with EndpointServer(gen, renderer, MAX_MODEL_LEN) as server:
+            session = server.open_session(task["task_id"])
+            client = _client(server, session.key)
+            gen.fail_next = True
+            with pytest.raises(openai.InternalServerError) as failed:
+                await client.chat.completions.create(model="p", messages=messages, max_tokens=8)
+            after = await client.chat.completions.create(model="p", messages=messages, max_tokens=8)
+            await client.close()
+            return failed.value, after, server.close_session(session.key)
+
+    failed, after, traj = asyncio.run(run())
+    assert failed.status_code == 503
+    assert failed.body["type"] == "server_error" and "injected" in failed.body["message"]
+    assert after.choices[0].finish_reason in ("stop", "length", "tool_calls")
+    assert len(gen.calls) == 1 and len(traj.turn_spans) == 1
+    assert traj.segment_starts == [0]  # the failed request left no trace
+    assert traj.num_sampled == len(gen.calls[0][1].token_ids)
+
+
+def test_n_choices_stop_strings_and_the_chosen_branch_continues(generator, renderer):
+    gen = RecordingGenerate(generator)
+    task = generate_tasks(1, seed=12)[0]
+    messages = [{"role": "user", "content": task["prompt"]}]
+
+    async def run():
+        async with EndpointServer(gen, renderer, MAX_MODEL_LEN) as server:
+            session = server.open_session(task["task_id"])
+            client = _client(server, session.key)
+            many = await client.chat.completions.create(
+                model="p", messages=messages, max_tokens=96, n=3, seed=5, temperature=1.0
+            )
+            pick = many.choices[2].message.model_dump(exclude_none=True)
+            follow = [*messages, pick, {"role": "user", "content": "Again."}]
+            stopped = await client.chat.completions.create(
+                model="p", messages=follow, max_tokens=24, stop=["1", "2", "3", "4"]
+            )
+            await client.close()
+            return many, stopped, server.close_session(session.key)
+
+    many, stopped, traj = asyncio.run(run())
+    assert len(many.choices) == 3
+    assert traj.segment_starts == [0]  # the client continued choice 2: still one segment
+    chosen = gen.calls[gen.seeds.index(5 + 2)][1]  # choice i is sampled with seed + i
+    s, e = traj.turn_spans[0]
+    assert traj.token_ids[s:e] == chosen.token_ids
+    text = stopped.choices[0].message.content or ""
+    assert not any(d in text for d in "1234")
+    s2, e2 = traj.turn_spans[1]
+    assert traj.token_ids[s2:e2] == gen.calls[3][1].token_ids[: e2 - s2]
