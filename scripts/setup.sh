@@ -16,6 +16,8 @@ command -v bwrap >/dev/null 2>&1 || missing+=(bubblewrap)      # default sandbox
 [[ -x /usr/bin/python3 ]] || missing+=(python3)               # interpreter used inside sandboxes
 /usr/bin/python3 -c "import ensurepip" 2>/dev/null || missing+=(python3-venv)  # MCP servers venv
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)   # trace page tests (headless)
+command -v ip >/dev/null 2>&1 || missing+=(iproute2)         # network-namespace hosts (tests/netns.py)
+command -v unshare >/dev/null 2>&1 || missing+=(util-linux)  # per-host hostname and /dev/shm there
 if ((${#missing[@]})); then
   echo "[setup] apt-get install ${missing[*]}"
   if [[ $(id -u) -ne 0 ]]; then SUDO=sudo; else SUDO=; fi
