@@ -140,7 +140,8 @@ class EnvConfig:
     reset_timeout_s: float = 60.0
     train_seed: int = 0  # seed of the first training task; eval tasks start at eval_seed
     eval_seed: int = 10_000
-    dataset: str | None = None  # hub name or local json/jsonl of tasks, where the env takes one
+    dataset: str | None = None  # hub name or local json/jsonl/parquet/csv of tasks
+    fields: dict[str, str] = field(default_factory=dict)  # task field -> column or "{template}"
 
     def __post_init__(self) -> None:
         _check(bool(self.id), "id", self.id, "a registered env id or 'module:Name'")

@@ -143,6 +143,25 @@ class Controller:
             self._clear_previous_outputs()
         dump_yaml(cfg, self.out / "config.yaml")
 
+        # 0. tasks: a bad env id, dataset or task fails here, before any actor starts
+        env = cfg.env
+        self.tasks = TaskStream(
+            env.id, dict(env.kwargs), env.train_seed, dataset=env.dataset, fields=env.fields
+        )
+        self.eval_tasks = (
+            load_tasks(
+                env.id,
+                "eval",
+                cfg.eval.num_tasks,
+                env.eval_seed,
+                dict(env.kwargs),
+                dataset=env.dataset,
+                fields=env.fields,
+            )
+            if cfg.eval.every > 0
+            else []
+        )
+
         # 1. model (+ warm start)
         self.policy_path = policy_model(cfg)
         self.tokenizer = load_tokenizer(self.policy_path)
@@ -201,21 +220,6 @@ class Controller:
         )
         self.eval_engine = RolloutEngine(
             generate, self.pool, renderer, cfg.rollout_config(cfg.eval.temperature, max_len)
-        )
-        self.tasks = TaskStream(
-            cfg.env.id, dict(cfg.env.kwargs), cfg.env.train_seed, dataset=cfg.env.dataset
-        )
-        self.eval_tasks = (
-            load_tasks(
-                cfg.env.id,
-                "eval",
-                cfg.eval.num_tasks,
-                cfg.env.eval_seed,
-                dict(cfg.env.kwargs),
-                dataset=cfg.env.dataset,
-            )
-            if cfg.eval.every > 0
-            else []
         )
         lag = cfg.training.max_policy_lag + cfg.training.sync_interval - 1
         self.buffer = ReplayBuffer(cfg.training.replay_capacity, lag)

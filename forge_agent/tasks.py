@@ -5,160 +5,172 @@
     task, env_seed = next(stream)          # endless, deterministic
     state = stream.state()                 # save with the checkpoint; `load_state` resumes
 
-How train and eval stay apart (no task is ever in both):
-- generated envs (calculator, frozen_lake): each task has a content key (the calculator's
-  expression, the lake's map); a hash of the key puts it in "eval" for a fixed
-  `HOLDOUT_FRACTION` of the key space and in "train" otherwise, and each split keeps only its
-  own tasks. So a problem ("37 * 12", also as a word problem) in the eval set can never be drawn
-  for training, whatever the seeds or counts. The generator seeds differ too: even seeds for
-  train, odd seeds for eval.
-- datasets (code_exec): a dataset's own "test" (or "validation") split is the eval split when
-  the dataset has one (hub datasets); a dataset with a single split (a local json/jsonl file,
-  like the shipped `envs/code_exec/data/tasks.jsonl`) is split by a hash of `task_id`, the
-  same way.
+Where tasks come from: the env itself (see `forge_agent.env.Env` for the seam): a generator
+`tasks(split, n, seed)` or a `dataset` (a hub dataset or a local json/jsonl/parquet/csv file,
+renamed by a field mapping). The config's `env.dataset` / `env.fields` override the env's own.
 
-Tasks come in blocks: block b of a generated env is the tasks of one generator seed that fall
-in the split; block b of a dataset is epoch b, the split's tasks in a seeded shuffle. A
-`TaskStream` walks the train blocks in order, so its state is (block, offset) and resuming is
-O(one block).
+How train and eval stay apart (no task is ever in both):
+- generators keep their split's share of what they generate (`forge_agent.env.holdout`: a hash
+  of a content key, e.g. the calculator's expression); the generator seeds differ too (even
+  seeds for train, odd seeds for eval).
+- datasets: a hub dataset's own "test" (or "validation") split is the eval split; data with a
+  single split (a local file) is split by a hash of each task's key (`Dataset.key`).
+
+Tasks come in blocks: block b of a generator is `tasks(split, BLOCK_SIZE, seed_b)`; block b of
+a dataset is epoch b, the split's tasks in a seeded shuffle. A `TaskStream` walks the train
+blocks in order, so its state is (block, offset) and resuming is O(one block).
+
+Bad input fails here, before any actor starts, with an `EnvSetupError` naming the env id, the
+source and what is missing: an env without tasks, a dataset file that does not exist, a task
+lacking a field the env needs, an entry point that does not import.
 """
 
 from __future__ import annotations
 
-import hashlib
-import os
+import dataclasses
 import random
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from functools import lru_cache
-from typing import Any, Literal
+from typing import Any
 
-__all__ = ["HOLDOUT_FRACTION", "SUPPORTED_ENV_IDS", "Split", "TaskStream", "load_tasks"]
+from forge_agent.env.registry import env_spec
+from forge_agent.env.sources import (
+    HOLDOUT_FRACTION,
+    Dataset,
+    EnvSetupError,
+    Split,
+    in_eval_split,
+    load_dataset_splits,
+    missing_fields,
+)
 
-Split = Literal["train", "eval"]
-
-HOLDOUT_FRACTION = 0.2
-"""Share of the task key space held out for evaluation (generated envs, single-split data)."""
+__all__ = [
+    "BLOCK_SIZE",
+    "HOLDOUT_FRACTION",
+    "Split",
+    "TaskStream",
+    "in_eval_split",
+    "load_tasks",
+    "task_source",
+]
 
 BLOCK_SIZE = 64
-"""Tasks generated per generator seed (before keeping the split's share)."""
+"""Tasks asked of a generator per seed (it may return fewer: its split's share)."""
 
-_EVAL_SPLIT_NAMES = ("test", "validation")
-
-
-def in_eval_split(key: str) -> bool:
-    """Whether the task with content key `key` belongs to the eval split (a stable hash)."""
-    digest = hashlib.sha256(key.encode()).digest()
-    return int.from_bytes(digest[:8], "big") / 2**64 < HOLDOUT_FRACTION
-
-
-def _split_of(key: str) -> Split:
-    return "eval" if in_eval_split(key) else "train"
+MAX_EMPTY_BLOCKS = 64
+"""Consecutive generator seeds without a task of the split before giving up."""
 
 
 # ---------------------------------------------------------------------------- task sources
 @dataclass
 class _GeneratedSource:
-    """An env whose tasks come from `generate(n, seed)`; `key(task)` names the problem."""
+    """An env whose tasks come from its `tasks(split, n, seed)`."""
 
-    generate: Callable[[int, int], list[dict[str, Any]]]
-    key: Callable[[dict[str, Any]], str]
+    env_id: str
+    env: Any
+    required: tuple[str, ...]
     finite = False
+
+    def describe(self) -> str:
+        return f"{type(self.env).__name__}.tasks()"
 
     def block(self, split: Split, index: int, seed: int) -> list[dict[str, Any]]:
         generator_seed = 2 * (seed + index) + (1 if split == "eval" else 0)
-        tasks = self.generate(BLOCK_SIZE, generator_seed)
-        return [t for t in tasks if _split_of(self.key(t)) == split]
+        tasks = [dict(t) for t in self.env.tasks(split, BLOCK_SIZE, generator_seed)]
+        for task in tasks:
+            missing = missing_fields(task, self.required)
+            if missing:
+                raise EnvSetupError(
+                    self.env_id,
+                    self.describe(),
+                    f"task {task.get('task_id', task)!r} lacks field(s) {', '.join(missing)} "
+                    "that the env needs",
+                )
+        return tasks
 
 
 @dataclass
 class _DatasetSource:
     """A finite list of tasks per split; block b is epoch b in a seeded shuffle."""
 
+    env_id: str
     name: str
     splits: dict[str, list[dict[str, Any]]]
     finite = True
 
+    def describe(self) -> str:
+        return f"dataset {self.name!r}"
+
     def block(self, split: Split, index: int, seed: int) -> list[dict[str, Any]]:
         tasks = list(self.splits[split])
         if not tasks:
-            raise ValueError(f"dataset {self.name!r} has no {split!r} tasks")
+            raise EnvSetupError(self.env_id, self.describe(), f"it has no {split!r} tasks")
         random.Random(f"{self.name}-{split}-{seed}-{index}").shuffle(tasks)
         return tasks
 
 
-def _calculator(env_kwargs: dict[str, Any], dataset: str | None) -> _GeneratedSource:
-    from envs.calculator.tasks import generate_tasks
-
-    difficulty = int(env_kwargs.get("difficulty", 1))
-    return _GeneratedSource(
-        generate=lambda n, seed: generate_tasks(n, seed=seed, difficulty=difficulty),
-        key=lambda task: "calculator:" + task["expression"].replace(" ", ""),
-    )
+def _as_dataset(value: Any) -> Dataset:
+    return value if isinstance(value, Dataset) else Dataset(value)
 
 
-def _frozen_lake(env_kwargs: dict[str, Any], dataset: str | None) -> _GeneratedSource:
-    from envs.frozen_lake.env import generate_tasks
-
-    size = int(env_kwargs.get("size", 4))
-    p_frozen = float(env_kwargs.get("p_frozen", 0.8))
-    return _GeneratedSource(
-        generate=lambda n, seed: generate_tasks(n, seed=seed, size=size, p_frozen=p_frozen),
-        key=lambda task: "frozen_lake:" + "/".join(task["map"]),
-    )
-
-
-def _code_exec(env_kwargs: dict[str, Any], dataset: str | None) -> _DatasetSource:
-    dataset = dataset or env_kwargs.get("dataset")
-    return _code_exec_splits(dataset)
-
-
-@lru_cache(maxsize=8)
-def _code_exec_splits(dataset: str | None) -> _DatasetSource:
-    from envs.code_exec.env import DEFAULT_DATA
-    from envs.code_exec.env import load_tasks as load_dataset_tasks
-
-    train = load_dataset_tasks(dataset, "train")
-    if dataset is not None and not os.path.exists(dataset):  # a hub dataset may have splits
-        for name in _EVAL_SPLIT_NAMES:
-            try:
-                held_out = load_dataset_tasks(dataset, name)
-            except (ValueError, KeyError):  # `datasets` refuses an unknown split
-                continue
-            return _DatasetSource(dataset, {"train": train, "eval": held_out})
-    splits: dict[str, list[dict[str, Any]]] = {"train": [], "eval": []}
-    for task in train:
-        splits[_split_of(f"code_exec:{task['task_id']}")].append(task)
-    return _DatasetSource(dataset or DEFAULT_DATA, splits)
-
-
-_SOURCES: dict[str, Callable[[dict[str, Any], str | None], Any]] = {
-    "calculator": _calculator,
-    "code_exec": _code_exec,
-    "frozen_lake": _frozen_lake,
-}
-SUPPORTED_ENV_IDS = tuple(sorted(_SOURCES))
-
-
-def _source(env_id: str, env_kwargs: dict[str, Any] | None, dataset: str | None) -> Any:
-    if env_id not in _SOURCES and ":" in env_id:
-        # A custom env ("module:Factory") names the task source it plays with `task_source`.
-        import importlib
-
-        module, _, attr = env_id.partition(":")
-        factory = getattr(importlib.import_module(module), attr)
-        env_id = getattr(factory, "task_source", env_id)
-    if env_id not in _SOURCES:
-        raise ValueError(
-            f"no task source for env id {env_id!r}; supported env ids: "
-            f"{', '.join(SUPPORTED_ENV_IDS)}"
+def task_source(
+    env_id: str,
+    env_kwargs: Mapping[str, Any] | None = None,
+    dataset: str | None = None,
+    fields: Mapping[str, str] | None = None,
+) -> _GeneratedSource | _DatasetSource:
+    """Where `env_id`'s tasks come from (its generator or dataset; `dataset` and `fields`
+    override the env's own dataset). Raises `EnvSetupError` when there is none."""
+    spec = env_spec(env_id)
+    factory = spec.factory()
+    env = spec.make(**dict(env_kwargs or {}))
+    required = tuple(getattr(env, "required_fields", ()))
+    declared = getattr(env, "dataset", None)
+    if dataset is not None or fields or (declared is not None and not _has_generator(env)):
+        if dataset is None and declared is None:
+            raise EnvSetupError(
+                env_id, f"{factory.__name__}", "env.fields is set but the env has no dataset"
+            )
+        base = _as_dataset(declared) if declared is not None else Dataset(dataset or "")
+        data = dataclasses.replace(
+            base,
+            source=dataset if dataset is not None else base.source,
+            fields={**base.fields, **dict(fields or {})},
         )
-    return _SOURCES[env_id](dict(env_kwargs or {}), dataset)
+        splits = load_dataset_splits(data, env_id, required)
+        name = data.source if isinstance(data.source, str) else f"{env_id}-tasks"
+        return _DatasetSource(env_id, name, splits)
+    if _has_generator(env):
+        return _GeneratedSource(env_id, env, required)
+    raise EnvSetupError(
+        env_id,
+        f"env class {getattr(factory, '__qualname__', factory)!r}",
+        "it has no tasks: give the class a `tasks(split, n, seed)` generator or a `dataset`, "
+        "or set env.dataset in the config",
+    )
+
+
+def _has_generator(env: Any) -> bool:
+    return callable(getattr(env, "tasks", None))
 
 
 def _check_split(split: str) -> None:
     if split not in ("train", "eval"):
         raise ValueError(f"split must be 'train' or 'eval', got {split!r}")
+
+
+def _nonempty_block(source: Any, split: Split, index: int, seed: int) -> tuple[int, list]:
+    """The first block at or after `index` that has tasks, and its index (a generator may give
+    none of a split for some seeds; too many in a row is an error)."""
+    for k in range(index, index + MAX_EMPTY_BLOCKS):
+        tasks = source.block(split, k, seed)
+        if tasks:
+            return k, tasks
+    raise EnvSetupError(
+        source.env_id,
+        source.describe(),
+        f"it gave no {split!r} tasks for {MAX_EMPTY_BLOCKS} seeds in a row",
+    )
 
 
 # ---------------------------------------------------------------------------- public API
@@ -167,26 +179,29 @@ def load_tasks(
     split: Split,
     n: int,
     seed: int,
-    env_kwargs: dict[str, Any] | None = None,
+    env_kwargs: Mapping[str, Any] | None = None,
     dataset: str | None = None,
+    fields: Mapping[str, str] | None = None,
 ) -> list[dict[str, Any]]:
     """`n` tasks of `split` for `env_id`, the same for the same arguments.
 
     Generated envs give exactly `n` tasks (the first `n` a `TaskStream` with this seed yields,
     for "train"). Datasets give `min(n, len(split))` tasks in a seeded shuffle, without repeats.
     `env_kwargs` are the env's constructor arguments (the calculator reads `difficulty`);
-    `dataset` names a hub dataset or a json/jsonl file for envs that take one (code_exec).
+    `dataset` (a hub dataset or a local file) and `fields` (task field -> column) override
+    the env's own dataset.
     """
     _check_split(split)
     if n < 0:
         raise ValueError(f"n must be >= 0, got {n}")
-    source = _source(env_id, env_kwargs, dataset)
+    source = task_source(env_id, env_kwargs, dataset, fields)
     if source.finite:
         return source.block(split, 0, seed)[:n]
     tasks: list[dict[str, Any]] = []
     index = 0
     while len(tasks) < n:
-        tasks.extend(source.block(split, index, seed))
+        index, block = _nonempty_block(source, split, index, seed)
+        tasks.extend(block)
         index += 1
     return tasks[:n]
 
@@ -202,18 +217,28 @@ class TaskStream(Iterator[tuple[dict[str, Any], int]]):
     def __init__(
         self,
         env_id: str,
-        env_kwargs: dict[str, Any] | None = None,
+        env_kwargs: Mapping[str, Any] | None = None,
         seed: int = 0,
         dataset: str | None = None,
+        fields: Mapping[str, str] | None = None,
     ) -> None:
         self.env_id = env_id
         self.seed = seed
         self.dataset = dataset
-        self._source = _source(env_id, env_kwargs, dataset)
+        self._source = task_source(env_id, env_kwargs, dataset, fields)
         self.position = 0
         self._block_index = 0
         self._offset = 0
         self._block: list[dict[str, Any]] | None = None
+        self._load_block()  # fails now, before training starts, if there are no tasks
+
+    def _load_block(self) -> None:
+        if self._source.finite:
+            self._block = self._source.block("train", self._block_index, self.seed)
+        else:
+            self._block_index, self._block = _nonempty_block(
+                self._source, "train", self._block_index, self.seed
+            )
 
     def __iter__(self) -> TaskStream:
         return self
@@ -221,7 +246,7 @@ class TaskStream(Iterator[tuple[dict[str, Any], int]]):
     def __next__(self) -> tuple[dict[str, Any], int]:
         while True:
             if self._block is None:
-                self._block = self._source.block("train", self._block_index, self.seed)
+                self._load_block()
             if self._offset < len(self._block):
                 break
             self._block_index, self._offset, self._block = self._block_index + 1, 0, None

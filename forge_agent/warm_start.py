@@ -23,6 +23,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from forge_agent.env.registry import env_spec
+from forge_agent.env.seam import demonstrations_of
+from forge_agent.env.sources import EnvSetupError
 from forge_agent.rollout.renderer import ChatRenderer
 from forge_agent.types import Message, ToolSpec, Trajectory
 
@@ -95,63 +98,25 @@ def _extend(traj: Trajectory, ids: list[int], mask: int) -> None:
 def demonstrations(
     env_id: str, env_kwargs: dict[str, Any], n: int, demo_fraction: float, seed: int
 ) -> tuple[list[list[Message]], list[ToolSpec]]:
-    """`n` conversations for `env_id`: tool-using demonstrations and direct guesses."""
-    rng = random.Random(seed)
-    if env_id == "calculator":
-        from envs.calculator import CalculatorEnv, demonstration, generate_tasks
-        from forge_agent.toolset import ToolSet
+    """`n` conversations of `env_id` from the env's `demonstrations(n, seed, demo_fraction)`
+    hook, and the tool specs they were written against.
 
-        difficulty = int(env_kwargs.get("difficulty", 1))
-        tools = ToolSet(CalculatorEnv(difficulty=difficulty).get_tools()).specs
-        convos = []
-        for task in generate_tasks(n, seed=seed + 7919, difficulty=difficulty):
-            demo = demonstration(task)
-            if rng.random() >= demo_fraction:  # a guess: answer without the tool
-                demo = [*demo[:2], {"role": "assistant", "content": _guess(task["answer"], rng)}]
-            convos.append(demo)
-        return convos, tools
-    if env_id == "code_exec":
-        from envs.code_exec.env import CodeExecEnv, load_tasks
-        from forge_agent.toolset import ToolSet
-
-        env = CodeExecEnv(**env_kwargs)
-        tools = ToolSet(env.get_tools()).specs
-        tasks = load_tasks()
-        convos = []
-        for k in range(n):
-            task = tasks[k % len(tasks)]
-            convos.append(_code_demo(env.prompt(task), task, rng.random() < demo_fraction))
-        return convos, tools
-    raise ValueError(
-        f"no demonstrations for env {env_id!r}; warm start supports 'calculator' and "
-        "'code_exec' (set warm_start.enabled=false for other envs)"
-    )
+    Raises `EnvSetupError` when the env has none (`has_demonstrations` checks first).
+    """
+    convos = demonstrations_of(env_id, env_kwargs, n, seed, demo_fraction)
+    if not convos:
+        raise EnvSetupError(
+            env_id,
+            "its demonstrations()",
+            "no demonstrations for the warm start (give the env class a "
+            "`demonstrations(n, seed, demo_fraction)` method, or set warm_start.enabled=false)",
+        )
+    return [messages for messages, _ in convos], convos[0][1]
 
 
-def _guess(answer: str, rng: random.Random) -> str:
-    """A plausible wrong-ish number: the answer with its last digits scrambled."""
-    digits = list(answer)
-    for k in range(max(1, len(digits) // 2)):
-        digits[-1 - k] = str(rng.randrange(10))
-    return "".join(digits).lstrip("0") or "0"
-
-
-def _code_demo(prompt: list[Message], task: dict[str, Any], use_tool: bool) -> list[Message]:
-    code = task["reference"]
-    answer = {"role": "assistant", "content": f"```python\n{code}```"}
-    if not use_tool:
-        return [*prompt, answer]
-    tests = json.loads(task["tests"]) if isinstance(task["tests"], str) else task["tests"]
-    first = tests[0]["args"] if tests else []
-    check = f"{code}\nprint({task['entry_point']}(*{first!r}))"
-    call = {
-        "id": "call_0",
-        "type": "function",
-        "function": {"name": "python", "arguments": json.dumps({"code": check})},
-    }
-    expected = repr(tests[0]["expected"]) if tests else ""
-    result = {"role": "tool", "tool_call_id": "call_0", "name": "python", "content": expected}
-    return [*prompt, {"role": "assistant", "content": "", "tool_calls": [call]}, result, answer]
+def has_demonstrations(env_id: str, env_kwargs: dict[str, Any]) -> bool:
+    """Whether `env_id` gives demonstrations for the warm start."""
+    return callable(getattr(env_spec(env_id).factory(), "demonstrations", None))
 
 
 def warm_start(
@@ -231,6 +196,13 @@ def policy_model(cfg: Any) -> Path:
         base = Path(cfg.model.name)
     ws = cfg.warm_start
     if not ws.enabled or ws.steps <= 0:
+        return base
+    if not has_demonstrations(cfg.env.id, dict(cfg.env.kwargs)):
+        logger.warning(
+            "warm start skipped: env %r has no demonstrations() (RL starts from %s)",
+            cfg.env.id,
+            base,
+        )
         return base
     return warm_start(
         base,

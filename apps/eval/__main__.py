@@ -92,6 +92,7 @@ async def run_eval(cfg: AgentConfig, model_path: Path | str, out: Path) -> EvalR
         cfg.env.eval_seed,
         env_kwargs=cfg.env.kwargs,
         dataset=cfg.env.dataset,
+        fields=cfg.env.fields,
     )
     renderer = ChatRenderer(
         load_tokenizer(model_path),

@@ -10,11 +10,12 @@ wrong. Rewards: `{"correct": 1.0 or 0.0}`; info: `outcome` ("correct" | "wrong" 
 from __future__ import annotations
 
 import json
+import random
 import re
 from typing import Any
 
 from envs.calculator.tasks import generate_tasks
-from forge_agent.env import ToolEnv
+from forge_agent.env import Split, ToolEnv, holdout
 from forge_agent.types import Message
 from tools.calculator import calculator
 
@@ -48,12 +49,39 @@ class CalculatorEnv(ToolEnv):
     tools = (calculator,)
     system_prompt = SYSTEM_PROMPT
     tool_timeout_s = 5.0
+    required_fields = ("prompt", "answer")
 
     def __init__(self, difficulty: int = 1) -> None:
-        self.difficulty = difficulty
+        self.difficulty = int(difficulty)
 
     def default_task(self, seed: int) -> dict[str, Any]:
         return generate_tasks(1, seed=seed, difficulty=self.difficulty)[0]
+
+    def tasks(self, split: Split, n: int, seed: int) -> list[dict[str, Any]]:
+        """The `split` share of `n` generated problems; the split follows the expression, so
+        "37 * 12" (also as a word problem) is never both a training and an eval task."""
+        generated = generate_tasks(n, seed=seed, difficulty=self.difficulty)
+        return holdout(generated, split, key=problem_key)
+
+    def demonstrations(self, n: int, seed: int, demo_fraction: float) -> list[list[Message]]:
+        """Tool-using solutions, and for a `1 - demo_fraction` share a direct guess instead
+        (mostly wrong: RL has to find that calling the tool pays)."""
+        rng = random.Random(seed)
+        convos = []
+        for task in generate_tasks(n, seed=seed + 7919, difficulty=self.difficulty):
+            demo = demonstration(task)
+            if rng.random() >= demo_fraction:  # a guess: answer without the tool
+                demo = [*demo[:2], {"role": "assistant", "content": _guess(task["answer"], rng)}]
+            convos.append(demo)
+        return convos
+
+    def corpus(self) -> list[list[Message]]:
+        """Demonstrations at every difficulty, for the tiny model's tokenizer."""
+        return [
+            demonstration(task)
+            for difficulty in (1, 2, 3)
+            for task in generate_tasks(200, seed=12345, difficulty=difficulty)
+        ]
 
     def judge(self, answer: str) -> tuple[dict[str, float], dict[str, Any]]:
         given = extract_answer(answer)
@@ -69,6 +97,19 @@ class CalculatorEnv(ToolEnv):
             "expected": expected,
         }
         return {"correct": float(outcome == "correct")}, info
+
+
+def problem_key(task: dict[str, Any]) -> str:
+    """What makes two tasks the same problem: the expression, spaces ignored."""
+    return "calculator:" + task["expression"].replace(" ", "")
+
+
+def _guess(answer: str, rng: random.Random) -> str:
+    """A plausible wrong-ish number: the answer with its last digits scrambled."""
+    digits = list(answer)
+    for k in range(max(1, len(digits) // 2)):
+        digits[-1 - k] = str(rng.randrange(10))
+    return "".join(digits).lstrip("0") or "0"
 
 
 def demonstration(task: dict[str, Any]) -> list[Message]:

@@ -7,9 +7,13 @@ compare return values (see `grading.py`), so nothing the model did during the ep
 the grade. Rewards: `{"tests_passed": fraction}`; info: `outcome` ("passed" | "partial" |
 "failed" | "no_code" | "error"), `passed`, `total`, `used_tool`, `failures`.
 
-Tasks come through `datasets`: by default the shipped `data/tasks.jsonl`; `dataset=` names a
-hub dataset or a local json/jsonl file of the same shape: `task_id`, `entry_point`, `prompt`,
-`tests` (a JSON string, or list, of `{"args": [...], "expected": value}`).
+Tasks come through `datasets`: by default the shipped `data/tasks.jsonl`; `dataset=` (or the
+config's `env.dataset`) names a hub dataset or a local json/jsonl/parquet/csv file with:
+`task_id`, `prompt`, `entry_point` (or a `reference` solution it can be read from), and either
+`tests` (a JSON string, or list, of `{"args": [...], "expected": value}`) or `test_code`
+(assertion code: HumanEval's `check(candidate)` definition, or MBPP's `assert` lines, as a
+string or a list of lines). Other shapes map through `env.fields`, e.g. HumanEval's
+`{test_code: test, reference: "{prompt}{canonical_solution}"}`.
 """
 
 from __future__ import annotations
@@ -18,14 +22,17 @@ import asyncio
 import functools
 import json
 import os
+import random
+import re
 from typing import Any
 
 from envs.code_exec.grading import extract_code, grade
-from forge_agent.env import ToolEnv
+from forge_agent.env import Dataset, ToolEnv
 from forge_agent.sandbox import Limits, make_sandbox
+from forge_agent.types import Message
 from tools.python import python
 
-__all__ = ["DEFAULT_DATA", "CodeExecEnv", "load_tasks"]
+__all__ = ["DEFAULT_DATA", "CodeExecEnv", "load_tasks", "normalize_task"]
 
 DEFAULT_DATA = os.path.join(os.path.dirname(__file__), "data", "tasks.jsonl")
 
@@ -57,6 +64,25 @@ def load_tasks(dataset: str | None = None, split: str = "train") -> list[dict[st
     return [dict(t) for t in _load(dataset or DEFAULT_DATA, split)]
 
 
+_DEF = re.compile(r"^def\s+([A-Za-z_]\w*)\s*\(", re.MULTILINE)
+
+
+def normalize_task(task: dict[str, Any]) -> dict[str, Any]:
+    """`task` with `tests` decoded, `test_code` lines joined, and `entry_point` read from the
+    reference solution's last top-level `def` when the data has none (MBPP)."""
+    task = dict(task)
+    if isinstance(task.get("tests"), str):
+        task["tests"] = json.loads(task["tests"])
+    if isinstance(task.get("test_code"), list):
+        task["test_code"] = "\n".join(task["test_code"])
+    if not task.get("entry_point"):
+        names = _DEF.findall(task.get("reference") or "")
+        if not names:
+            raise ValueError(f"task {task.get('task_id')!r} has no entry_point and no reference")
+        task["entry_point"] = names[-1]
+    return task
+
+
 class CodeExecEnv(ToolEnv):
     """Programming tasks with a sandboxed `python` tool and hidden-test rewards.
 
@@ -71,6 +97,7 @@ class CodeExecEnv(ToolEnv):
     tools = (python,)
     system_prompt = SYSTEM_PROMPT
     tool_timeout_s = 30.0
+    required_fields = ("task_id", "prompt", "entry_point|reference", "tests|test_code")
 
     def __init__(
         self,
@@ -80,28 +107,53 @@ class CodeExecEnv(ToolEnv):
         tool_limits: Limits | None = None,
         test_limits: Limits | None = None,
     ) -> None:
-        self.dataset, self.split = dataset, split
+        self.split = split
+        # Single-split data is split by task id; the key keeps the shipped split stable.
+        self.dataset = Dataset(dataset or DEFAULT_DATA, key=_split_key, split=split)
         self.backend = make_sandbox(sandbox_backend)
         self.tool_limits = tool_limits or Limits(wall_s=10, cpu_s=10, memory_mb=512)
         self.test_limits = test_limits or Limits(wall_s=20, cpu_s=20, memory_mb=512)
 
     def default_task(self, seed: int) -> dict[str, Any]:
-        tasks = load_tasks(self.dataset, self.split)
+        tasks = load_tasks(self.dataset.source, self.split)
         return tasks[seed % len(tasks)]
+
+    def demonstrations(self, n: int, seed: int, demo_fraction: float) -> list[list[Message]]:
+        """Reference solutions of the shipped tasks; a `demo_fraction` share first runs the
+        solution on the first test input with the python tool."""
+        rng = random.Random(seed)
+        tasks = load_tasks()
+        return [
+            _code_demo(self.prompt(task), task, rng.random() < demo_fraction)
+            for task in (tasks[k % len(tasks)] for k in range(n))
+        ]
+
+    def corpus(self) -> list[list[Message]]:
+        """The shipped tasks' prompts with their reference solutions."""
+        return [[*self.prompt(task), _answer(task.get("reference", ""))] for task in load_tasks()]
+
+    async def reset(self, task: dict[str, Any], seed: int | None = None) -> Any:
+        return await super().reset(normalize_task(task), seed)
 
     def make_sandbox(self) -> Any:
         return self.backend.session(self.tool_limits)
 
     async def judge(self, answer: str) -> tuple[dict[str, float], dict[str, Any]]:
         task = self.task
-        tests = task["tests"] if not isinstance(task["tests"], str) else json.loads(task["tests"])
+        tests, test_code = task.get("tests") or [], task.get("test_code")
         info: dict[str, Any] = {"used_tool": self.toolset.call_counts["python"] > 0}
         code = extract_code(answer, task["entry_point"])
         if code is None:
-            info.update(outcome="no_code", passed=0, total=len(tests))
+            info.update(outcome="no_code", passed=0, total=1 if test_code else len(tests))
             return {"tests_passed": 0.0}, info
+        extra = {"test_code": test_code} if test_code else {}
         result = await asyncio.to_thread(
-            grade, code, task["entry_point"], tests, self.backend, self.test_limits
+            functools.partial(grade, **extra),
+            code,
+            task["entry_point"],
+            tests,
+            self.backend,
+            self.test_limits,
         )
         if result.error is not None:
             outcome = "error"
@@ -121,3 +173,28 @@ class CodeExecEnv(ToolEnv):
     async def close(self) -> None:
         await super().close()
         self.backend.close()
+
+
+def _split_key(task: dict[str, Any]) -> str:
+    return f"code_exec:{task['task_id']}"
+
+
+def _answer(code: str) -> Message:
+    return {"role": "assistant", "content": f"```python\n{code}```"}
+
+
+def _code_demo(prompt: list[Message], task: dict[str, Any], use_tool: bool) -> list[Message]:
+    answer = _answer(task["reference"])
+    if not use_tool:
+        return [*prompt, answer]
+    tests = json.loads(task["tests"]) if isinstance(task["tests"], str) else task["tests"]
+    first = tests[0]["args"] if tests else []
+    check = f"{task['reference']}\nprint({task['entry_point']}(*{first!r}))"
+    call = {
+        "id": "call_0",
+        "type": "function",
+        "function": {"name": "python", "arguments": json.dumps({"code": check})},
+    }
+    expected = repr(tests[0]["expected"]) if tests else ""
+    result = {"role": "tool", "tool_call_id": "call_0", "name": "python", "content": expected}
+    return [*prompt, {"role": "assistant", "content": "", "tool_calls": [call]}, result, answer]

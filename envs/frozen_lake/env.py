@@ -14,6 +14,7 @@ from typing import Any
 import gymnasium
 from gymnasium.envs.toy_text.frozen_lake import generate_random_map
 
+from forge_agent.env import Split, holdout
 from forge_agent.env.gym_adapter import GymnasiumAgentEnv
 
 __all__ = ["DEFAULT_MAP", "FrozenLakeEnv", "generate_tasks", "render_board", "shortest_path"]
@@ -78,9 +79,13 @@ class FrozenLakeEnv(GymnasiumAgentEnv):
     Args:
         is_slippery: Gymnasium's slippery ice (moves go astray); off by default.
         max_moves: moves before the game is out of time.
+        size: side of the generated maps.
+        p_frozen: share of frozen (safe) tiles in generated maps.
     """
 
-    def __init__(self, is_slippery: bool = False, max_moves: int = 30) -> None:
+    def __init__(
+        self, is_slippery: bool = False, max_moves: int = 30, size: int = 4, p_frozen: float = 0.8
+    ) -> None:
         super().__init__(
             "FrozenLake-v1",
             render=lambda env, obs: render_board(self._desc, int(obs)),
@@ -89,9 +94,19 @@ class FrozenLakeEnv(GymnasiumAgentEnv):
         self.is_slippery = is_slippery
         self.max_moves = max_moves
         self._desc = DEFAULT_MAP
+        self.size, self.p_frozen = int(size), float(p_frozen)
 
     def default_task(self, seed: int) -> dict[str, Any]:
-        return generate_tasks(1, seed=seed)[0]
+        return generate_tasks(1, seed=seed, size=self.size, p_frozen=self.p_frozen)[0]
+
+    def tasks(self, split: Split, n: int, seed: int) -> list[dict[str, Any]]:
+        """The `split` share of `n` random solvable maps (split by the map itself)."""
+        generated = generate_tasks(n, seed=seed, size=self.size, p_frozen=self.p_frozen)
+        return holdout(generated, split, key=lambda task: "frozen_lake:" + "/".join(task["map"]))
+
+    def corpus(self) -> list[str]:
+        """Boards as the model sees them, for the tiny model's tokenizer."""
+        return [render_board(list(t["map"]), 0) for t in generate_tasks(50, seed=12345)]
 
     def make_gym_env(self, task: dict[str, Any]) -> gymnasium.Env:
         if self.gym_env is not None:

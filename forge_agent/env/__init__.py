@@ -1,4 +1,5 @@
-"""Agent environments: the protocol, a registry, env workers, Gymnasium and OpenEnv adapters.
+"""Agent environments: the protocol and its seam (tasks, demonstrations, corpus), a registry,
+env workers, Gymnasium and OpenEnv adapters.
 
 Light to import (no torch, vLLM, gymnasium or openenv); the adapters load on first use.
 """
@@ -10,27 +11,43 @@ from typing import Any
 
 from forge_agent.env.protocol import AgentEnv, Env, EnvFailure, ToolEnv, maybe_await, message_text
 from forge_agent.env.registry import (
+    ENTRY_POINT_GROUP,
     EnvSpec,
     env_spec,
     make_env,
     register,
     registered_env_ids,
 )
+from forge_agent.env.sources import (
+    HOLDOUT_FRACTION,
+    Dataset,
+    EnvSetupError,
+    Split,
+    holdout,
+    in_eval_split,
+)
 from forge_agent.env.worker import EnvLease, EnvPool, EnvWorker
 
 __all__ = [
+    "ENTRY_POINT_GROUP",
+    "HOLDOUT_FRACTION",
     "AgentEnv",
     "AgentGymEnv",
+    "Dataset",
     "Env",
     "EnvFailure",
     "EnvLease",
     "EnvPool",
+    "EnvSetupError",
     "EnvSpec",
     "EnvWorker",
     "GymnasiumAgentEnv",
     "OpenEnvAgentEnv",
+    "Split",
     "ToolEnv",
     "env_spec",
+    "holdout",
+    "in_eval_split",
     "make_env",
     "maybe_await",
     "message_text",

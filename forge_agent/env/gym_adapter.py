@@ -26,6 +26,7 @@ import gymnasium
 
 from forge_agent.env.protocol import AgentEnv, ToolEnv
 from forge_agent.env.registry import make_env, registered_env_ids
+from forge_agent.env.sources import Split, holdout
 from forge_agent.types import Message, StepResult, ToolSpec
 
 __all__ = [
@@ -74,10 +75,14 @@ class GymnasiumAgentEnv(ToolEnv):
             else the env's "ansi" render, else `str(observation)`).
         instructions: the system prompt's description of the game.
 
-    A task may carry `"seed"` (used when reset gets none). Rewards, at the end of the
-    episode: `{"env_reward": return}`; info: `outcome` ("terminated" | "truncated" |
-    "stopped" when the model answered without acting), `env_return`, `env_steps`.
+    A task may carry `"seed"`, the game's start state (it wins over reset's seed, so every
+    episode of a group starts alike). `tasks(split, n, seed)` makes such tasks: start seeds,
+    split between train and eval by a hash. Rewards, at the end of the episode:
+    `{"env_reward": return}`; info: `outcome` ("terminated" | "truncated" | "stopped" when the
+    model answered without acting), `env_return`, `env_steps`.
     """
+
+    required_fields: ClassVar[tuple[str, ...]] = ()
 
     def __init__(
         self,
@@ -93,6 +98,14 @@ class GymnasiumAgentEnv(ToolEnv):
         self._render = render or OBSERVATION_RENDERERS.get(gym_id)
         self.instructions = instructions or f"You are playing the Gymnasium game {gym_id}."
         self.gym_env: gymnasium.Env | None = None
+
+    def tasks(self, split: Split, n: int, seed: int) -> list[dict[str, Any]]:
+        """Start seeds `seed * n ... seed * n + n - 1` of the game, the `split` share of them."""
+        starts = [
+            {"task_id": f"{self.gym_id}-seed{s}", "seed": s}
+            for s in range(seed * n, (seed + 1) * n)
+        ]
+        return holdout(starts, split, key=lambda task: f"{self.gym_id}:{task['seed']}")
 
     # -- hooks ---------------------------------------------------------------------------------
 
@@ -161,7 +174,7 @@ class GymnasiumAgentEnv(ToolEnv):
         self, task: dict[str, Any], seed: int | None = None
     ) -> tuple[list[Message], list[ToolSpec]]:
         env = self.make_gym_env(task)
-        seed = seed if seed is not None else task.get("seed")
+        seed = task["seed"] if task.get("seed") is not None else seed
         observation, _ = env.reset(seed=seed)
         self._observation_text = self.render_observation(observation)
         self.env_return, self.env_steps = 0.0, 0

@@ -31,6 +31,7 @@ from typing import Any, Self
 
 from forge_agent.env.protocol import AgentEnv, message_text
 from forge_agent.env.registry import make_env
+from forge_agent.env.sources import Split, holdout
 from forge_agent.types import Message, StepResult, ToolSpec
 
 __all__ = ["OpenEnvAgentEnv", "OpenEnvServer", "openenv_app", "serve_openenv"]
@@ -254,6 +255,14 @@ class OpenEnvAgentEnv:
     def default_task(self, seed: int) -> dict[str, Any]:
         return {}
 
+    def tasks(self, split: Split, n: int, seed: int) -> list[dict[str, Any]]:
+        """Start seeds for the server's own tasks (`reset(seed=...)` without a task), the
+        `split` share of seeds `seed * n ... seed * n + n - 1` by a hash."""
+        starts = [
+            {"task_id": f"openenv-seed{s}", "seed": s} for s in range(seed * n, (seed + 1) * n)
+        ]
+        return holdout(starts, split, key=lambda task: f"openenv:{task['seed']}")
+
     async def _connect(self) -> Any:
         if self._client is None:
             from openenv.core.generic_client import GenericEnvClient
@@ -271,8 +280,10 @@ class OpenEnvAgentEnv:
         self, task: dict[str, Any], seed: int | None = None
     ) -> tuple[list[Message], list[ToolSpec]]:
         client = await self._connect()
+        if task.get("seed") is not None:  # a start seed from `tasks`: the server picks the task
+            seed = int(task["seed"])
         kwargs: dict[str, Any] = {"seed": seed} if seed is not None else {}
-        if task:
+        if set(task) - {"task_id", "seed"}:
             kwargs["task"] = task
         result = await client.reset(**kwargs)
         observation = result.observation

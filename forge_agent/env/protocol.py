@@ -104,9 +104,29 @@ class Env:
 
     `default_task(seed)` gives the task to use when none is passed (Gymnasium's `reset(seed=)`
     and OpenEnv's `reset()` carry no task); override it in envs that generate tasks.
+
+    What training needs besides reset/step (the env seam; `forge_agent.tasks`,
+    `forge_agent.warm_start` and `forge_agent.models.tiny` read these, on any env class):
+
+    - tasks, one of:
+      `tasks(self, split, n, seed) -> list[dict]`: up to `n` tasks of `split` ("train" or
+      "eval") from `seed`; fewer is fine (`forge_agent.env.holdout` keeps a split's share of
+      generated tasks by a hash of their content), or
+      `dataset`: a `forge_agent.env.Dataset`, a hub name / local json, jsonl, parquet or csv
+      path, or a list of task dicts (the config's `env.dataset` / `env.fields` override it).
+    - `required_fields`: task fields the env reads; tasks lacking one are refused at load
+      time with the env id, the source and the field (`"a|b"`: either field).
+    - optional `demonstrations(self, n, seed, demo_fraction) -> list[conversation]`: chat
+      conversations (message lists, or `(messages, tool_specs)` pairs) for the supervised warm
+      start; `demo_fraction` is the share that should use the tools. Without it the warm start
+      is skipped with one log line.
+    - optional `corpus(self) -> list[str | conversation]`: text for the tiny model's tokenizer;
+      without it the env's rendered reset messages and tool specs are used.
     """
 
     _ASYNC_METHODS: ClassVar[tuple[str, ...]] = ("reset", "step", "close")
+    dataset: Any = None
+    required_fields: ClassVar[tuple[str, ...]] = ()
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -146,6 +166,7 @@ class ToolEnv(Env):
 
     tools: ClassVar[Sequence[Callable[..., Any]]] = ()
     system_prompt: ClassVar[str | None] = None
+    required_fields: ClassVar[tuple[str, ...]] = ("prompt",)  # read by `prompt`
     tool_timeout_s: ClassVar[float] = 30.0
     max_tool_output_chars: ClassVar[int] = 4_000
 

@@ -1,4 +1,13 @@
-"""Env ids -> env factories: `register(...)` and `make_env(env_id, **kwargs)`.
+"""Env ids -> env factories: `register(...)`, entry points, `"module:Name"` and OpenEnv URLs.
+
+An env id resolves, in this order, to:
+1. an env registered in this process with `register(env_id, entry_point, **kwargs)`;
+2. an entry point of the `forge_agent.envs` group in any installed package's metadata
+   (`[project.entry-points."forge_agent.envs"] my_env = "my_pkg.envs:MyEnv"`): how the
+   project's own envs register, and how a user's package makes its envs known everywhere,
+   env worker processes included, without editing forge-agent;
+3. `"package.module:Name"` itself;
+4. an OpenEnv server's URL (`http://host:port`), played through `OpenEnvAgentEnv`.
 
 An entry point is a callable or a `"package.module:Name"` string imported on first use, so
 registering an env costs nothing and env workers can rebuild it in another process.
@@ -9,11 +18,26 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import lru_cache
+from importlib.metadata import entry_points
 from typing import Any
 
 from forge_agent.env.protocol import AgentEnv
+from forge_agent.env.sources import EnvSetupError
 
-__all__ = ["EnvSpec", "env_spec", "load_entry_point", "make_env", "register", "registered_env_ids"]
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "EnvSpec",
+    "env_spec",
+    "load_entry_point",
+    "make_env",
+    "refresh_entry_points",
+    "register",
+    "registered_env_ids",
+]
+
+ENTRY_POINT_GROUP = "forge_agent.envs"
+"""The Python entry-point group packages declare their envs in."""
 
 
 @dataclass(frozen=True)
@@ -25,10 +49,19 @@ class EnvSpec:
     kwargs: dict[str, Any] = field(default_factory=dict)
     description: str = ""
 
+    def factory(self) -> Callable[..., AgentEnv]:
+        """The env class (or factory), imported on first use; an import failure names the
+        env id and the entry point."""
+        try:
+            return load_entry_point(self.entry_point)
+        except (ImportError, AttributeError, ValueError) as exc:
+            raise EnvSetupError(
+                self.env_id, f"entry point {self.entry_point!r}", f"does not import: {exc}"
+            ) from exc
+
     def make(self, **kwargs: Any) -> AgentEnv:
         """A new env instance; `kwargs` override the spec's defaults."""
-        factory = load_entry_point(self.entry_point)
-        return factory(**{**self.kwargs, **kwargs})
+        return self.factory()(**{**self.kwargs, **kwargs})
 
 
 _REGISTRY: dict[str, EnvSpec] = {}
@@ -50,19 +83,46 @@ def register(
     return spec
 
 
+@lru_cache(maxsize=1)
+def _entry_point_specs() -> dict[str, EnvSpec]:
+    """Envs that installed packages declare in the `forge_agent.envs` entry-point group."""
+    return {
+        ep.name: EnvSpec(ep.name, ep.value, description=f"entry point of {_dist_name(ep)}")
+        for ep in entry_points(group=ENTRY_POINT_GROUP)
+    }
+
+
+def _dist_name(ep: Any) -> str:
+    dist = getattr(ep, "dist", None)
+    return dist.name if dist is not None else "an installed package"
+
+
+def refresh_entry_points() -> None:
+    """Read the installed packages' entry points again (after installing one at run time)."""
+    _entry_point_specs.cache_clear()
+
+
 def registered_env_ids() -> list[str]:
-    return sorted(_REGISTRY)
+    """Ids of envs registered in this process or declared by installed packages."""
+    return sorted({*_REGISTRY, *_entry_point_specs()})
 
 
 def env_spec(env_id: str) -> EnvSpec:
-    """The spec of `env_id`; a `"module:Name"` string is accepted as an unregistered id."""
+    """The spec of `env_id` (see the module docstring for how ids resolve)."""
     if env_id in _REGISTRY:
         return _REGISTRY[env_id]
+    declared = _entry_point_specs()
+    if env_id in declared:
+        return declared[env_id]
+    if env_id.startswith(("http://", "https://")):
+        return EnvSpec(
+            env_id, "forge_agent.env.openenv_adapter:OpenEnvAgentEnv", {"base_url": env_id}
+        )
     if ":" in env_id:
         return EnvSpec(env_id, env_id)
     raise KeyError(
         f"unknown env id {env_id!r}; registered ids: {', '.join(registered_env_ids())} "
-        "(or pass a 'package.module:Factory' entry point)"
+        "(or pass a 'package.module:Factory' entry point, or an OpenEnv server's http:// URL)"
     )
 
 
@@ -82,39 +142,14 @@ def load_entry_point(entry_point: str | Callable[..., Any]) -> Callable[..., Any
         module = importlib.import_module(module_name)
     except ImportError as exc:
         raise ImportError(
-            f"could not import {module_name!r} for entry point {entry_point!r}: {exc} "
-            "(the project's envs/ folder must be importable, e.g. run from the repo root)"
+            f"could not import {module_name!r} for entry point {entry_point!r}: {exc}"
         ) from exc
     obj: Any = module
     for part in attr.split("."):
-        obj = getattr(obj, part)
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise AttributeError(
+                f"module {module_name!r} has no attribute {attr!r} (entry point {entry_point!r})"
+            ) from None
     return obj
-
-
-# Envs shipped in the project's envs/ folder.
-register(
-    "calculator",
-    "envs.calculator:CalculatorEnv",
-    description="arithmetic word problems with a calculator tool; reward: exact answer",
-)
-register(
-    "code_exec",
-    "envs.code_exec:CodeExecEnv",
-    description="write a Python function, run code in a sandbox; reward: hidden tests passed",
-)
-register(
-    "sql_mcp",
-    "envs.sql_mcp:SqlMcpEnv",
-    description="SQL questions through a sandboxed MCP server (mcp-server-sqlite); exact answer",
-)
-register(
-    "frozen_lake",
-    "envs.frozen_lake:FrozenLakeEnv",
-    description="Gymnasium FrozenLake-v1 through the act tool; reward: reached the goal",
-)
-register(
-    "blackjack",
-    "forge_agent.env.gym_adapter:GymnasiumAgentEnv",
-    description="Gymnasium Blackjack-v1 through the act tool; reward: the game's outcome",
-    gym_id="Blackjack-v1",
-)

@@ -1,7 +1,7 @@
 """A tiny Qwen3 causal LM and tokenizer, built deterministically and cached on disk.
 
 This is how the CPU default and every test get a model: nothing is downloaded. The tokenizer is a
-byte-level BPE trained on text the shipped environments produce (digits split one per token, so
+byte-level BPE trained on text the `corpus_envs` produce (digits split one per token, so
 arithmetic stays learnable), carrying the Qwen3 chat special tokens so the `renderers` Qwen3
 renderer serves it unchanged. The folder is a standard Hugging Face model folder (safetensors,
 tokenizer, chat template) that transformers and vLLM load.
@@ -14,7 +14,7 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -82,6 +82,10 @@ _BUILTIN_CORPUS = (
 )
 
 
+DEFAULT_CORPUS_ENVS = ("calculator", "code_exec", "frozen_lake")
+"""Env ids (resolved through the env registry) whose text trains the default tokenizer."""
+
+
 @dataclass
 class TinyModelConfig:
     """Sizes of the tiny Qwen3 model and its tokenizer (a few million parameters by default)."""
@@ -98,9 +102,12 @@ class TinyModelConfig:
     tie_word_embeddings: bool = False
     seed: int = 0
     extra_corpus: list[str] = field(default_factory=list)
+    corpus_envs: list[str] = field(default_factory=lambda: list(DEFAULT_CORPUS_ENVS))
 
     def key(self, corpus_digest: str) -> str:
-        blob = json.dumps(asdict(self), sort_keys=True) + corpus_digest + _FORMAT_VERSION
+        # The corpus digest stands for `corpus_envs` (what they give is what counts).
+        recipe = {k: v for k, v in asdict(self).items() if k != "corpus_envs"}
+        blob = json.dumps(recipe, sort_keys=True) + corpus_digest + _FORMAT_VERSION
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
@@ -113,16 +120,16 @@ def default_cache_dir() -> Path:
     return Path(root) / "models"
 
 
-def env_corpus() -> list[str]:
-    """Text the shipped environments produce, rendered in the Qwen3 chat format: system
-    prompts, tool specs, prompts, tool calls, tool results and answers (calculator
-    demonstrations, code_exec prompts with reference solutions, frozen_lake boards)."""
+def env_corpus(env_ids: Sequence[str] = DEFAULT_CORPUS_ENVS) -> list[str]:
+    """Tokenizer text: a few built-in lines, then each env's corpus rendered in the Qwen3
+    chat format (system prompts, tool specs, prompts, tool calls, tool results, answers), from
+    the env's `corpus()` hook or, without one, its reset messages (`forge_agent.env.seam`)."""
+    from forge_agent.env.seam import corpus_of
+
     texts: list[str] = list(_BUILTIN_CORPUS)
-    for collect in (_calculator_corpus, _code_exec_corpus, _frozen_lake_corpus):
-        try:
-            texts.extend(collect())
-        except ImportError:  # an env that is not installed contributes nothing
-            continue
+    for env_id in env_ids:
+        for item in corpus_of(env_id):
+            texts.append(item if isinstance(item, str) else _render_text(*item))
     return texts
 
 
@@ -156,44 +163,6 @@ def _render_text(messages: list[dict], tools: list[dict]) -> str:
                 f"<|im_start|>user\n<tool_response>\n{m['content']}\n</tool_response><|im_end|>\n"
             )
     return "".join(parts)
-
-
-def _calculator_corpus() -> list[str]:
-    from envs.calculator import CalculatorEnv, demonstration, generate_tasks
-    from forge_agent.toolset import ToolSet
-
-    tools = ToolSet(CalculatorEnv().get_tools()).specs
-    texts = []
-    for difficulty in (1, 2, 3):
-        for task in generate_tasks(200, seed=12345, difficulty=difficulty):
-            texts.append(_render_text(demonstration(task), tools))
-    return texts
-
-
-def _code_exec_corpus() -> list[str]:
-    from envs.code_exec.env import CodeExecEnv, load_tasks
-    from forge_agent.toolset import ToolSet
-
-    env = CodeExecEnv()
-    tools = ToolSet(env.get_tools()).specs
-    texts = []
-    for task in load_tasks():
-        messages = env.prompt(task)
-        answer = f"```python\n{task.get('reference', '')}```"
-        messages = [*messages, {"role": "assistant", "content": answer}]
-        texts.append(_render_text(messages, tools))
-    return texts
-
-
-def _frozen_lake_corpus() -> list[str]:
-    from envs.frozen_lake.env import generate_tasks, render_board
-
-    texts = []
-    for task in generate_tasks(50, seed=12345):
-        desc = task.get("desc") or task.get("map")
-        if desc:
-            texts.append(render_board(list(desc), 0))
-    return texts
 
 
 def train_tokenizer(texts: Iterable[str], vocab_size: int):
@@ -271,7 +240,7 @@ def ensure_tiny_model(
     concurrent callers never see half a model.
     """
     cfg = cfg or TinyModelConfig()
-    texts = env_corpus() + list(cfg.extra_corpus)
+    texts = env_corpus(cfg.corpus_envs) + list(cfg.extra_corpus)
     digest = hashlib.sha256("\x00".join(texts).encode()).hexdigest()
     root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     path = root / f"tiny-qwen3-{cfg.key(digest)}"

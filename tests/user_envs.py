@@ -1,0 +1,52 @@
+"""Make a user's env package on the fly: modules in a temp folder on `sys.path`, optionally
+with installed-package metadata declaring `forge_agent.envs` entry points (what `pip install`
+of a package with `[project.entry-points."forge_agent.envs"]` leaves behind)."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from pathlib import Path
+
+
+def make_user_package(
+    root: Path,
+    modules: dict[str, str],
+    entry_points: dict[str, str] | None = None,
+    dist: str = "user-envs",
+) -> Path:
+    """Write `modules` ({"pkg/mod.py": source}) under `root`, with a dist-info declaring
+    `entry_points` ({env id: "module:Class"}); put `root` on sys.path and PYTHONPATH (env
+    worker processes import from there too) and re-read the entry points."""
+    from forge_agent.env.registry import refresh_entry_points
+
+    for rel, source in modules.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(source)
+    if entry_points:
+        info = root / f"{dist.replace('-', '_')}-0.1.dist-info"
+        info.mkdir(parents=True, exist_ok=True)
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: 0.1\n")
+        lines = "".join(f"{name} = {value}\n" for name, value in entry_points.items())
+        (info / "entry_points.txt").write_text(f"[forge_agent.envs]\n{lines}")
+    sys.path.insert(0, str(root))
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(root), os.environ.get("PYTHONPATH")) if p
+    )
+    importlib.invalidate_caches()
+    refresh_entry_points()
+    return root
+
+
+def remove_user_package(root: Path) -> None:
+    """Undo `make_user_package` for sys.path, PYTHONPATH and the entry points."""
+    from forge_agent.env.registry import refresh_entry_points
+
+    if str(root) in sys.path:
+        sys.path.remove(str(root))
+    parts = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p != str(root)]
+    os.environ["PYTHONPATH"] = os.pathsep.join(parts)
+    importlib.invalidate_caches()
+    refresh_entry_points()
