@@ -16,7 +16,7 @@ from forge_agent.env.registry import env_spec
 from forge_agent.toolset import ToolSet
 from forge_agent.types import Message, ToolSpec
 
-__all__ = ["Conversation", "demonstrations_of", "corpus_of", "run_sync"]
+__all__ = ["Conversation", "corpus_of", "demonstrations_of", "run_sync"]
 
 T = TypeVar("T")
 
