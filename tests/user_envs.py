@@ -50,3 +50,36 @@ def remove_user_package(root: Path) -> None:
     os.environ["PYTHONPATH"] = os.pathsep.join(parts)
     importlib.invalidate_caches()
     refresh_entry_points()
+
+
+DOCS_ENVS = Path(__file__).resolve().parents[1] / "docs" / "envs.md"
+
+
+def docs_blocks(path: Path = DOCS_ENVS) -> list[tuple[str, str]]:
+    """The fenced code blocks of a docs page, as (language, text), in order ("" for shell)."""
+    import re
+
+    return [
+        (m.group(1), m.group(2))
+        for m in re.finditer(r"^```(\w*)\n(.*?)^```$", path.read_text(), re.MULTILINE | re.DOTALL)
+    ]
+
+
+def docs_reverse_package(root: Path) -> Path:
+    """`my_envs/reverse.py` of docs/envs.md, copied verbatim from its first code block."""
+    lang, env_file = docs_blocks()[0]
+    assert lang == "python" and "class ReverseEnv" in env_file
+    return make_user_package(root, {"my_envs/__init__.py": "", "my_envs/reverse.py": env_file})
+
+
+def docs_commands() -> list[list[str]]:
+    """The `python -m apps.agent.main ...` commands of docs/envs.md, as argument lists."""
+    import shlex
+
+    commands = []
+    for lang, text in docs_blocks():
+        if lang == "":
+            argv = shlex.split(text.replace("\\\n", " "))
+            assert argv[:3] == ["python", "-m", "apps.agent.main"], text
+            commands.append(argv[3:])
+    return commands
