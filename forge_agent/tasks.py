@@ -123,7 +123,15 @@ def task_source(
     override the env's own dataset). Raises `EnvSetupError` when there is none."""
     spec = env_spec(env_id)
     factory = spec.factory()
-    env = spec.make(**dict(env_kwargs or {}))
+    kwargs = dict(env_kwargs or {})
+    try:
+        env = spec.make(**kwargs)
+    except TypeError as exc:  # most often env.kwargs meant for another env
+        raise EnvSetupError(
+            env_id,
+            f"entry point {spec.entry_point!r}",
+            f"cannot be built with env.kwargs={kwargs}: {exc}",
+        ) from exc
     required = tuple(getattr(env, "required_fields", ()))
     declared = getattr(env, "dataset", None)
     if dataset is not None or fields or (declared is not None and not _has_generator(env)):

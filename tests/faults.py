@@ -44,7 +44,6 @@ def calculator(expression: str, *, sandbox: SandboxSession) -> str:
 class FaultyCalculatorEnv(CalculatorEnv):
     """The calculator env with faults; its worker process dies on some tasks."""
 
-    task_source = "calculator"
     tools = (calculator,)
     tool_timeout_s = 1.0
 

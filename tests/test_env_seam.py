@@ -325,3 +325,10 @@ def test_code_exec_task_shapes_normalize():
         assert first_char('ab') == 'a'
         assert first_char('z') == 'z'"""
     )
+
+
+def test_kwargs_meant_for_another_env_name_the_env_and_the_kwargs(user_package):
+    with pytest.raises(EnvSetupError) as err:
+        TaskStream("seam_user_envs:CountEnv", {"difficulty": 1})
+    text = str(err.value)
+    assert "'seam_user_envs:CountEnv'" in text and "env.kwargs={'difficulty': 1}" in text
