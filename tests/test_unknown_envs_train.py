@@ -27,6 +27,15 @@ def _short(policy: Path, out: Path) -> list[str]:
         "training.steps=2",
         "training.groups_per_step=2",
         "grpo.n_samples=4",
+        # The shared model was warm-started on other envs, so the env's own outcome may be
+        # the same for a whole group; a small length reward gives every group variance, so
+        # two steps always update the weights, and no step waits for a varied group.
+        "grpo.filter_zero_variance=false",
+        "grpo.truncated=keep",
+        "rewards.components={tests.user_envs:shorter_is_better: 0.1}",
+        "rollout.max_turns=3",
+        "rollout.max_new_tokens_per_turn=32",
+        "rollout.max_total_tokens=384",
         "rollout.max_concurrent_episodes=8",
         "services.env.num_replicas=2",
         "eval.every=2",
@@ -57,7 +66,8 @@ def _check_run(summary: dict, out: Path, policy: Path, seen_text: str) -> None:
     traces = [json.loads(line) for line in (out / "traces.jsonl").read_text().splitlines()]
     assert len(traces) >= 2 * 2 * 4  # two steps of 2 groups x 4 episodes, plus evals
     assert seen_text in (out / "traces.jsonl").read_text()
-    assert all(t["status"] in ("ok", "truncated") for t in traces), {t["status"] for t in traces}
+    statuses = {t["status"] for t in traces}  # no env errors or timeouts
+    assert statuses <= {"ok", "truncated_length", "truncated_turns"}, statuses
 
 
 @pytest.fixture(scope="module")
