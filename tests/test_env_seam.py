@@ -119,7 +119,7 @@ def test_shipped_envs_are_registered_through_entry_points_only():
     from forge_agent.env.registry import _REGISTRY
 
     declared = {ep.name: ep.value for ep in entry_points(group="forge_agent.envs")}
-    for env_id in ("calculator", "code_exec", "frozen_lake", "blackjack"):
+    for env_id in ("calculator", "code_exec", "frozen_lake", "blackjack", "sql_mcp"):
         assert declared[env_id].startswith("envs."), env_id
         assert env_id not in _REGISTRY  # nothing in forge_agent registers them
 

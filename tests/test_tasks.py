@@ -8,7 +8,7 @@ import pytest
 
 from forge_agent.tasks import TaskStream, load_tasks
 
-SHIPPED_ENV_IDS = ("blackjack", "calculator", "code_exec", "frozen_lake")
+SHIPPED_ENV_IDS = ("blackjack", "calculator", "code_exec", "frozen_lake", "sql_mcp")
 
 
 # Difficulty 3 is left out: envs/calculator/tasks.py can draw "(a + b) * c - d" < 0 and
