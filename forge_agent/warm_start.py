@@ -17,6 +17,7 @@ import hashlib
 import json
 import logging
 import random
+import re
 import shutil
 import time
 from dataclasses import asdict, dataclass
@@ -140,7 +141,8 @@ def warm_start(
     )
     digest = hashlib.sha256(key.encode()).hexdigest()[:16]
     root = Path(cache_dir) if cache_dir else default_cache_dir()
-    out = root / f"warm-{model_path.name}-{'+'.join(sorted(envs))}-{digest}"
+    names = "+".join(re.sub(r"[^\w.:+-]", "_", env_id) for env_id in sorted(envs))  # URL ids
+    out = root / f"warm-{model_path.name}-{names}-{digest}"
     if (out / "config.json").exists():
         logger.info("warm start: reusing %s", out)
         return out
