@@ -1,5 +1,6 @@
 """Environments shipped with forge-agent, one folder each (env, tasks, OpenEnv server).
 
-Registered ids (see `forge_agent.env.registry`): "calculator", "code_exec", "frozen_lake",
-"sql_mcp".
+They register the way a user's package does: entry points of the `forge_agent.envs` group in
+`pyproject.toml` ("calculator", "code_exec", "frozen_lake", "blackjack", "sql_mcp");
+`forge_agent` itself imports nothing from here.
 """
