@@ -15,6 +15,7 @@ missing=()
 command -v bwrap >/dev/null 2>&1 || missing+=(bubblewrap)      # default sandbox backend
 [[ -x /usr/bin/python3 ]] || missing+=(python3)               # interpreter used inside sandboxes
 /usr/bin/python3 -c "import ensurepip" 2>/dev/null || missing+=(python3-venv)  # MCP servers venv
+/usr/bin/python3 -c "import seccomp" 2>/dev/null || missing+=(python3-seccomp)  # sandbox seccomp filter
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)   # trace page tests (headless)
 command -v ip >/dev/null 2>&1 || missing+=(iproute2)         # network-namespace hosts (tests/netns.py)
 command -v unshare >/dev/null 2>&1 || missing+=(util-linux)  # per-host hostname and /dev/shm there

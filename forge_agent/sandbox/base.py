@@ -62,6 +62,12 @@ class Limits:
         file_size_mb: largest file a process may write (RLIMIT_FSIZE); also bounds ``/tmp``.
         output_bytes: stdout and stderr are each kept up to this many bytes, the rest dropped.
         network: False (default) gives the sandbox no network at all, not even loopback to the host.
+        workspace_mb: bytes the whole workspace may hold (a session's limit, fixed at its
+            start; enforced where the host may mount a tmpfs per workspace, i.e. as root).
+        workspace_files: files and folders the whole workspace may hold (same conditions).
+
+    A sandbox reserves ``memory_mb + workspace_mb`` of the host-wide sandbox memory budget
+    while it lives (`forge_agent.sandbox.admission`).
     """
 
     wall_s: float = 10.0
@@ -71,9 +77,20 @@ class Limits:
     file_size_mb: int = 64
     output_bytes: int = 64_000
     network: bool = False
+    workspace_mb: int = 256
+    workspace_files: int = 20_000
 
     def __post_init__(self) -> None:
-        for name in ("wall_s", "cpu_s", "memory_mb", "max_procs", "file_size_mb", "output_bytes"):
+        for name in (
+            "wall_s",
+            "cpu_s",
+            "memory_mb",
+            "max_procs",
+            "file_size_mb",
+            "output_bytes",
+            "workspace_mb",
+            "workspace_files",
+        ):
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
                 raise ValueError(f"Limits.{name} must be a positive number, got {value!r}")
@@ -91,6 +108,8 @@ class Limits:
             "file_size_mb": int(self.file_size_mb),
             "output_bytes": int(self.output_bytes),
             "network": bool(self.network),
+            "workspace_mb": int(self.workspace_mb),
+            "workspace_files": int(self.workspace_files),
         }
 
 

@@ -10,6 +10,12 @@ too, so nothing in the sandbox maps to host root and RLIMIT_NPROC is enforced.
 
 A session keeps its sandbox (and so a warm interpreter) between runs: each run is one fork of the
 supervisor. A one-shot `BubblewrapSandbox.run` is a session of one run.
+
+Hardening against the code taking over its supervisor (same uid): a seccomp filter
+(`forge_agent.sandbox.seccomp`, ``--seccomp FD``) denies ptrace, process_vm_*, new namespaces,
+AF_VSOCK and more; the supervisor is undumpable; every reply carries the request's id. The
+supervisor reports its hardening in its ready line and the session refuses to start
+(`SandboxError`) when any step did not take effect.
 """
 
 from __future__ import annotations
@@ -21,12 +27,12 @@ import select
 import shutil
 import signal
 import subprocess
-import tempfile
 import threading
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from forge_agent.sandbox.admission import reserve
 from forge_agent.sandbox.base import (
     WORKSPACE,
     Limits,
@@ -37,6 +43,8 @@ from forge_agent.sandbox.base import (
     check_request,
 )
 from forge_agent.sandbox.cgroups import SandboxCgroup
+from forge_agent.sandbox.seccomp import bwrap_filter
+from forge_agent.sandbox.workspace import Workspace
 
 __all__ = ["BubblewrapSandbox", "BubblewrapSession"]
 
@@ -71,6 +79,9 @@ class BubblewrapSandbox(Sandbox):
         workspace_root: host directory under which per-session workspaces are created.
         ro_binds: extra host paths to bind read-only at the same place.
         use_cgroups: None (default) uses cgroup v1 memory/pids limits when available (root).
+        memory_budget_mb: the host-wide sandbox memory budget (default: see
+            `forge_agent.sandbox.admission`); a sandbox that does not fit waits, then is refused.
+        admission_timeout_s: how long a new sandbox waits for room in the budget.
     """
 
     name = "bwrap"
@@ -84,8 +95,12 @@ class BubblewrapSandbox(Sandbox):
         workspace_root: str | None = None,
         ro_binds: Sequence[str] = (),
         use_cgroups: bool | None = None,
+        memory_budget_mb: int | None = None,
+        admission_timeout_s: float = 30.0,
     ) -> None:
         super().__init__(limits)
+        self.memory_budget_mb = memory_budget_mb
+        self.admission_timeout_s = admission_timeout_s
         found = shutil.which(bwrap)
         if found is None:
             raise SandboxError(
@@ -114,10 +129,15 @@ class BubblewrapSandbox(Sandbox):
         limits: Limits,
         entry: Sequence[str] | None = None,
         env: Mapping[str, str] | None = None,
+        seccomp_fd: int | None = None,
     ) -> list[str]:
         """The bwrap command line of one sandbox whose PID 1 is the supervisor, or (with
-        `entry`) one that runs `entry` under bubblewrap's own init, with `env` added."""
+        `entry`) one that runs `entry` under bubblewrap's own init, with `env` added;
+        `seccomp_fd` is a readable descriptor holding the compiled filter
+        (`seccomp.bwrap_filter`)."""
         args = [self.bwrap, "--unshare-all"]
+        if seccomp_fd is not None:
+            args += ["--seccomp", str(seccomp_fd)]
         if limits.network:
             args.append("--share-net")
         args += ["--die-with-parent", "--new-session"]
@@ -157,7 +177,7 @@ class BubblewrapSandbox(Sandbox):
             "--chdir", WORKSPACE,
             "--remount-ro", "/",
         ]  # fmt: skip
-        return args + list(entry or [self.python, "-c", SUPERVISOR_SOURCE, "serve"])
+        return args + list(entry or [self.python, "-I", "-c", SUPERVISOR_SOURCE, "serve"])
 
 
 class BubblewrapSession(WorkspaceSession):
@@ -173,10 +193,23 @@ class BubblewrapSession(WorkspaceSession):
         self._closed = False
         self._cgroup: SandboxCgroup | None = None
         self._spawned: list[subprocess.Popen[bytes]] = []
-        self.workspace = tempfile.mkdtemp(prefix="forge-ws-", dir=backend.workspace_root)
-        os.chmod(self.workspace, 0o700)
-        if backend.drop_to is not None:
-            os.chown(self.workspace, *backend.drop_to)
+        self._next_id = 0
+        self._reservation = reserve(
+            limits.memory_mb + limits.workspace_mb,
+            backend.memory_budget_mb,
+            backend.admission_timeout_s,
+        )
+        try:
+            self._workspace = Workspace(
+                limits.workspace_mb,
+                limits.workspace_files,
+                owner=backend.drop_to,
+                root=backend.workspace_root,
+            )
+        except BaseException:
+            self._reservation.release()
+            raise
+        self.workspace = self._workspace.path
         try:
             self._start()
         except BaseException:
@@ -192,21 +225,9 @@ class BubblewrapSession(WorkspaceSession):
             self._cgroup = SandboxCgroup.create()
             if self._cgroup is None and use_cgroups:
                 raise SandboxError("cgroups requested (use_cgroups=True) but cgroup v1 is unusable")
-        user = backend.drop_to
-        try:
-            self._proc = subprocess.Popen(
-                backend.command(self.workspace, self.limits),
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                cwd="/",
-                user=user[0] if user else None,
-                group=user[1] if user else None,
-                extra_groups=[] if user else None,
-            )
-        except OSError as exc:
-            raise SandboxError(f"cannot start bubblewrap ({backend.bwrap!r}): {exc}") from exc
+        self._proc = self._popen(self.limits)
         self._pending = b""
+        self._next_id = 0
         line = self._read_line(time.monotonic() + START_TIMEOUT_S, 4096)
         if not isinstance(line, bytes) or not line.startswith(b'{"ready"'):
             detail = self._kill_and_collect_stderr()
@@ -215,6 +236,10 @@ class BubblewrapSession(WorkspaceSession):
                 + (f" within {START_TIMEOUT_S:.0f} s" if line is None else "")
                 + f": {detail or 'no error output'}"
             )
+        problem = hardening_problem(json.loads(line).get("hardening"))
+        if problem is not None:
+            self._kill_and_collect_stderr()
+            raise SandboxError(f"bubblewrap sandbox is not hardened: {problem}")
         if self._cgroup is not None:
             try:
                 self._cgroup.set_limits(self.limits.memory_mb, self.limits.max_procs)
@@ -223,6 +248,41 @@ class BubblewrapSession(WorkspaceSession):
             except OSError:  # limits stay rlimits-only for this sandbox
                 self._cgroup.remove(0)
                 self._cgroup = None
+
+    def _popen(
+        self,
+        limits: Limits,
+        entry: Sequence[str] | None = None,
+        env: Mapping[str, str] | None = None,
+        popen_env: Mapping[str, str] | None = None,
+    ) -> subprocess.Popen[bytes]:
+        """Start one bwrap sandbox under the seccomp filter (handed over on a pipe)."""
+        backend = self.backend
+        user = backend.drop_to
+        bpf = bwrap_filter(backend.python)
+        filter_r, filter_w = os.pipe()
+        try:
+            os.write(filter_w, bpf)  # a few hundred bytes: far below the pipe's buffer
+            os.close(filter_w)
+            filter_w = -1
+            return subprocess.Popen(
+                backend.command(self.workspace, limits, entry=entry, env=env, seccomp_fd=filter_r),
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                cwd="/",
+                pass_fds=(filter_r,),
+                env=popen_env,
+                user=user[0] if user else None,
+                group=user[1] if user else None,
+                extra_groups=[] if user else None,
+            )
+        except OSError as exc:
+            raise SandboxError(f"cannot start bubblewrap ({backend.bwrap!r}): {exc}") from exc
+        finally:
+            os.close(filter_r)
+            if filter_w >= 0:
+                os.close(filter_w)
 
     def _kill_and_collect_stderr(self) -> str:
         proc = self._proc
@@ -252,7 +312,8 @@ class BubblewrapSession(WorkspaceSession):
             if self._cgroup is not None:  # rmdir waits for the dying processes: not on our time
                 self._cgroup.remove_later()
                 self._cgroup = None
-            shutil.rmtree(self.workspace, ignore_errors=True)
+            self._workspace.remove()
+            self._reservation.release()
 
     @property
     def alive(self) -> bool:
@@ -282,27 +343,16 @@ class BubblewrapSession(WorkspaceSession):
                 f"network={self.limits.network}"
             )
         backend = self.backend
-        entry = [backend.python, "-c", SUPERVISOR_SOURCE, "exec", json.dumps(limits.to_dict())]
-        user = backend.drop_to
+        entry = [backend.python, "-I", "-c", SUPERVISOR_SOURCE, "exec"]
+        entry.append(json.dumps(limits.to_dict()))
         with self._lock:
             self._check_open()
             self._spawned = [p for p in self._spawned if p.poll() is None]
-            try:
-                proc = subprocess.Popen(
-                    backend.command(self.workspace, limits, entry=[*entry, *argv], env=env),
-                    stdin=subprocess.PIPE,
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.PIPE,
-                    cwd="/",
-                    # bubblewrap's init (PID 1 here) keeps the environment it was started with,
-                    # readable in /proc/1/environ: give it nothing of the host's.
-                    env={"PATH": "/usr/bin:/bin"},
-                    user=user[0] if user else None,
-                    group=user[1] if user else None,
-                    extra_groups=[] if user else None,
-                )
-            except OSError as exc:
-                raise SandboxError(f"cannot start bubblewrap ({backend.bwrap!r}): {exc}") from exc
+            # bubblewrap's init (PID 1 there) keeps the environment it was started with,
+            # readable in /proc/1/environ: give it nothing of the host's.
+            proc = self._popen(
+                limits, entry=[*entry, *argv], env=env, popen_env={"PATH": "/usr/bin:/bin"}
+            )
             if self._cgroup is not None:
                 with contextlib.suppress(OSError):
                     for pid in _process_tree(proc.pid):
@@ -332,7 +382,15 @@ class BubblewrapSession(WorkspaceSession):
         if self._cgroup is not None:
             self._cgroup.set_limits(limits.memory_mb, limits.max_procs)
             oom_before = self._cgroup.oom_kills()
-        request = {"code": code, "argv": argv, "cwd": WORKSPACE, "limits": limits.to_dict()}
+        self._next_id += 1
+        request_id = self._next_id
+        request = {
+            "id": request_id,
+            "code": code,
+            "argv": argv,
+            "cwd": WORKSPACE,
+            "limits": limits.to_dict(),
+        }
         try:
             self._proc.stdin.write(json.dumps(request).encode() + b"\n")
             self._proc.stdin.flush()
@@ -347,9 +405,19 @@ class BubblewrapSession(WorkspaceSession):
                 reply = json.loads(line)
             except ValueError:
                 reply = {"error": f"unreadable supervisor reply {line[:200]!r}"}
+            if not isinstance(reply, dict):
+                reply = {"error": f"unreadable supervisor reply {line[:200]!r}"}
             if "error" in reply:
                 self._kill_and_collect_stderr()
                 raise SandboxError(f"bubblewrap supervisor failed: {reply['error']}")
+            if reply.get("id") != request_id or self._pending:
+                # Not the answer to this request: the supervisor's channel was tampered with.
+                self._kill_and_collect_stderr()
+                return _dead_sandbox(
+                    "[sandbox] the supervisor's reply did not match the request (tampering?); "
+                    "sandbox killed",
+                    duration,
+                )
             return RunResult(
                 stdout=reply["stdout"],
                 stderr=reply["stderr"],
@@ -410,6 +478,34 @@ def _end_process(proc: subprocess.Popen[bytes]) -> None:
         if stream is not None:
             with contextlib.suppress(OSError):
                 stream.close()
+
+
+def hardening_problem(found: object) -> str | None:
+    """Why a supervisor's `hardening()` report is not good enough, or None when it is."""
+    if not isinstance(found, dict):
+        return f"no hardening report (got {found!r})"
+    if found.get("seccomp") != 2:
+        return f"no seccomp filter (Seccomp: {found.get('seccomp')})"
+    if found.get("filter_denies") is not True:
+        return "the seccomp filter does not deny process_vm_readv"
+    if found.get("no_new_privs") != 1:
+        return f"no_new_privs is not set ({found.get('no_new_privs')})"
+    if found.get("dumpable") != 0:
+        return f"the supervisor is dumpable (PR_GET_DUMPABLE: {found.get('dumpable')})"
+    return None
+
+
+def _dead_sandbox(note: str, duration: float) -> RunResult:
+    return RunResult(
+        stdout="",
+        stderr=note + "\n",
+        exit_code=None,
+        signal=signal.SIGKILL,
+        timed_out=False,
+        oom=False,
+        duration_s=duration,
+        truncated=False,
+    )
 
 
 def _read_available(fd: int, max_bytes: int) -> bytes:

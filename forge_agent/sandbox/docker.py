@@ -1,15 +1,27 @@
 """Docker backend (through the ``docker`` SDK), for hosts that have an engine.
 
 Every container runs with ``network_mode="none"``, ``mem_limit`` (no swap), ``pids_limit``,
-``cap_drop=["ALL"]``, ``no-new-privileges``, a read-only root, a tmpfs ``/tmp``, uid/gid
-65534 and ``init=True``. The workspace is a host directory bind-mounted at ``/workspace``; the
-supervisor (`forge_agent.sandbox.supervisor`) and each request are in a read-only ``/.forge``.
+``cap_drop=["ALL"]``, ``no-new-privileges``, the project's seccomp profile
+(`forge_agent.sandbox.seccomp`: no ptrace, process_vm_*, namespaces, AF_VSOCK, ...), a
+read-only root, a tmpfs ``/tmp`` and uid/gid 65534. PID 1 is our own undumpable process (the
+one-shot supervisor, or a session's keep-alive, which reaps orphans), not Docker's
+``--init``: a dumpable init of the code's uid could be rewritten through ``/proc/1/mem``.
+The workspace is a host directory bind-mounted at ``/workspace`` (its own size- and
+inode-limited tmpfs when the host is root, see `forge_agent.sandbox.workspace`); the supervisor
+(`forge_agent.sandbox.supervisor`, started as ``python3 -I``) and each request are in a
+read-only ``/.forge``; replies go to ``/.forge-out``.
 
-- One-shot `DockerSandbox.run`: ``docker run`` of the supervisor, which runs the request and
-  prints one JSON result.
-- `DockerSession`: one long-lived container (a sleeping keep-alive process); each run is a
+- One-shot `DockerSandbox.run`: ``docker run`` of the supervisor, which runs the request.
+- `DockerSession`: one long-lived container (an undumpable keep-alive process); each run is a
   ``docker exec`` of the supervisor (the warm path). After each run the supervisor kills every
   process the run left, sparing only the container's init and keep-alive.
+
+Replies never come from container logs: the host creates a reply file with a random name in
+the reply folder and keeps a descriptor to it; the supervisor opens it and unlinks it before
+the code starts (so the code cannot reach it), and the host reads the reply through its
+descriptor. Every reply and the keep-alive's ready line carry a hardening report (seccomp
+mode, no_new_privs, dumpable); a container where a step did not take effect is refused with a
+`SandboxError`.
 
 The supervisor enforces the wall time; the host adds a backstop that kills the container if no
 answer comes (the session then starts a new container on the next run, same workspace).
@@ -21,15 +33,16 @@ import contextlib
 import itertools
 import json
 import os
+import secrets
 import shutil
 import signal
 import subprocess
-import tempfile
 import threading
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from forge_agent.sandbox.admission import reserve
 from forge_agent.sandbox.base import (
     WORKSPACE,
     FileData,
@@ -41,16 +54,22 @@ from forge_agent.sandbox.base import (
     check_request,
     host_write_file,
 )
-from forge_agent.sandbox.bwrap import SUPERVISOR_SOURCE
+from forge_agent.sandbox.bwrap import SUPERVISOR_SOURCE, hardening_problem
 from forge_agent.sandbox.docker_local import DEFAULT_IMAGE
+from forge_agent.sandbox.seccomp import docker_profile
+from forge_agent.sandbox.workspace import Workspace, remove_tree
 
 __all__ = ["DockerSandbox", "DockerSession"]
 
 SANDBOX_USER = "65534:65534"
 CONTROL_DIR = "/.forge"
+REPLY_DIR = "/.forge-out"
 BACKSTOP_GRACE_S = 5.0
+START_TIMEOUT_S = 30.0
 SUPERVISOR_MEMORY_MB = 48
-KEEPALIVE = "import time\nwhile True:\n    time.sleep(3600)\n"
+REPLY_MAX_BYTES = 16 << 20
+CONTROL_MB = 48
+"""Quota of the control and reply folders (requests hold the code; replies hold output)."""
 
 
 class DockerSandbox(Sandbox):
@@ -65,6 +84,9 @@ class DockerSandbox(Sandbox):
         workspace_root: host directory under which per-session workspaces are created.
         ro_binds: host paths bound read-only at the same place in every container (e.g. the
             folder of tool servers that `DockerSession.spawn` starts).
+        memory_budget_mb: the host-wide sandbox memory budget (see
+            `forge_agent.sandbox.admission`).
+        admission_timeout_s: how long a new sandbox waits for room in the budget.
     """
 
     name = "docker"
@@ -78,8 +100,12 @@ class DockerSandbox(Sandbox):
         python: str = "/usr/bin/python3",
         workspace_root: str | None = None,
         ro_binds: Sequence[str] = (),
+        memory_budget_mb: int | None = None,
+        admission_timeout_s: float = 30.0,
     ) -> None:
         super().__init__(limits)
+        self.memory_budget_mb = memory_budget_mb
+        self.admission_timeout_s = admission_timeout_s
         try:
             import docker
         except ImportError as exc:
@@ -123,17 +149,23 @@ class DockerSandbox(Sandbox):
         """One ``docker run`` of the supervisor in a fresh container, removed afterwards."""
         check_request(code, argv)
         limits = limits or self.limits
-        dirs = _Dirs(self.workspace_root, self.owner)
+        reservation = self.reserve(limits)
         container = None
         start = time.monotonic()
+        try:
+            dirs = _Dirs(self.workspace_root, self.owner, limits)
+        except BaseException:
+            reservation.release()
+            raise
         try:
             for path, data in (files or {}).items():
                 host_write_file(dirs.workspace, path, data, owner=self.owner)
             request_path = dirs.write_request(code, argv, limits, protect_pids=[])
+            reply = dirs.new_reply()
             try:
                 container = self.client.containers.run(
                     self.image,
-                    [self.python, f"{CONTROL_DIR}/supervisor.py", "oneshot", request_path],
+                    self.supervisor_command("oneshot", request_path, reply.container_path),
                     detach=True,
                     **container_options(dirs, limits, self.ro_binds),
                 )
@@ -145,13 +177,23 @@ class DockerSandbox(Sandbox):
             except Exception:
                 _kill_quietly(container)
                 return _no_answer(start, f"no answer within {backstop:.1f} s; container killed")
-            raw = container.logs(stdout=True, stderr=False, tail=5)
-            return _result_from_reply(raw, start, "container")
+            return _result_from_reply(reply.read(), start, "container")
         finally:
             if container is not None:
                 with contextlib.suppress(Exception):
                     container.remove(force=True)
             dirs.remove()
+            reservation.release()
+
+    def reserve(self, limits: Limits) -> Any:
+        """Reserve this sandbox's share of the host-wide memory budget (waits, or refuses)."""
+        return reserve(
+            limits.memory_mb + limits.workspace_mb, self.memory_budget_mb, self.admission_timeout_s
+        )
+
+    def supervisor_command(self, *args: str) -> list[str]:
+        """The command line running the supervisor (isolated mode) with `args`."""
+        return [self.python, "-I", f"{CONTROL_DIR}/supervisor.py", *args]
 
 
 class DockerSession(WorkspaceSession):
@@ -166,7 +208,12 @@ class DockerSession(WorkspaceSession):
         self._container: Any = None
         self._keepalive_pid: int | None = None
         self._spawned: list[ContainerProcess] = []
-        self._dirs = _Dirs(backend.workspace_root, backend.owner)
+        self._reservation = backend.reserve(limits)
+        try:
+            self._dirs = _Dirs(backend.workspace_root, backend.owner, limits)
+        except BaseException:
+            self._reservation.release()
+            raise
         self.workspace = self._dirs.workspace
         try:
             self._start()
@@ -179,20 +226,35 @@ class DockerSession(WorkspaceSession):
         try:
             self._container = backend.client.containers.run(
                 backend.image,
-                [backend.python, "-c", KEEPALIVE],
+                backend.supervisor_command("keepalive"),
                 detach=True,
                 **container_options(self._dirs, self.limits, backend.ro_binds),
             )
-            # The keep-alive is init's only child; the supervisor must never kill it.
-            code, out = self._container.exec_run(
-                ["cat", "/proc/1/task/1/children"], user=SANDBOX_USER
-            )
-            pids = [int(p) for p in out.split()] if code == 0 else []
         except backend._docker.errors.DockerException as exc:
             raise SandboxError(f"cannot start a Docker sandbox container: {exc}") from exc
-        if not pids:
-            raise SandboxError(f"cannot find the keep-alive process in the container: {out!r}")
-        self._keepalive_pid = pids[0]
+        # The keep-alive prints one ready line (its pid and hardening) before any code runs.
+        deadline = time.monotonic() + START_TIMEOUT_S
+        ready = None
+        while ready is None and time.monotonic() < deadline:
+            try:
+                logs = self._container.logs(stdout=True, stderr=True)
+            except Exception as exc:
+                raise SandboxError(f"cannot read the Docker sandbox's start: {exc}") from exc
+            for line in logs.splitlines():
+                with contextlib.suppress(ValueError):
+                    found = json.loads(line)
+                    if isinstance(found, dict) and found.get("ready"):
+                        ready = found
+            if ready is None:
+                time.sleep(0.02)
+        if ready is None or not isinstance(ready.get("pid"), int):
+            self._remove_container()
+            raise SandboxError(f"the Docker sandbox's keep-alive did not start: {logs[-500:]!r}")
+        problem = hardening_problem(ready.get("hardening"))
+        if problem is not None:
+            self._remove_container()
+            raise SandboxError(f"Docker sandbox is not hardened: {problem}")
+        self._keepalive_pid = ready["pid"]
 
     @property
     def alive(self) -> bool:
@@ -220,35 +282,33 @@ class DockerSession(WorkspaceSession):
         request_path = self._dirs.write_request(
             code, argv, limits, protect_pids=[self._keepalive_pid]
         )
-        cmd = [self.backend.python, f"{CONTROL_DIR}/supervisor.py", "oneshot", request_path]
+        reply = self._dirs.new_reply()
+        cmd = self.backend.supervisor_command("oneshot", request_path, reply.container_path)
         api = self.backend.client.api
         try:
             exec_id = api.exec_create(
                 self._container.id, cmd, user=SANDBOX_USER, workdir=WORKSPACE
             )["Id"]
         except Exception as exc:
+            reply.close()
             raise SandboxError(f"docker exec failed: {exc}") from exc
-        out = bytearray()
-        cap = 16 * limits.output_bytes + 65536
 
-        def pump() -> None:
-            try:
-                for chunk, _ in api.exec_start(exec_id, stream=True, demux=True):
-                    if chunk and len(out) < cap:
-                        out.extend(chunk[: cap - len(out)])
-            except Exception:
-                pass
+        def wait_for_exit() -> None:
+            with contextlib.suppress(Exception):
+                for _ in api.exec_start(exec_id, stream=True, demux=True):
+                    pass  # the supervisor prints nothing; the stream ends when it exits
 
-        reader = threading.Thread(target=pump, daemon=True)
-        reader.start()
+        waiter = threading.Thread(target=wait_for_exit, daemon=True)
+        waiter.start()
         backstop = limits.wall_s + BACKSTOP_GRACE_S
-        reader.join(backstop)
-        if reader.is_alive():
+        waiter.join(backstop)
+        if waiter.is_alive():
+            reply.close()
             self._remove_container()
             return _no_answer(start, f"no answer within {backstop:.1f} s; container killed")
         with contextlib.suppress(OSError):
             os.unlink(os.path.join(self._dirs.control, os.path.basename(request_path)))
-        result = _result_from_reply(bytes(out), start, "supervisor")
+        result = _result_from_reply(reply.read(), start, "supervisor")
         if result.stderr.startswith("[sandbox]"):
             # The supervisor died, so nothing bounds what the run left behind: drop the
             # container (the next run starts a new one on the same workspace).
@@ -271,7 +331,9 @@ class DockerSession(WorkspaceSession):
                 proc.kill()
             self._spawned.clear()
             self._remove_container()
-            self._dirs.remove()
+            if hasattr(self, "_dirs"):
+                self._dirs.remove()
+            self._reservation.release()
 
     def spawn(
         self,
@@ -298,7 +360,7 @@ class DockerSession(WorkspaceSession):
         options = container_options(self._dirs, limits, backend.ro_binds)
         options["environment"] = {**options["environment"], **(env or {})}
         command = [
-            backend.python, f"{CONTROL_DIR}/supervisor.py", "exec",
+            backend.python, "-I", f"{CONTROL_DIR}/supervisor.py", "exec",
             json.dumps(limits.to_dict()), *argv,
         ]  # fmt: skip
         with self._lock:
@@ -336,14 +398,14 @@ def container_options(dirs: _Dirs, limits: Limits, ro_binds: Sequence[str] = ())
         "memswap_limit": memory,
         "pids_limit": int(limits.max_procs) + 8,
         "cap_drop": ["ALL"],
-        "security_opt": ["no-new-privileges"],
+        "security_opt": ["no-new-privileges", f"seccomp={docker_profile()}"],
         "read_only": True,
-        "init": True,
         "tmpfs": {"/tmp": f"size={int(limits.file_size_mb)}m,mode=1777"},
         "volumes": {
             dirs.workspace: {"bind": WORKSPACE, "mode": "rw"},
             dirs.control: {"bind": CONTROL_DIR, "mode": "ro"},
             **{path: {"bind": path, "mode": "ro"} for path in ro_binds},
+            dirs.replies: {"bind": REPLY_DIR, "mode": "rw"},
         },
         "environment": {"HOME": WORKSPACE, "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1"},
         "log_config": {"type": "json-file", "config": {"max-size": "1m", "max-file": "1"}},
@@ -352,21 +414,34 @@ def container_options(dirs: _Dirs, limits: Limits, ro_binds: Sequence[str] = ())
 
 
 class _Dirs:
-    """The host side of one sandbox: its workspace and its read-only control directory."""
+    """The host side of one sandbox, on one `Workspace` (quota, teardown): the workspace, the
+    read-only control folder (supervisor, requests) and the reply folder."""
 
     _ids = itertools.count()
 
-    def __init__(self, root: str | None, owner: tuple[int, int] | None) -> None:
-        self.base = tempfile.mkdtemp(prefix="forge-docker-", dir=root)
-        os.chmod(self.base, 0o755)
-        self.workspace = os.path.join(self.base, "workspace")
-        self.control = os.path.join(self.base, "control")
-        os.mkdir(self.workspace, 0o700)
-        os.mkdir(self.control, 0o755)
-        if owner is not None:
-            os.chown(self.workspace, *owner)
-        else:
+    def __init__(self, root: str | None, owner: tuple[int, int] | None, limits: Limits) -> None:
+        self._workspace = Workspace(
+            limits.workspace_mb, limits.workspace_files, owner=owner, root=root
+        )
+        self.workspace = self._workspace.path
+        if owner is None:
             os.chmod(self.workspace, 0o777)
+        try:  # a second small quota: the code filling its workspace cannot stop the reply
+            self._control = Workspace(CONTROL_MB, 256, root=root, prefix="forge-ctl-")
+        except BaseException:
+            self._workspace.remove()
+            raise
+        self.owner = owner
+        self.base = self._control.path
+        os.chmod(self.base, 0o755)
+        self.control = os.path.join(self.base, "control")
+        self.replies = os.path.join(self.base, "replies")
+        os.mkdir(self.control, 0o755)
+        os.mkdir(self.replies, 0o700)
+        if owner is not None:
+            os.chown(self.replies, *owner)
+        else:
+            os.chmod(self.replies, 0o777)
         with open(os.path.join(self.control, "supervisor.py"), "w") as f:
             f.write(SUPERVISOR_SOURCE)
 
@@ -381,14 +456,56 @@ class _Dirs:
             "limits": limits.to_dict(),
             "protect_pids": protect_pids,
             "check_cgroup_oom": True,
-            "undumpable": True,
         }
         with open(os.path.join(self.control, name), "w") as f:
             json.dump(request, f)
         return f"{CONTROL_DIR}/{name}"
 
+    def new_reply(self) -> _Reply:
+        """A fresh reply file (random name) with a host descriptor kept on it; whatever else
+        the reply folder holds (files the code planted there) is cleared first."""
+        for name in os.listdir(self.replies):
+            remove_tree(os.path.join(self.replies, name))
+        return _Reply(self.replies, self.owner)
+
     def remove(self) -> None:
-        shutil.rmtree(self.base, ignore_errors=True)
+        self._workspace.remove()
+        self._control.remove()
+
+
+class _Reply:
+    """One reply file: created here, opened and unlinked by the supervisor, read here."""
+
+    def __init__(self, folder: str, owner: tuple[int, int] | None) -> None:
+        name = f"reply-{secrets.token_hex(16)}"
+        path = os.path.join(folder, name)
+        self.fd = os.open(path, os.O_RDONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        if owner is not None:
+            os.fchown(self.fd, *owner)
+        else:
+            os.fchmod(self.fd, 0o666)
+        self.host_path = path
+        self.container_path = f"{REPLY_DIR}/{name}"
+
+    def read(self) -> bytes:
+        """The reply (empty if the supervisor never wrote one); closes the descriptor."""
+        try:
+            data = b""
+            while len(data) <= REPLY_MAX_BYTES:
+                chunk = os.pread(self.fd, 1 << 20, len(data))
+                if not chunk:
+                    break
+                data += chunk
+            return data
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+        with contextlib.suppress(OSError):  # the supervisor never took it
+            os.unlink(self.host_path)
 
 
 def _result_from_reply(raw: bytes, start: float, who: str) -> RunResult:
@@ -404,6 +521,9 @@ def _result_from_reply(raw: bytes, start: float, who: str) -> RunResult:
         if isinstance(reply, dict) and "error" in reply:
             raise SandboxError(f"docker sandbox supervisor failed: {reply['error']}")
         return _no_answer(start, f"the {who} died during the run (killed by the code?)", False)
+    problem = hardening_problem(reply.get("hardening"))
+    if problem is not None:
+        raise SandboxError(f"Docker sandbox is not hardened: {problem}")
     return RunResult(
         stdout=reply["stdout"],
         stderr=reply["stderr"],

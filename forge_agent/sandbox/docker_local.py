@@ -40,13 +40,6 @@ def python_rootfs_paths(python: str = "/usr/bin/python3") -> list[str]:
             paths.add(found)
             binaries.append(os.path.realpath(found))
             paths.add(os.path.realpath(found))
-    for binary in binaries:
-        out = subprocess.run(["ldd", binary], capture_output=True, text=True).stdout
-        for line in out.splitlines():
-            for token in line.split():
-                if token.startswith("/"):
-                    paths.add(token)
-                    paths.add(os.path.realpath(token))
     stdlib = Path(f"/usr/lib/{version}")
     for path in stdlib.rglob("*"):
         rel = path.relative_to(stdlib).parts
@@ -54,6 +47,15 @@ def python_rootfs_paths(python: str = "/usr/bin/python3") -> list[str]:
             continue
         if path.is_file() or path.is_symlink():
             paths.add(str(path))
+            if path.suffix == ".so" and "lib-dynload" in rel:
+                binaries.append(str(path))  # their libraries too: _ctypes needs libffi
+    for binary in binaries:
+        out = subprocess.run(["ldd", binary], capture_output=True, text=True).stdout
+        for line in out.splitlines():
+            for token in line.split():
+                if token.startswith("/"):
+                    paths.add(token)
+                    paths.add(os.path.realpath(token))
     # /lib, /bin ... may be symlinks into /usr: store every file under its real directory.
     return sorted(
         {os.path.join(os.path.realpath(os.path.dirname(p)), os.path.basename(p)) for p in paths}

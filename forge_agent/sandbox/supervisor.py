@@ -13,10 +13,20 @@ Modes:
   bubblewrap it runs as PID 1 of the sandbox's PID namespace (``--as-pid-1``), so the code it
   runs cannot kill it (the kernel drops SIGKILL sent to a namespace's init from inside), and
   ``kill(-1, SIGKILL)`` cleans up everything else.
-- ``oneshot PATH``: run the request in file PATH, print one JSON result (Docker ``exec``/``run``);
-  leftovers are found by scanning /proc, sparing the PIDs listed in ``protect_pids``.
+- ``oneshot PATH [REPLY]``: run the request in file PATH and write one JSON result to the file
+  REPLY (opened and unlinked before the code starts, so the code cannot reach it; the host
+  reads it through the descriptor it kept), or to stdout without REPLY (Docker ``exec``/``run``).
+  Leftovers are found by scanning /proc, sparing the PIDs listed in ``protect_pids``.
+- ``keepalive``: a Docker session's PID 1: hardens itself, prints its `hardening()` as one
+  JSON line, then only reaps orphans.
 - ``exec LIMITS_JSON ARGV...``: apply the rlimits, then exec ARGV in place (a long-lived process
   with the host's pipes as stdin/stdout, started by `SandboxSession.spawn`).
+
+Hardening: the supervisor makes itself undumpable (``PR_SET_DUMPABLE`` 0) before any code runs,
+so code of the same uid can neither ptrace it nor open its ``/proc/PID/mem`` or ``fd``; the
+backends add a seccomp filter (`forge_agent.sandbox.seccomp`). `hardening()` reports both (and
+``no_new_privs``) in the ready line / every reply, and the host refuses a sandbox where a step
+did not take effect.
 """
 
 import json
@@ -202,15 +212,71 @@ def _oom_kills():
     return None
 
 
-def _set_dumpable(flag):
-    """PR_SET_DUMPABLE: a non-dumpable supervisor's /proc/PID/fd cannot be opened by the code."""
+def _prctl(option, value=0):
+    """prctl(2) through ctypes; returns its result, or -1 where ctypes cannot load."""
     try:
         import ctypes
 
-        ctypes.CDLL(None).prctl(4, int(flag), 0, 0, 0)
-        return True
+        return int(ctypes.CDLL(None).prctl(option, value, 0, 0, 0))
     except Exception:
-        return False
+        return -1
+
+
+def _set_dumpable(flag):
+    """PR_SET_DUMPABLE: a non-dumpable supervisor cannot be ptraced, nor its /proc/PID/mem or
+    /proc/PID/fd opened, by code of the same uid. Returns True when it took effect."""
+    _prctl(4, int(flag))
+    return _prctl(3) == int(flag)
+
+
+def _filter_denies_process_vm():
+    """Probe the seccomp filter: a zero-length process_vm_readv of ourselves succeeds unless a
+    filter denies it. True when denied, False when allowed, None when it cannot be probed."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        rc = libc.process_vm_readv(os.getpid(), None, 0, None, 0, 0)
+        return rc == -1 and ctypes.get_errno() == 1  # EPERM
+    except Exception:
+        return None
+
+
+def hardening():
+    """What protects this process: ``seccomp`` (mode from /proc/self/status: 2 = filter),
+    ``filter_denies`` (a probe: the filter refuses process_vm_readv), ``no_new_privs`` (0/1)
+    and ``dumpable`` (PR_GET_DUMPABLE; -1 when unknown)."""
+    found = {
+        "seccomp": -1,
+        "no_new_privs": -1,
+        "dumpable": _prctl(3),
+        "filter_denies": _filter_denies_process_vm(),
+    }
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key == "Seccomp":
+                    found["seccomp"] = int(value)
+                elif key == "NoNewPrivs":
+                    found["no_new_privs"] = int(value)
+    except (OSError, ValueError):
+        pass
+    return found
+
+
+def _use_workspace_path():
+    """Imports of the code resolve from the working directory first, as under ``python3 -c``.
+
+    The supervisor itself starts isolated (``python3 -I``: no working directory or script
+    folder on sys.path), so a file the code planted in the workspace can never shadow a module
+    the supervisor imports; modules it needs later are imported here, before the change.
+    """
+    import traceback  # noqa: F401 - used by _print_exception after the change
+
+    sys.dont_write_bytecode = True
+    sys.path[:] = [p for p in sys.path if p != ""]
+    sys.path.insert(0, "")
 
 
 def handle(request):
@@ -225,8 +291,7 @@ def handle(request):
     if pid == 0:
         os.close(out_r)
         os.close(err_r)
-        if request.get("undumpable"):
-            _set_dumpable(True)
+        _prctl(4, 1)  # the run is an ordinary (dumpable) process; the supervisor is not
         _child(request, out_w, err_w)
     os.close(out_w)
     os.close(err_w)
@@ -326,13 +391,17 @@ def handle(request):
 
 
 def serve():
+    undumpable = _set_dumpable(False)
+    _use_workspace_path()
     proto_in = os.fdopen(os.dup(0), "rb", buffering=0)
     proto_out = os.dup(1)
     null = os.open("/dev/null", os.O_RDWR)
     os.dup2(null, 0)
     os.dup2(null, 1)
     os.close(null)
-    os.write(proto_out, f'{{"ready": true, "pid": {os.getpid()}}}\n'.encode())
+    ready = {"ready": True, "pid": os.getpid(), "hardening": hardening()}
+    ready["hardening"]["undumpable"] = undumpable
+    os.write(proto_out, json.dumps(ready).encode() + b"\n")
     pending = b""
     while True:
         while b"\n" not in pending:
@@ -341,24 +410,59 @@ def serve():
                 return
             pending += chunk
         line, pending = pending.split(b"\n", 1)
+        request_id = None
         try:
-            reply = handle(json.loads(line))
+            request = json.loads(line)
+            request_id = request.get("id")
+            reply = handle(request)
         except Exception as exc:
             reply = {"error": f"supervisor failed: {exc!r}"}
+        reply["id"] = request_id
         os.write(proto_out, json.dumps(reply).encode() + b"\n")
 
 
-def oneshot(path):
+def oneshot(path, reply_path=None):
+    undumpable = _set_dumpable(False)
+    _use_workspace_path()
+    reply_fd = None
+    if reply_path is not None:  # nothing the code does can reach this file after the unlink
+        reply_fd = os.open(reply_path, os.O_WRONLY | os.O_NOFOLLOW)
+        os.unlink(reply_path)
     with open(path, "rb") as f:
         request = json.load(f)
-    if request.get("undumpable"):
-        request["undumpable"] = _set_dumpable(False)
     try:
         reply = handle(request)
     except Exception as exc:
         reply = {"error": f"supervisor failed: {exc!r}"}
-    sys.stdout.write(json.dumps(reply) + "\n")
+    reply["id"] = request.get("id")
+    reply["hardening"] = hardening()
+    reply["hardening"]["undumpable"] = undumpable
+    data = (json.dumps(reply) + "\n").encode()
+    if reply_fd is None:
+        sys.stdout.write(data.decode())
+        sys.stdout.flush()
+        return
+    while data:
+        data = data[os.write(reply_fd, data) :]
+    os.close(reply_fd)
+
+
+def keepalive():
+    found = hardening()
+    found["undumpable"] = _set_dumpable(False)
+    found["dumpable"] = _prctl(3)
+    sys.stdout.write(json.dumps({"ready": True, "pid": os.getpid(), "hardening": found}) + "\n")
     sys.stdout.flush()
+    signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGCHLD])
+    while True:  # as PID 1, reap the orphans every run leaves (they are killed after it)
+        signal.sigwait([signal.SIGCHLD])
+        while True:
+            try:
+                pid, _ = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                break
+            if pid == 0:
+                break
 
 
 def exec_limited(limits_json, argv):
@@ -378,9 +482,14 @@ def exec_limited(limits_json, argv):
 if __name__ == "__main__":
     if sys.argv[1:2] == ["serve"]:
         serve()
-    elif sys.argv[1:2] == ["oneshot"] and len(sys.argv) == 3:
-        oneshot(sys.argv[2])
+    elif sys.argv[1:2] == ["oneshot"] and len(sys.argv) in (3, 4):
+        oneshot(*sys.argv[2:])
+    elif sys.argv[1:2] == ["keepalive"]:
+        keepalive()
     elif sys.argv[1:2] == ["exec"] and len(sys.argv) >= 4:
         exec_limited(sys.argv[2], sys.argv[3:])
     else:
-        sys.exit("usage: supervisor.py serve | oneshot REQUEST.json | exec LIMITS_JSON ARGV...")
+        sys.exit(
+            "usage: supervisor.py serve | oneshot REQUEST.json [REPLY] | keepalive"
+            " | exec LIMITS_JSON ARGV..."
+        )
