@@ -201,7 +201,9 @@ class TrainingConfig:
     token_budget: int = 8192  # tokens per micro-batch (gradient accumulation)
     sync_interval: int = 1  # trainer steps between weight syncs
     entropy_coef: float = 0.0
-    max_policy_lag: int = 0  # 0 = on-policy (sync); n > 0 = async, samples <= n versions old
+    # 0 = on-policy (sync); n > 0 = async: no trained token was sampled more than n policy
+    # versions before the policy it trains (checked per token; see forge_agent/replay.py)
+    max_policy_lag: int = 0
     backend: Literal["hf", "titan"] = "hf"
     titan: dict[str, Any] = field(default_factory=dict)  # torchtitan parallelism degrees
     replay_capacity: int = 32  # groups
@@ -214,6 +216,21 @@ class TrainingConfig:
         for key in ("weight_decay", "grad_clip"):
             _check(getattr(self, key) >= 0.0, key, getattr(self, key), "a float >= 0")
         _check(self.max_policy_lag >= 0, "max_policy_lag", self.max_policy_lag, "an int >= 0")
+        # Between syncs the generator samples with weights up to sync_interval - 1 versions old,
+        # so a sync interval the lag cannot absorb would starve the trainer of fresh groups.
+        _check(
+            self.sync_interval <= self.max_policy_lag + 1,
+            "sync_interval",
+            self.sync_interval,
+            f"an int <= max_policy_lag + 1 = {self.max_policy_lag + 1} (between syncs the "
+            "generator's weights fall sync_interval - 1 versions behind)",
+        )
+        _check(
+            self.groups_per_step <= self.replay_capacity,
+            "groups_per_step",
+            self.groups_per_step,
+            f"an int <= replay_capacity = {self.replay_capacity}",
+        )
         _check(
             self.weight_sync_timeout_s > 0,
             "weight_sync_timeout_s",

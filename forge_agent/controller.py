@@ -221,8 +221,7 @@ class Controller:
         self.eval_engine = RolloutEngine(
             generate, self.pool, renderer, cfg.rollout_config(cfg.eval.temperature, max_len)
         )
-        lag = cfg.training.max_policy_lag + cfg.training.sync_interval - 1
-        self.buffer = ReplayBuffer(cfg.training.replay_capacity, lag)
+        self.buffer = ReplayBuffer(cfg.training.replay_capacity, cfg.training.max_policy_lag)
         self.metrics = MetricLogger.from_config(
             MetricsConfig(
                 console=cfg.metrics.console,
@@ -369,20 +368,22 @@ class Controller:
             while self.step < cfg.training.steps:
                 groups = await self._take(producer)
                 batch = [t for g in groups for t in g.trajectories]
-                lags = [self.version - t.min_version for t in batch]
+                lags = _check_token_lags(batch, self.version, cfg.training.max_policy_lag)
                 if cfg.training.max_policy_lag == 0:
                     self._gate.clear()  # on-policy: no rollouts while the policy changes
                 metrics = await self._trainer_call(self.trainer.train_step, batch)
                 self.step += 1
                 self.version = int(metrics.get("train/policy_version", self.version + 1))
+                await self.buffer.set_version(self.version)
                 if self.step % cfg.training.sync_interval == 0:
                     await self._sync_weights()
                 self._gate.set()
                 for name, value in metrics.items():
                     record(name, value)
-                record("policy/lag", sum(lags) / len(lags))
+                record("policy/lag", sum(lags) / len(lags))  # mean over trained tokens
                 record("policy/lag_max", max(lags), "max")
                 record("replay/evicted_stale", self.buffer.evicted, "last")
+                record("replay/evicted_trajectories", self.buffer.evicted_trajectories, "last")
                 if cfg.eval.every > 0 and (
                     self.step % cfg.eval.every == 0 or self.step == cfg.training.steps
                 ):
@@ -459,7 +460,11 @@ class Controller:
 
     async def _save_checkpoint(self) -> None:
         path = self.out / "checkpoints" / f"step_{self.step:06d}"
-        position = {"tasks": self.tasks.state(), "step": self.step}
+        position = {
+            "tasks": self.tasks.state(),
+            "step": self.step,
+            "replay": self.buffer.state_dict(),  # scored groups not yet trained on
+        }
         await self._trainer_call(self.trainer.save_checkpoint, str(path), position)
         for old in self._checkpoints()[: -self.cfg.checkpoint.keep]:
             shutil.rmtree(old, ignore_errors=True)
@@ -472,9 +477,11 @@ class Controller:
         path = checkpoints[-1]
         position = await self._trainer_call(self.trainer.load_checkpoint, str(path))
         self.tasks.load_state(position["tasks"])
-        self.resumed_from = position
+        self.resumed_from = {k: v for k, v in position.items() if k != "replay"}
         self.step = int(position["step"])
         self.version = int(await self._trainer_call(self.trainer.policy_version))
+        if "replay" in position:  # the bound is re-checked against the resumed version
+            self.buffer.load_state_dict(position["replay"], self.version)
         if self.version > 0:
             await self._sync_weights()
         print(f"[resume] {path.name}: step {self.step}, policy version {self.version}", flush=True)
@@ -505,6 +512,20 @@ class Controller:
         for mesh in reversed(self.meshes):
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(mesh.stop(), 30)
+
+
+def _check_token_lags(batch: list[Trajectory], version: int, max_policy_lag: int) -> list[int]:
+    """Every trained token's lag (`version` minus the version that sampled it); raises when
+    one exceeds `training.max_policy_lag` (the buffer's bound failed: never train on it)."""
+    from forge_agent.replay import token_lags
+
+    lags = [lag for t in batch for lag in token_lags(t, version)]
+    if lags and max(lags) > max_policy_lag:
+        raise RuntimeError(
+            f"a trained token was sampled {max(lags)} versions before policy {version}, over "
+            f"training.max_policy_lag={max_policy_lag}"
+        )
+    return lags or [0]
 
 
 def _set_visible_devices(devices: str) -> None:

@@ -1,27 +1,46 @@
 """Replay buffer of scored groups, with a staleness bound and backpressure.
 
+The bound (`training.max_policy_lag` = n): no trained token was sampled more than n policy
+versions before the policy it trains. A token sampled by version v trained by the policy at
+version c has lag c - v; tokens carry their own version (`Trajectory.versions`), so the check
+is exact per token, also for an episode whose later turns (or later tokens of one turn, with
+partial rollouts) were sampled by newer weights than its first.
+
 Consumes: scored groups from the rollout loop (`put`). Produces: batches of fresh groups for the
 trainer (`take`). Waits: `put` waits while the buffer is full; `take` waits until enough fresh
-groups are there. Groups too old for the current policy are evicted when they are seen, and an
-evicted or taken group frees its slot at once, so the two loops cannot deadlock.
+groups are there. Groups too old for the current policy are evicted (and counted) whenever the
+buffer is looked at, and an evicted or taken group frees its slot at once, so the two loops
+cannot deadlock: a full buffer of stale groups empties on the next `take`.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections import deque
+from typing import Any
 
-from forge_agent.types import Group
+from forge_agent.types import Group, Trajectory
 
 
 def group_version(group: Group) -> int:
-    """The oldest policy version that sampled any token of the group (per-token exact)."""
+    """The oldest policy version that sampled any token of the group (per-token exact);
+    -1 when no token was sampled."""
     versions = [t.min_version for t in group.trajectories if t.min_version >= 0]
     return min(versions) if versions else -1
 
 
+def token_lags(trajectory: Trajectory, current_version: int) -> list[int]:
+    """`current_version - v` for every sampled token (v = the version that sampled it)."""
+    pairs = zip(trajectory.versions, trajectory.loss_mask, strict=True)
+    return [current_version - v for v, m in pairs if m]
+
+
 class ReplayBuffer:
-    """FIFO of scored groups; a group is fresh while `current - version <= max_policy_lag`."""
+    """FIFO of scored groups; a group is fresh while every sampled token has
+    `current_version - version <= max_policy_lag`.
+
+    `evicted` counts evicted groups, `evicted_trajectories` their trajectories.
+    """
 
     def __init__(self, capacity: int, max_policy_lag: int) -> None:
         if capacity < 1:
@@ -32,33 +51,87 @@ class ReplayBuffer:
         self.max_policy_lag = max_policy_lag
         self._groups: deque[Group] = deque()
         self._changed = asyncio.Condition()
+        self.current_version = 0  # the newest policy version the buffer has been told of
         self.evicted = 0
+        self.evicted_trajectories = 0
 
     def __len__(self) -> int:
         return len(self._groups)
 
+    def is_fresh(self, group: Group, current_version: int) -> bool:
+        """True when every sampled token of `group` is within the bound for `current_version`."""
+        return current_version - group_version(group) <= self.max_policy_lag
+
     async def put(self, group: Group) -> None:
-        """Add a group, waiting while the buffer is full."""
+        """Add a group, waiting while the buffer is full (stale groups are evicted first)."""
         async with self._changed:
+            self._evict_stale()
             await self._changed.wait_for(lambda: len(self._groups) < self.capacity)
             self._groups.append(group)
             self._changed.notify_all()
 
-    def _evict_stale(self, current_version: int) -> None:
-        fresh = [
-            g for g in self._groups if current_version - group_version(g) <= self.max_policy_lag
-        ]
-        self.evicted += len(self._groups) - len(fresh)
+    async def set_version(self, current_version: int) -> None:
+        """Tell the buffer the policy moved on: evict what became stale and wake waiters."""
+        async with self._changed:
+            self.current_version = max(self.current_version, current_version)
+            self._evict_stale()
+            self._changed.notify_all()
+
+    def _evict_stale(self) -> None:
+        fresh = [g for g in self._groups if self.is_fresh(g, self.current_version)]
+        if len(fresh) == len(self._groups):
+            return
+        stale = [g for g in self._groups if not self.is_fresh(g, self.current_version)]
+        self.evicted += len(stale)
+        self.evicted_trajectories += sum(len(g.trajectories) for g in stale)
         self._groups = deque(fresh)
 
     async def take(self, n: int, current_version: int) -> list[Group]:
-        """The `n` oldest fresh groups, waiting until there are that many."""
+        """The `n` oldest groups fresh for `current_version`, waiting until there are that many.
+
+        `n` must fit the buffer (n <= capacity), else it could never be served."""
+        if not 1 <= n <= self.capacity:
+            raise ValueError(
+                f"take({n}) can never be served by a replay buffer of capacity {self.capacity} "
+                "(training.groups_per_step must be <= training.replay_capacity)"
+            )
         async with self._changed:
+            self.current_version = max(self.current_version, current_version)
             while True:
-                self._evict_stale(current_version)
+                self._evict_stale()
                 self._changed.notify_all()  # eviction may have freed slots
                 if len(self._groups) >= n:
                     batch = [self._groups.popleft() for _ in range(n)]
                     self._changed.notify_all()
                     return batch
                 await self._changed.wait()
+
+    # ------------------------------------------------------------------ checkpoints
+    def state_dict(self) -> dict[str, Any]:
+        """Plain data to save with a checkpoint: the buffered groups and the counters."""
+        return {
+            "groups": [
+                {"task_id": g.task_id, "trajectories": [t.to_json() for t in g.trajectories]}
+                for g in self._groups
+            ],
+            "current_version": self.current_version,
+            "evicted": self.evicted,
+            "evicted_trajectories": self.evicted_trajectories,
+        }
+
+    def load_state_dict(self, state: dict[str, Any], current_version: int) -> None:
+        """Restore `state_dict()` for a run resumed at policy `current_version`: groups that
+        the resumed policy may no longer train on are evicted now, so the bound holds across
+        a restart (the generator's fresh engine numbering cannot make old groups look new)."""
+        self._groups = deque(
+            Group(g["task_id"], [Trajectory.from_json(t) for t in g["trajectories"]])
+            for g in state.get("groups", [])
+        )
+        self.evicted = int(state.get("evicted", 0))
+        self.evicted_trajectories = int(state.get("evicted_trajectories", 0))
+        self.current_version = max(int(state.get("current_version", 0)), current_version)
+        self._evict_stale()
+        while len(self._groups) > self.capacity:  # a smaller capacity after resume
+            dropped = self._groups.popleft()
+            self.evicted += 1
+            self.evicted_trajectories += len(dropped.trajectories)

@@ -128,6 +128,18 @@ def _pad(rows: Sequence[Sequence[float]], T: int, dtype: torch.dtype) -> torch.T
     return out
 
 
+def _max_token_lag(trajs: Sequence[Trajectory], version: int) -> int:
+    """The largest `version - v` over the sampled tokens whose sampling version v is known."""
+    lags = [
+        version - v
+        for t in trajs
+        if len(t.versions) == len(t.loss_mask)
+        for v, m in zip(t.versions, t.loss_mask, strict=True)
+        if m and v >= 0
+    ]
+    return max(lags, default=0)
+
+
 class Trainer:
     """Owns the policy model, an optional frozen reference model and the optimizer."""
 
@@ -322,6 +334,7 @@ class Trainer:
         )
         if not sft:
             out["train/advantage_mean"] = sum(t.advantage for t in trajs) / len(trajs)
+            out["train/token_lag_max"] = float(_max_token_lag(trajs, self.policy_version - 1))
         return out
 
     def _clip(self) -> float:
