@@ -179,6 +179,11 @@ class GRPOConfig:
     advantage: Literal["grpo", "dr_grpo", "rloo"] = "grpo"
     filter_zero_variance: bool = True  # drop groups whose rewards are all equal
     truncated: Literal["keep", "mask", "drop"] = "mask"  # what to do with truncated episodes
+    # Sampler/trainer mismatch correction, at most one (see forge_agent/losses.py): TIS cap,
+    # MIS cap (tokens over it are dropped), or IcePop's two-sided band [alpha, beta].
+    tis_cap: float | None = None
+    mis_cap: float | None = None
+    icepop_bounds: list[float] | None = None
 
     def __post_init__(self) -> None:
         _check(self.n_samples >= 2, "n_samples", self.n_samples, "an int >= 2 (a group baseline)")
@@ -187,6 +192,18 @@ class GRPOConfig:
         _check(self.beta >= 0.0, "beta", self.beta, "a float >= 0")
         _check(self.temperature > 0.0, "temperature", self.temperature, "a float > 0")
         _check(0.0 < self.top_p <= 1.0, "top_p", self.top_p, "a float in (0, 1]")
+        chosen = [k for k in ("tis_cap", "mis_cap", "icepop_bounds") if getattr(self, k)]
+        _check(len(chosen) <= 1, chosen[-1] if chosen else "tis_cap", chosen, "one correction")
+        for key in ("tis_cap", "mis_cap"):
+            value = getattr(self, key)
+            _check(value is None or value > 0, key, value, "a float > 0 or null")
+        b = self.icepop_bounds
+        _check(
+            b is None or (len(b) == 2 and 0 <= b[0] < b[1]),
+            "icepop_bounds",
+            b,
+            "[alpha, beta] with 0 <= alpha < beta (IcePop uses [0.5, 5.0]) or null",
+        )
 
 
 @dataclass

@@ -264,6 +264,9 @@ class Controller:
             clip_eps_high=cfg.grpo.clip_high,
             kl_coef=cfg.grpo.beta,
             entropy_coef=cfg.training.entropy_coef,
+            tis_cap=cfg.grpo.tis_cap,
+            mis_cap=cfg.grpo.mis_cap,
+            icepop_bounds=tuple(cfg.grpo.icepop_bounds) if cfg.grpo.icepop_bounds else None,
         )
         return TrainerConfig(
             model=str(self.policy_path),

@@ -116,6 +116,75 @@ def truncated_importance_weights(
     return w, metrics
 
 
+def masked_importance_weights(
+    logp_trainer: torch.Tensor,
+    logp_sampler: torch.Tensor,
+    mask: torch.Tensor,
+    low: float,
+    high: float,
+    name: str = "mis",
+) -> tuple[torch.Tensor, Metrics]:
+    """Importance weights that drop the tokens whose sampler/trainer ratio is out of bounds.
+
+        rho_t = pi_trainer(y_t) / pi_sampler(y_t)                     (no gradient)
+        w_t   = rho_t * 1[low <= rho_t <= high]
+
+    A kept token is reweighted by rho_t as in TIS; a token outside `[low, high]` gets weight 0,
+    so it leaves the policy gradient instead of being truncated (it still counts in the
+    aggregation's token / sequence normalisation). The masks `masked_importance_sampling` and
+    `icepop_weights` below are this with their papers' bounds. Shapes: `[B, T]`; the returned
+    weights are detached and 0 where `mask` is 0. Metric `<name>/masked_frac`: the fraction of
+    sampled tokens dropped.
+    """
+    if not 0.0 <= low < high:
+        raise ValueError(f"{name} bounds must satisfy 0 <= low < high, got [{low}, {high}]")
+    with torch.no_grad():
+        rho = (logp_trainer - logp_sampler).exp()  # [B, T]
+        keep = ((rho >= low) & (rho <= high)).to(rho.dtype) * mask  # [B, T]
+        w = rho * keep
+        metrics = {
+            f"{name}/masked_frac": _masked_mean(1.0 - keep, mask),
+            f"{name}/weight_mean": _masked_mean(w, mask),
+        }
+    return w, metrics
+
+
+def masked_importance_sampling(
+    logp_trainer: torch.Tensor, logp_sampler: torch.Tensor, mask: torch.Tensor, cap: float
+) -> tuple[torch.Tensor, Metrics]:
+    """Token-level masked importance sampling, MIS (Liu, Li, Fu, Wang, Liu, Yao et al. 2025,
+    "When Speed Kills Stability: Demystifying RL Collapse from the Training-Inference
+    Mismatch"): instead of truncating a large ratio as TIS does, drop the token.
+
+        w_t = rho_t * 1[rho_t <= C],    rho_t = pi_trainer(y_t) / pi_sampler(y_t)
+
+    Shapes: `[B, T]`. Metrics: `mis/masked_frac`, `mis/weight_mean`.
+    """
+    if cap <= 0:
+        raise ValueError(f"masked importance sampling cap must be > 0, got {cap}")
+    return masked_importance_weights(logp_trainer, logp_sampler, mask, 0.0, cap, "mis")
+
+
+def icepop_weights(
+    logp_trainer: torch.Tensor,
+    logp_sampler: torch.Tensor,
+    mask: torch.Tensor,
+    alpha: float = 0.5,
+    beta: float = 5.0,
+) -> tuple[torch.Tensor, Metrics]:
+    """IcePop two-sided token masking (Ling Team, inclusionAI 2025, "Every Step Evolves:
+    Scaling Reinforcement Learning for Trillion-Scale Thinking Model" (Ring-1T), IcePop):
+    a token's gradient is kept, calibrated by k_t, only while the training/inference ratio
+    stays inside a band on both sides.
+
+        M(k_t) = k_t * 1[alpha <= k_t <= beta],    k_t = pi_train(y_t) / pi_infer(y_t)
+
+    The paper uses alpha = 0.5, beta = 5. Shapes: `[B, T]`. Metrics: `icepop/masked_frac`,
+    `icepop/weight_mean`.
+    """
+    return masked_importance_weights(logp_trainer, logp_sampler, mask, alpha, beta, "icepop")
+
+
 # ---------------------------------------------------------------------------------------------
 # Policy objectives (per-token losses; aggregate them with one of the aggregators below)
 # ---------------------------------------------------------------------------------------------
@@ -297,6 +366,9 @@ class LossConfig:
     against the trainer's own old logprobs and each token is weighted by
     min(pi_trainer_old / pi_sampler, tis_cap). When None the ratio is taken against the
     sampler's logprobs directly.
+    `mis_cap`: the same with MIS (`masked_importance_sampling`): tokens whose ratio exceeds
+    the cap are dropped, not truncated. `icepop_bounds`: the same with IcePop's two-sided
+    mask (`icepop_weights`, (alpha, beta), e.g. (0.5, 5.0)). At most one of the three is set.
     `entropy_coef`: entropy bonus weight. `aggregation`/`horizon`: see `aggregate`.
     """
 
@@ -308,9 +380,34 @@ class LossConfig:
     kl_coef: float = 0.0
     kl_estimator: KLEstimator = "k3"
     tis_cap: float | None = None
+    mis_cap: float | None = None
+    icepop_bounds: tuple[float, float] | None = None
     entropy_coef: float = 0.0
     aggregation: Aggregation = "token_mean"
     horizon: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.icepop_bounds is not None:
+            self.icepop_bounds = tuple(self.icepop_bounds)  # type: ignore[assignment]
+            if len(self.icepop_bounds) != 2:
+                raise ValueError(
+                    f"icepop_bounds must be (alpha, beta), got {list(self.icepop_bounds)}"
+                )
+        chosen = [k for k in ("tis_cap", "mis_cap", "icepop_bounds") if getattr(self, k)]
+        if len(chosen) > 1:
+            raise ValueError(
+                f"choose one sampler-mismatch correction, got {chosen} (tis_cap, mis_cap and "
+                "icepop_bounds each reweight the same tokens)"
+            )
+
+    @property
+    def correction(self) -> str:
+        """The sampler-mismatch correction in use: "tis", "mis", "icepop" or "none"."""
+        if self.tis_cap is not None:
+            return "tis"
+        if self.mis_cap is not None:
+            return "mis"
+        return "icepop" if self.icepop_bounds is not None else "none"
 
     @classmethod
     def preset(cls, name: str, **overrides: object) -> LossConfig:
@@ -359,17 +456,24 @@ def policy_loss(
 
         loss = agg( w_t * policy_t + beta * KL_t - c_H * H_t )
 
-    with w_t the truncated IS weight when `cfg.tis_cap` is set (else 1).
+    with w_t the truncated (TIS), masked (MIS) or IcePop-masked importance weight of the
+    sampler/trainer ratio when the config selects one (else 1).
     Shapes: `logp`, `sampler_logp`, `mask`, `ref_logp`, `entropy`, `old_logp` `[B, T]`;
     `advantages` `[B]`. `old_logp` is the trainer's logprob under the policy that sampled
-    (only used with `tis_cap`; default: `logp.detach()`, exact when the trainer takes one
+    (only used with a correction; default: `logp.detach()`, exact when the trainer takes one
     optimizer step per batch of fresh data).
     """
     mask = mask.to(logp.dtype)
     metrics: Metrics = {}
-    if cfg.tis_cap is not None:
+    if cfg.correction != "none":
         ratio_ref = logp.detach() if old_logp is None else old_logp
-        w, m = truncated_importance_weights(ratio_ref, sampler_logp, mask, cfg.tis_cap)
+        if cfg.tis_cap is not None:
+            w, m = truncated_importance_weights(ratio_ref, sampler_logp, mask, cfg.tis_cap)
+        elif cfg.mis_cap is not None:
+            w, m = masked_importance_sampling(ratio_ref, sampler_logp, mask, cfg.mis_cap)
+        else:
+            assert cfg.icepop_bounds is not None
+            w, m = icepop_weights(ratio_ref, sampler_logp, mask, *cfg.icepop_bounds)
         metrics.update(m)
     else:
         ratio_ref, w = sampler_logp, None
