@@ -428,7 +428,13 @@ class Controller:
 
         started = time.monotonic()
         version = await self._trainer_call(self.trainer.push_weights)
-        updates = [g.update_weights.call_one(version, None, self.store) for g in self.generators]
+        # async (lag > 0): running requests continue on the new weights (partial rollouts);
+        # sync: they finish on the old weights first (drain)
+        partial = self.cfg.training.max_policy_lag > 0
+        updates = [
+            g.update_weights.call_one(version, None, self.store, False, partial)
+            for g in self.generators
+        ]
         try:
             await asyncio.wait_for(
                 asyncio.gather(*updates), self.cfg.training.weight_sync_timeout_s

@@ -64,8 +64,17 @@ class Completion:
     token_ids: list[int]
     logprobs: list[float]  # sampler logprob of each generated token
     finish_reason: str  # "stop" | "length" | "abort"
-    policy_version: int
+    policy_version: int  # the version that sampled the first token
     prompt_logprobs: list[float | None] | None = None  # only when asked for
+    # the version that sampled each token; None: all `policy_version`. A request interrupted
+    # by a weight update (partial rollout) continues on the new weights with the new version.
+    versions: list[int] | None = None
+
+    def token_versions(self) -> list[int]:
+        """The policy version of each generated token."""
+        if self.versions is not None:
+            return list(self.versions)
+        return [self.policy_version] * len(self.token_ids)
 
 
 @dataclass

@@ -59,13 +59,18 @@ class Generator(Actor):
         state_dict: dict[str, torch.Tensor] | None = None,
         source: StateDictSource | None = None,
         abort_in_flight: bool = False,
+        resume_in_flight: bool = False,
     ) -> int:
-        """Load `state_dict` (or pull `version` from `source`) in place; returns the version."""
+        """Load `state_dict` (or pull `version` from `source`) in place; returns the version.
+        In-flight requests: drained (default), aborted, or interrupted and continued on the
+        new weights (`resume_in_flight`, partial rollouts); see `VLLMEngine.update_weights`."""
         if state_dict is None:
             if source is None:
                 raise ValueError("update_weights needs a state_dict or a source to pull from")
             state_dict = await source.get(version)
-        return await self._engine().update_weights(version, state_dict, abort_in_flight)
+        return await self._engine().update_weights(
+            version, state_dict, abort_in_flight, resume_in_flight
+        )
 
     @concurrent_endpoint
     async def version(self) -> int:

@@ -8,7 +8,13 @@ Weight updates and in-flight requests: `update_weights` closes a gate so no new 
 the engine, waits for the requests already running to finish on the old weights (they are
 tagged with the old version), reloads in place, resets the prefix cache, bumps the version and
 opens the gate. With `abort_in_flight=True` it aborts them instead; those come back with
-`finish_reason="abort"` and the old version. No completion ever mixes two versions.
+`finish_reason="abort"` and the old version. In both modes no completion mixes two versions.
+
+Partial rollouts (`resume_in_flight=True`, the async mode): the update does not wait for the
+running requests. It interrupts them (abort), reloads, and each interrupted request continues
+where it stopped, on the new weights: its prompt plus the tokens sampled so far go back in
+(re-prefilled by the new weights, the prefix cache having been reset), and the completion's
+per-token `versions` record which version sampled each token. The caller sees one completion.
 """
 
 from __future__ import annotations
@@ -61,6 +67,7 @@ class SamplingConfig:
     stop_token_ids: list[int] = field(default_factory=list)
     seed: int | None = None
     prompt_logprobs: bool = False
+    ignore_eos: bool = False  # keep sampling past end-of-sequence (benchmarks, tests)
 
 
 def _on_cpu() -> bool:
@@ -80,6 +87,7 @@ class VLLMEngine:
         self._open = asyncio.Event()
         self._open.set()
         self._in_flight: dict[str, int] = {}
+        self._interrupted: set[str] = set()  # aborted by an update, to be continued
         self._drained = asyncio.Event()
         self._drained.set()
         self._update_lock = asyncio.Lock()
@@ -153,15 +161,55 @@ class VLLMEngine:
         session_id: str | None = None,
     ) -> Completion:
         """Sample one completion for `prompt_ids`; many calls may run concurrently."""
-        from vllm import SamplingParams
-        from vllm.inputs import TokensPrompt
-
         if self._llm is None:
             raise GeneratorError("engine not started: call start() first")
         sampling = sampling or SamplingConfig()
         # Cap the budget so prompt + completion fit the context.
         max_tokens = min(sampling.max_tokens, self.max_model_len - len(prompt_ids))
         self._check_prompt(prompt_ids, max(max_tokens, 1))
+        tokens: list[int] = []
+        logprobs: list[float] = []
+        versions: list[int] = []
+        prompt_lps: list[float | None] | None = None
+        first = True
+        while True:  # once, or again after each interruption by a weight update
+            piece, version, interrupted, prompt_out = await self._run_request(
+                list(prompt_ids) + tokens, sampling, max_tokens - len(tokens), session_id
+            )
+            ids = list(piece.token_ids) if piece is not None else []
+            lps = piece.logprobs if piece is not None else None
+            tokens += ids
+            logprobs += [lp[tok].logprob for tok, lp in zip(ids, lps or [], strict=False)]
+            versions += [version] * len(ids)
+            if first and prompt_out is not None:
+                prompt_lps = [
+                    None if lp is None else lp[tok].logprob
+                    for tok, lp in zip(prompt_ids, prompt_out, strict=True)
+                ]
+            first = False
+            finish = (piece.finish_reason if piece is not None else None) or "abort"
+            if not (interrupted and finish == "abort"):
+                break
+            if len(tokens) >= max_tokens:
+                finish = "length"
+                break
+        return Completion(
+            token_ids=tokens,
+            logprobs=logprobs,
+            finish_reason=finish,
+            policy_version=versions[0] if versions else self.version,
+            prompt_logprobs=prompt_lps if sampling.prompt_logprobs else None,
+            versions=versions,
+        )
+
+    async def _run_request(
+        self, ids: list[int], sampling: SamplingConfig, max_tokens: int, session_id: str | None
+    ) -> tuple[Any, int, bool, Any]:
+        """One engine request: (final output or None, version, interrupted by an update,
+        prompt logprobs or None)."""
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+
         params = SamplingParams(
             max_tokens=max_tokens,
             temperature=sampling.temperature,
@@ -169,6 +217,7 @@ class VLLMEngine:
             top_k=sampling.top_k if sampling.top_k > 0 else -1,
             stop_token_ids=list(sampling.stop_token_ids),
             seed=sampling.seed,
+            ignore_eos=sampling.ignore_eos,
             logprobs=0,
             prompt_logprobs=0 if sampling.prompt_logprobs else None,
             skip_special_tokens=False,
@@ -182,30 +231,17 @@ class VLLMEngine:
         final = None
         try:
             async for out in self._llm.generate(
-                TokensPrompt(prompt_token_ids=list(prompt_ids)), params, request_id=request_id
+                TokensPrompt(prompt_token_ids=ids), params, request_id=request_id
             ):
                 final = out
         finally:
             del self._in_flight[request_id]
             if not self._in_flight:
                 self._drained.set()
-        assert final is not None
-        out = final.outputs[0]
-        token_ids = list(out.token_ids)
-        logprobs = [lp[tok].logprob for tok, lp in zip(token_ids, out.logprobs or [], strict=False)]
-        prompt_lps = None
-        if sampling.prompt_logprobs and final.prompt_logprobs is not None:
-            prompt_lps = [
-                None if lp is None else lp[tok].logprob
-                for tok, lp in zip(prompt_ids, final.prompt_logprobs, strict=True)
-            ]
-        return Completion(
-            token_ids=token_ids,
-            logprobs=logprobs,
-            finish_reason=out.finish_reason or "abort",
-            policy_version=version,
-            prompt_logprobs=prompt_lps,
-        )
+            interrupted = request_id in self._interrupted
+            self._interrupted.discard(request_id)
+        piece = final.outputs[0] if final is not None else None
+        return piece, version, interrupted, None if final is None else final.prompt_logprobs
 
     # ---------------------------------------------------------------- weights
     def validate_state_dict(self, state_dict: dict[str, torch.Tensor]) -> None:
@@ -234,8 +270,13 @@ class VLLMEngine:
         version: int,
         state_dict: dict[str, torch.Tensor],
         abort_in_flight: bool = False,
+        resume_in_flight: bool = False,
     ) -> int:
-        """Reload weights in place and tag later completions with `version`."""
+        """Reload weights in place and tag later completions with `version`.
+
+        Default: wait for the running requests to finish on the old weights (drain).
+        `abort_in_flight`: end them with `finish_reason="abort"`. `resume_in_flight`: interrupt
+        them and continue them on the new weights (partial rollouts; no drain-and-wait)."""
         if self._llm is None:
             raise GeneratorError("engine not started: call start() first")
         if version <= self.version:
@@ -246,7 +287,9 @@ class VLLMEngine:
         async with self._update_lock:
             self._open.clear()
             try:
-                if abort_in_flight and self._in_flight:
+                if (abort_in_flight or resume_in_flight) and self._in_flight:
+                    if resume_in_flight:
+                        self._interrupted.update(self._in_flight)
                     await self._llm.abort(list(self._in_flight))
                 await self._drained.wait()
                 path = _write_shared(state_dict, version)

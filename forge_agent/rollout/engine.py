@@ -239,7 +239,7 @@ class RolloutEngine:
             assert completion is not None
             traj.loss_mask.extend([1] * len(ids))
             traj.logprobs.extend(completion.logprobs)
-            traj.versions.extend([completion.policy_version] * len(ids))
+            traj.versions.extend(completion.token_versions())
         else:
             traj.loss_mask.extend([0] * len(ids))
             traj.logprobs.extend([0.0] * len(ids))
