@@ -373,13 +373,6 @@ class AgentConfig:
             "1 (a replica is one proc running vLLM, which starts its own workers for "
             "generator.tensor_parallel_size GPUs; add replicas with num_replicas)",
         )
-        _check(
-            self.training.backend == "titan" or self.services.trainer.procs == 1,
-            "services.trainer.procs",
-            self.services.trainer.procs,
-            "1 with training.backend=hf (one process); use training.backend=titan to shard "
-            "the trainer over several procs",
-        )
 
     def rollout_config(self, temperature: float, max_model_len: int) -> Any:
         """The ``forge_agent.rollout.RolloutConfig`` of this run's limits."""

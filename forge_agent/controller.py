@@ -359,10 +359,13 @@ class Controller:
     # ------------------------------------------------------------------ training loop
     async def run(self) -> dict[str, Any]:
         """Train `training.steps` steps; returns a summary (also written to summary.json)."""
+        from forge_agent.loop_timing import LoopTiming
         from forge_agent.metrics import record
 
         cfg = self.cfg
         started = time.monotonic()
+        self.timing = LoopTiming()
+        busy_at_start = await self._generator_busy()
         evals: list[dict[str, float]] = []
         if cfg.eval.every > 0:
             evals.append(await self._evaluate())
@@ -374,7 +377,8 @@ class Controller:
                 lags = _check_token_lags(batch, self.version, cfg.training.max_policy_lag)
                 if cfg.training.max_policy_lag == 0:
                     self._gate.clear()  # on-policy: no rollouts while the policy changes
-                metrics = await self._trainer_call(self.trainer.train_step, batch)
+                with self.timing.measure("trainer_busy"):
+                    metrics = await self._trainer_call(self.trainer.train_step, batch)
                 self.step += 1
                 self.version = int(metrics.get("train/policy_version", self.version + 1))
                 await self.buffer.set_version(self.version)
@@ -398,10 +402,14 @@ class Controller:
             producer.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await producer
+        self.counts["replay_evicted"] = self.buffer.evicted
+        generator_busy = await self._generator_busy() - busy_at_start
+        generator_busy -= self.timing.seconds["generator_busy_eval"]
         summary = {
             "steps": self.step,
             "policy_version": self.version,
             "wall_s": time.monotonic() - started,
+            "timing": self.timing.fractions(generator_busy, len(self.generators)),
             "evals": evals,
             "counts": dict(self.counts),
             "policy_path": str(self.policy_path),
@@ -449,18 +457,26 @@ class Controller:
         from forge_agent.metrics import record
 
         self._gate.clear()  # no new training groups while evaluating
+        busy = await self._generator_busy()
         try:
-            report = await evaluate(
-                self.eval_engine, self.eval_tasks, self.cfg.eval.k, seed=self.cfg.seed
-            )
+            with self.timing.measure("eval"):
+                report = await evaluate(
+                    self.eval_engine, self.eval_tasks, self.cfg.eval.k, seed=self.cfg.seed
+                )
         finally:
             self._gate.set()
+            self.timing.add("generator_busy_eval", await self._generator_busy() - busy)
         metrics = report.as_metrics()
         for name, value in metrics.items():
             record(name, value, "last")
         logger.info("eval at step %d: %s", self.step, metrics)
         print(f"[eval] step {self.step}: {_eval_line(metrics)}", flush=True)
-        return {"step": self.step, **metrics}
+        # wall_s: seconds of training so far, evaluation excluded (time-to-reward comparisons)
+        return {"step": self.step, "wall_s": self.timing.loop_seconds(), **metrics}
+
+    async def _generator_busy(self) -> float:
+        """The replicas' busy seconds so far, summed."""
+        return sum(await asyncio.gather(*[g.busy_seconds.call_one() for g in self.generators]))
 
     # ------------------------------------------------------------------ checkpoints
     def _checkpoints(self) -> list[Path]:

@@ -252,11 +252,11 @@ def test_generator_config_carries_the_engine_settings():
     assert gen.dtype == "bfloat16" and not gen.enforce_eager
 
 
-def test_a_sharded_trainer_needs_the_titan_backend():
-    with pytest.raises(ConfigError, match=r"services\.trainer\.procs=2 .*training\.backend=titan"):
-        load_config(None, ["services.trainer.procs=2"])
-    cfg = load_config(None, ["services.trainer.procs=2", "training.backend=titan"])
-    assert cfg.services.trainer.procs == 2
+def test_a_sharded_trainer_is_set_by_procs_alone():
+    """`services.trainer.procs: 2` shards the hf trainer with FSDP2 (and titan's likewise)."""
+    for backend in ("hf", "titan"):
+        cfg = load_config(None, ["services.trainer.procs=2", f"training.backend={backend}"])
+        assert cfg.services.trainer.procs == 2
 
 
 def test_a_generator_replica_is_one_proc():

@@ -76,6 +76,11 @@ class Generator(Actor):
     async def version(self) -> int:
         return self._engine().version
 
+    @concurrent_endpoint
+    async def busy_seconds(self) -> float:
+        """Seconds the engine had at least one request in flight (for busy fractions)."""
+        return self._engine().busy_seconds()
+
     @endpoint
     async def shutdown(self) -> None:
         if self.engine is not None:

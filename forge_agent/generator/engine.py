@@ -24,6 +24,7 @@ import itertools
 import logging
 import os
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -95,6 +96,8 @@ class VLLMEngine:
         self.max_model_len = config.max_model_len
         self.vocab_size = 0
         self._reaper: Any = None
+        self._busy_s = 0.0  # seconds with at least one request in the engine
+        self._busy_since: float | None = None
 
     async def start(self) -> None:
         """Start the engine (slow: tens of seconds on CPU)."""
@@ -226,6 +229,8 @@ class VLLMEngine:
         await self._open.wait()
         request_id = f"{session_id or 'req'}-{next(self._ids)}"
         version = self.version
+        if not self._in_flight:
+            self._busy_since = time.monotonic()
         self._in_flight[request_id] = version
         self._drained.clear()
         final = None
@@ -238,10 +243,18 @@ class VLLMEngine:
             del self._in_flight[request_id]
             if not self._in_flight:
                 self._drained.set()
+                if self._busy_since is not None:
+                    self._busy_s += time.monotonic() - self._busy_since
+                    self._busy_since = None
             interrupted = request_id in self._interrupted
             self._interrupted.discard(request_id)
         piece = final.outputs[0] if final is not None else None
         return piece, version, interrupted, None if final is None else final.prompt_logprobs
+
+    def busy_seconds(self) -> float:
+        """Seconds during which at least one request was in the engine (since it was made)."""
+        now = time.monotonic()
+        return self._busy_s + (now - self._busy_since if self._busy_since is not None else 0.0)
 
     # ---------------------------------------------------------------- weights
     def validate_state_dict(self, state_dict: dict[str, torch.Tensor]) -> None:

@@ -21,7 +21,8 @@ from forge_agent.types import Trajectory
 
 
 class TrainerActor(Actor):
-    """Wraps one `Trainer` (one process, one device)."""
+    """Wraps one `Trainer` rank (one process, one device); spawn it on a mesh of N procs for
+    N ranks."""
 
     def __init__(
         self,
@@ -50,8 +51,9 @@ class TrainerActor(Actor):
     async def setup(self) -> int:
         """Load the model and build the optimizer; returns the policy version.
 
-        With the titan backend each proc of the mesh is one rank: the usual torch.distributed
-        variables are set from the Monarch rank before torchtitan builds its device mesh.
+        Each proc of the mesh is one rank: the usual torch.distributed variables are set from
+        the Monarch rank before the device mesh is built. With several procs the hf backend
+        shards the transformers model with FSDP2 (`FSDPTrainer`), titan with torchtitan.
         """
         if self.backend == "titan":
             from forge_agent.trainer.titan import TitanTrainer
@@ -64,6 +66,11 @@ class TrainerActor(Actor):
                     f"{world} trainer procs (services.trainer.procs)"
                 )
             self.trainer = TitanTrainer(self.cfg, tensor_parallel_degree=tp)
+        elif _mesh_size() > 1:
+            from forge_agent.trainer.fsdp import FSDPTrainer
+
+            self.rank, _ = _join_process_group(self.master_port)
+            self.trainer = FSDPTrainer(self.cfg)
         else:
             self.trainer = Trainer(self.cfg)
         return self.trainer.policy_version
@@ -102,6 +109,13 @@ class TrainerActor(Actor):
     @endpoint
     async def load_checkpoint(self, path: str) -> Any:
         return self._t().load_checkpoint(path)
+
+
+def _mesh_size() -> int:
+    """How many procs run this actor (1 outside a Monarch mesh)."""
+    from monarch.actor import current_rank
+
+    return current_rank().extent.nelements
 
 
 def _join_process_group(master_port: int) -> tuple[int, int]:

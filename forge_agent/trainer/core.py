@@ -203,6 +203,15 @@ class Trainer:
         """This rank's share of the batch (all of it in a single process)."""
         return trajectories
 
+    def _schedule(self, mbs: list[MicroBatch]) -> list[tuple[MicroBatch, bool]]:
+        """The micro-batches this rank runs, each with whether it counts. Data-parallel
+        backends add non-counting repeats so every rank runs as many forward/backward passes
+        (their collectives must pair up)."""
+        return [(mb, True) for mb in mbs]
+
+    def _reduce_metrics(self, sums: dict[str, float], weights: dict[str, float]) -> None:
+        """Combine the per-rank metric sums and weights in place (one process: nothing)."""
+
     # -- forward helpers ----------------------------------------------------------------------
 
     def _logprobs(
@@ -272,9 +281,11 @@ class Trainer:
         weights: dict[str, float] = defaultdict(float)
         self.optimizer.zero_grad(set_to_none=True)
         want_entropy = cfg.compute_entropy and not sft
-        for mb_cpu in mbs:
+        for mb_cpu, counts in self._schedule(mbs):
             mb = mb_cpu.to(self.device)
             mask = self._masks(trajs, mb)  # [B, T]
+            if not counts:
+                mask = torch.zeros_like(mask)  # a repeat that keeps the ranks in step
             ent_mode = "none"
             if want_entropy:
                 ent_mode = "grad" if cfg.loss.entropy_coef else "metric"
@@ -310,6 +321,7 @@ class Trainer:
                 else:  # token means: weight by this micro-batch's tokens
                     sums[k] += v * n_mb
                     weights[k] += n_mb
+        self._reduce_metrics(sums, weights)
         grad_norm = self._clip()
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
