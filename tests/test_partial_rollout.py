@@ -27,6 +27,15 @@ def _token_logprobs(model, prompt: list[int], tokens: list[int]) -> list[float]:
     return [logps[len(prompt) + i - 1, t].item() for i, t in enumerate(tokens)]
 
 
+async def _sampled_some(generator, n: int) -> None:
+    """Wait until a running request has sampled at least `n` tokens."""
+    for _ in range(6000):
+        if any(k >= n for k in (await generator.in_flight.call_one()).values()):
+            return
+        await asyncio.sleep(0.005)
+    raise AssertionError(f"no request reached {n} tokens in 30 s")
+
+
 def test_request_interrupted_by_an_update_continues_on_the_new_weights(
     generator, hf_model, tiny_tokenizer
 ):
@@ -38,8 +47,8 @@ def test_request_interrupted_by_an_update_continues_on_the_new_weights(
 
     async def run():
         sampling = SamplingConfig(max_tokens=600, ignore_eos=True, seed=3)
-        running = generator.generate.call_one(prompt, sampling)
-        await asyncio.sleep(0.3)  # let it sample part of its tokens on the old weights
+        running = asyncio.ensure_future(generator.generate.call_one(prompt, sampling))
+        await _sampled_some(generator, 20)  # part of its tokens on the old weights
         await generator.update_weights.call_one(v0 + 1, new, None, False, True)
         return await running
 
@@ -74,8 +83,8 @@ def test_drain_is_still_the_default_no_completion_mixes_versions(
 
     async def run():
         sampling = SamplingConfig(max_tokens=300, ignore_eos=True, seed=5)
-        running = generator.generate.call_one(prompt, sampling)
-        await asyncio.sleep(0.2)
+        running = asyncio.ensure_future(generator.generate.call_one(prompt, sampling))
+        await _sampled_some(generator, 20)
         await generator.update_weights.call_one(v0 + 1, same)  # sync mode: drain
         return await running
 

@@ -77,6 +77,11 @@ class Generator(Actor):
         return self._engine().version
 
     @concurrent_endpoint
+    async def in_flight(self) -> dict[str, int]:
+        """Running requests and the tokens each has sampled so far."""
+        return self._engine().in_flight()
+
+    @concurrent_endpoint
     async def busy_seconds(self) -> float:
         """Seconds the engine had at least one request in flight (for busy fractions)."""
         return self._engine().busy_seconds()

@@ -89,6 +89,7 @@ class VLLMEngine:
         self._open.set()
         self._in_flight: dict[str, int] = {}
         self._interrupted: set[str] = set()  # aborted by an update, to be continued
+        self._progress: dict[str, int] = {}  # tokens sampled so far per running request
         self._drained = asyncio.Event()
         self._drained.set()
         self._update_lock = asyncio.Lock()
@@ -239,8 +240,10 @@ class VLLMEngine:
                 TokensPrompt(prompt_token_ids=ids), params, request_id=request_id
             ):
                 final = out
+                self._progress[request_id] = len(out.outputs[0].token_ids)
         finally:
             del self._in_flight[request_id]
+            self._progress.pop(request_id, None)
             if not self._in_flight:
                 self._drained.set()
                 if self._busy_since is not None:
@@ -250,6 +253,10 @@ class VLLMEngine:
             self._interrupted.discard(request_id)
         piece = final.outputs[0] if final is not None else None
         return piece, version, interrupted, None if final is None else final.prompt_logprobs
+
+    def in_flight(self) -> dict[str, int]:
+        """Running requests and the tokens each has sampled so far (this request's part)."""
+        return {r: self._progress.get(r, 0) for r in self._in_flight}
 
     def busy_seconds(self) -> float:
         """Seconds during which at least one request was in the engine (since it was made)."""
