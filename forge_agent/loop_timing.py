@@ -13,31 +13,32 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 
 class LoopTiming:
-    """Seconds per named section since `start()` (made at construction)."""
+    """Seconds per named section since construction (`clock`: seconds, monotonic)."""
 
-    def __init__(self) -> None:
-        self.started = time.monotonic()
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
+        self.started = clock()
         self.seconds: dict[str, float] = defaultdict(float)
 
     @contextmanager
     def measure(self, name: str) -> Iterator[None]:
-        t0 = time.monotonic()
+        t0 = self.clock()
         try:
             yield
         finally:
-            self.seconds[name] += time.monotonic() - t0
+            self.seconds[name] += self.clock() - t0
 
     def add(self, name: str, seconds: float) -> None:
         self.seconds[name] += seconds
 
     def loop_seconds(self) -> float:
         """Wall-clock seconds since the start, less the time spent evaluating."""
-        return time.monotonic() - self.started - self.seconds["eval"]
+        return self.clock() - self.started - self.seconds["eval"]
 
     def fractions(self, generator_busy_s: float, num_generators: int = 1) -> dict[str, float]:
         """Trainer busy/idle and generator busy fractions of the training loop's wall-clock

@@ -2,28 +2,39 @@
 
 from __future__ import annotations
 
-import time
-
 from forge_agent.loop_timing import LoopTiming
 
 
+class Clock:
+    """A clock the test moves by hand."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
 def test_fractions_exclude_evaluation_time():
-    timing = LoopTiming()
+    clock = Clock()
+    timing = LoopTiming(clock)
     with timing.measure("eval"):
-        time.sleep(0.2)
+        clock.now += 20.0
     with timing.measure("trainer_busy"):
-        time.sleep(0.1)
-    time.sleep(0.1)  # the trainer waits for a batch
-    f = timing.fractions(generator_busy_s=0.15, num_generators=1)
-    assert 0.18 < f["train_loop_s"] < 0.3  # the 0.2 s of evaluation is not in the loop
-    assert abs(f["trainer_busy_frac"] + f["trainer_idle_frac"] - 1.0) < 1e-9
-    assert 0.3 < f["trainer_busy_frac"] < 0.6
-    assert 0.5 < f["generator_busy_frac"] < 0.85
+        clock.now += 3.0
+    clock.now += 7.0  # the trainer waits for a batch
+    f = timing.fractions(generator_busy_s=8.0, num_generators=1)
+    # loop = 30 s of wall-clock less 20 s of evaluation
+    assert f == {
+        "train_loop_s": 10.0,
+        "trainer_busy_frac": 0.3,
+        "trainer_idle_frac": 0.7,
+        "generator_busy_frac": 0.8,
+    }
 
 
 def test_generator_busy_is_per_replica():
-    timing = LoopTiming()
-    time.sleep(0.1)
-    one = timing.fractions(0.1, 1)["generator_busy_frac"]
-    two = timing.fractions(0.1, 2)["generator_busy_frac"]
-    assert abs(one - 2 * two) < 0.05
+    clock = Clock()
+    timing = LoopTiming(clock)
+    clock.now += 10.0
+    assert timing.fractions(8.0, num_generators=2)["generator_busy_frac"] == 0.4
