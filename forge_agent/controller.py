@@ -10,7 +10,9 @@ Rollout loop (`_produce`): consumes tasks, produces scored groups with advantage
 replay buffer; waits on the generator, env workers, reward actors, and on buffer space.
 Training loop (`run`): consumes batches of fresh groups, produces a new policy version; waits on
 the buffer, the trainer and the weight sync. `training.max_policy_lag` = 0 pauses rollouts while
-the trainer steps and syncs (on-policy); n > 0 lets them run on, at most n versions stale.
+the trainer steps and syncs (on-policy); n > 0 lets them run on, and no trained token was sampled
+more than n versions before the policy it trains (per-token check; see replay.py). In async mode
+a weight sync interrupts running requests and continues them on the new weights.
 """
 
 from __future__ import annotations
@@ -361,6 +363,7 @@ class Controller:
         """Train `training.steps` steps; returns a summary (also written to summary.json)."""
         from forge_agent.loop_timing import LoopTiming
         from forge_agent.metrics import record
+        from forge_agent.replay import check_token_lags
 
         cfg = self.cfg
         started = time.monotonic()
@@ -374,7 +377,7 @@ class Controller:
             while self.step < cfg.training.steps:
                 groups = await self._take(producer)
                 batch = [t for g in groups for t in g.trajectories]
-                lags = _check_token_lags(batch, self.version, cfg.training.max_policy_lag)
+                lags = check_token_lags(batch, self.version, cfg.training.max_policy_lag)
                 if cfg.training.max_policy_lag == 0:
                     self._gate.clear()  # on-policy: no rollouts while the policy changes
                 with self.timing.measure("trainer_busy"):
@@ -537,20 +540,6 @@ class Controller:
         for mesh in reversed(self.meshes):
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(mesh.stop(), 30)
-
-
-def _check_token_lags(batch: list[Trajectory], version: int, max_policy_lag: int) -> list[int]:
-    """Every trained token's lag (`version` minus the version that sampled it); raises when
-    one exceeds `training.max_policy_lag` (the buffer's bound failed: never train on it)."""
-    from forge_agent.replay import token_lags
-
-    lags = [lag for t in batch for lag in token_lags(t, version)]
-    if lags and max(lags) > max_policy_lag:
-        raise RuntimeError(
-            f"a trained token was sampled {max(lags)} versions before policy {version}, over "
-            f"training.max_policy_lag={max_policy_lag}"
-        )
-    return lags or [0]
 
 
 def _set_visible_devices(devices: str) -> None:

@@ -35,6 +35,18 @@ def token_lags(trajectory: Trajectory, current_version: int) -> list[int]:
     return [current_version - v for v, m in pairs if m]
 
 
+def check_token_lags(batch: list[Trajectory], version: int, max_policy_lag: int) -> list[int]:
+    """Every sampled token's lag for the policy at `version` (`[0]` when none); raises when one
+    exceeds `max_policy_lag` (the bound failed: never train on such a batch)."""
+    lags = [lag for t in batch for lag in token_lags(t, version)]
+    if lags and max(lags) > max_policy_lag:
+        raise RuntimeError(
+            f"a trained token was sampled {max(lags)} versions before policy {version}, over "
+            f"training.max_policy_lag={max_policy_lag}"
+        )
+    return lags or [0]
+
+
 class ReplayBuffer:
     """FIFO of scored groups; a group is fresh while every sampled token has
     `current_version - version <= max_policy_lag`.

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from forge_agent.replay import ReplayBuffer, group_version, token_lags
+from forge_agent.replay import ReplayBuffer, check_token_lags, group_version, token_lags
 from forge_agent.types import Group, Trajectory
 
 
@@ -207,3 +207,10 @@ def test_a_sync_interval_within_the_lag_is_accepted():
 
     cfg = load_config(None, ["training.max_policy_lag=2", "training.sync_interval=3"])
     assert cfg.training.max_policy_lag == 2  # one name, one meaning: not lag + interval - 1
+
+
+def test_a_batch_over_the_bound_is_refused_before_training():
+    batch = [_traj([4, 5]), _traj([2, 5])]
+    assert check_token_lags(batch[:1], 5, max_policy_lag=1) == [1, 0]
+    with pytest.raises(RuntimeError, match=r"sampled 3 versions before policy 5.*lag=2"):
+        check_token_lags(batch, 5, max_policy_lag=2)
