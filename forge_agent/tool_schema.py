@@ -33,8 +33,10 @@ from typing import Any, Literal
 from forge_agent.types import ToolSpec
 
 __all__ = [
+    "JSON_MAX_DEPTH",
     "SANDBOX_PARAM",
     "describe_value",
+    "loads_strict",
     "short_text",
     "signature_text",
     "tool",
@@ -373,3 +375,71 @@ def signature_text(spec: ToolSpec) -> str:
             kind = _schema_name(schema).split(" ", 1)[-1]
         parts.append(f"{pname}: {kind}" + ("" if pname in required else " (optional)"))
     return ", ".join(parts)
+
+
+# --------------------------------------------------------------------------------------------
+# Strict JSON for tool calls
+# --------------------------------------------------------------------------------------------
+
+JSON_MAX_DEPTH = 64
+"""Deepest nesting of brackets a tool call may have (deeper text is refused unparsed)."""
+
+
+def _nesting_depth(text: str) -> int:
+    """The deepest bracket nesting of `text` outside strings (linear scan, no recursion)."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for char in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == '"':
+                in_string = False
+        elif char == '"':
+            in_string = True
+        elif char in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif char in "]}":
+            depth -= 1
+    return deepest
+
+
+def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    seen: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in seen:
+            raise ValueError(f"duplicate key {short_text(key)} in a JSON object")
+        seen[key] = value
+    return seen
+
+
+def loads_strict(text: str, what: str = "the JSON") -> Any:
+    """Decode JSON text a model wrote, refusing duplicate keys and deep nesting.
+
+    Raises:
+        ValueError: with a message a model can act on: where the syntax breaks (line, column,
+            character), which key is duplicated, or how deep the nesting goes.
+    """
+    depth = _nesting_depth(text)
+    if depth > JSON_MAX_DEPTH:
+        raise ValueError(f"{what} is nested {depth} levels deep; at most {JSON_MAX_DEPTH} allowed")
+    try:
+        return json.loads(text, object_pairs_hook=_no_duplicate_keys)
+    except json.JSONDecodeError as exc:
+        near = text[max(0, exc.pos - 15) : exc.pos + 15]
+        hint = ""
+        if exc.msg.startswith("Expecting property name enclosed in double quotes"):
+            hint = " (keys and strings need double quotes; no trailing commas)"
+        elif exc.msg.startswith("Expecting value") and "'" in text:
+            hint = " (strings need double quotes, not single quotes)"
+        raise ValueError(
+            f"{what} is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno} "
+            f"(char {exc.pos}, near {near!r}){hint}"
+        ) from None
+    except ValueError as exc:
+        raise ValueError(f"{what} has a {exc}") from None
+    except RecursionError:
+        raise ValueError(f"{what} is nested too deeply") from None

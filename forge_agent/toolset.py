@@ -22,6 +22,7 @@ from typing import Any
 from forge_agent.tool_schema import (
     SANDBOX_PARAM,
     describe_value,
+    loads_strict,
     short_text,
     signature_text,
     tool,
@@ -33,6 +34,9 @@ from forge_agent.types import Message, ToolSpec
 __all__ = ["ToolError", "ToolSet", "tool", "tool_spec", "validate_arguments"]
 
 ERROR_KINDS = (
+    "bad_tool_call",  # the renderer could not parse the call (its parse_error says why)
+    "too_many_calls",  # calls past max_calls_per_message in one assistant message
+    "tool_reported",  # the tool ran and returned an "Error: ..." text
     "not_a_dict",  # the tool call is not a dict
     "missing_field",  # no function / name in the call
     "bad_type",  # the call's "type" is not "function"
@@ -78,6 +82,8 @@ class ToolSet:
             (daemon) thread; bound real work with the sandbox's own limits.
         max_output_chars: longer outputs are cut, with a visible "...[truncated N chars]".
         max_argument_chars: longer argument strings are refused without being parsed.
+        max_calls_per_message: calls past this many in one assistant message are not run;
+            one error message answers them all.
     """
 
     def __init__(
@@ -87,8 +93,10 @@ class ToolSet:
         timeout_s: float = 30.0,
         max_output_chars: int = 8_000,
         max_argument_chars: int = 100_000,
+        max_calls_per_message: int = 8,
     ) -> None:
         self.sandbox = sandbox
+        self.max_calls_per_message = max_calls_per_message
         self.timeout_s = timeout_s
         self.max_output_chars = max_output_chars
         self.max_argument_chars = max_argument_chars
@@ -124,12 +132,29 @@ class ToolSet:
 
     @property
     def num_errors(self) -> int:
-        """Failed calls (truncated outputs are counted apart, in error_counts only)."""
+        """Calls the model sees answered with an error: failed calls and tools that returned
+        an "Error: ..." text (truncated outputs are counted apart, in error_counts only)."""
         return sum(n for kind, n in self.error_counts.items() if kind != "output_truncated")
 
     async def call_all(self, tool_calls: Iterable[Any]) -> list[Message]:
-        """Run tool calls one after another, in order; one tool message per call."""
-        return [await self.call(tool_call) for tool_call in tool_calls]
+        """Run tool calls one after another, in order; one tool message per call, except that
+        calls past `max_calls_per_message` are answered by one error message together."""
+        calls = list(tool_calls)
+        messages = [await self.call(c) for c in calls[: self.max_calls_per_message]]
+        extra = calls[self.max_calls_per_message :]
+        if extra:
+            first = extra[0] if isinstance(extra[0], dict) else {}
+            call_id = first.get("id") if isinstance(first.get("id"), str) else ""
+            messages.append(
+                self._error(
+                    "too_many_calls",
+                    call_id,
+                    "unknown",
+                    f"{len(calls)} tool calls in one message; at most "
+                    f"{self.max_calls_per_message} run, the other {len(extra)} were skipped",
+                )
+            )
+        return messages
 
     async def call(self, tool_call: Any) -> Message:
         """Run one OpenAI-style tool call and return its tool message; never raises.
@@ -148,6 +173,16 @@ class ToolSet:
             )
         call_id = tool_call.get("id")
         call_id = call_id if isinstance(call_id, str) else ""
+        parse_error = tool_call.get("parse_error")
+        if isinstance(parse_error, str) and parse_error:
+            function = tool_call.get("function")
+            name = function.get("name") if isinstance(function, dict) else None
+            return self._error(
+                "bad_tool_call",
+                call_id,
+                _clip(name) if isinstance(name, str) and name else "unknown",
+                parse_error,
+            )
         call_type = tool_call.get("type", "function")
         if call_type != "function":
             return self._error(
@@ -192,11 +227,9 @@ class ToolSet:
                     f"{self.max_argument_chars} allowed",
                 )
             try:
-                arguments = json.loads(arguments)
-            except (json.JSONDecodeError, RecursionError) as exc:
-                return self._error(
-                    "bad_json", call_id, name, f"arguments of {name!r} are not valid JSON: {exc}"
-                )
+                arguments = loads_strict(arguments, f"the arguments of {name!r}")
+            except ValueError as exc:
+                return self._error("bad_json", call_id, name, str(exc))
         elif isinstance(arguments, dict):
             try:
                 size = len(json.dumps(arguments))
@@ -242,7 +275,10 @@ class ToolSet:
             return self._error(
                 "exception", call_id, name, f"tool {name!r} raised {type(exc).__name__}: {exc}"
             )
-        return _tool_message(call_id, name, self._truncate(_to_text(output)))
+        text = _to_text(output)
+        if text.startswith("Error:"):  # the tool says it failed: the model sees an error
+            self.error_counts["tool_reported"] += 1
+        return _tool_message(call_id, name, self._truncate(text))
 
     async def _run(self, fn: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
         if inspect.iscoroutinefunction(fn):

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from forge_agent.generator.engine import SamplingConfig
-from forge_agent.rollout.renderer import ChatRenderer
+from forge_agent.rollout.renderer import ChatRenderer, clean_text
 from forge_agent.types import Completion, Group, Message, Status, StepResult, ToolSpec, Trajectory
 
 GenerateFn = Callable[[list[int], SamplingConfig, str], Awaitable[Completion]]
@@ -158,7 +158,11 @@ class RolloutEngine:
         env_s += time.monotonic() - t0
         messages = list(messages)
         traj.messages = messages
-        context = self.renderer.render_prompt(messages, tools)  # the current segment
+        try:
+            context = self.renderer.render_prompt(messages, tools)  # the current segment
+        except Exception as exc:
+            traj.status, traj.info["error"] = Status.ENV_ERROR, f"render: {exc!r}"
+            return
         self._append(traj, context, sampled=False)
         limit = min(cfg.max_total_tokens, cfg.max_model_len)
         if len(context) >= limit:
@@ -192,9 +196,13 @@ class RolloutEngine:
             start = len(traj.token_ids)
             self._append(traj, completion.token_ids, sampled=True, completion=completion)
             traj.turn_spans.append((start, len(traj.token_ids)))
-            assistant = self.renderer.parse(
-                completion.token_ids, tools, context, call_prefix=f"call_{turn}"
-            )
+            try:  # parse never raises by contract; a bug there must not end the run
+                assistant = self.renderer.parse(
+                    completion.token_ids, tools, context, call_prefix=f"call_{turn}"
+                )
+            except Exception as exc:
+                traj.status, traj.info["error"] = Status.ENV_ERROR, f"parse: {exc!r}"
+                break
             messages.append(assistant)
             if completion.finish_reason == "length":
                 traj.status = Status.TRUNCATED_LENGTH
@@ -213,14 +221,22 @@ class RolloutEngine:
                 break
             new_messages = [self._cut(m) for m in result.messages]
             messages.extend(new_messages)
-            bridged = self.renderer.bridge(context, completion.token_ids, new_messages, tools)
+            try:
+                bridged = self.renderer.bridge(context, completion.token_ids, new_messages, tools)
+            except Exception as exc:  # fall back to a full render, noted
+                traj.info["bridge_error"] = repr(exc)[:300]
+                bridged = None
             if bridged is not None:
                 self._append(traj, bridged[len(context) + len(completion.token_ids) :], False)
                 context = bridged
             else:  # full re-render: a new training segment starts here
                 self.stats["bridge_fallbacks"] += 1
                 traj.info["bridge_fallbacks"] = traj.info.get("bridge_fallbacks", 0) + 1
-                context = self.renderer.render_prompt(messages, tools)
+                try:
+                    context = self.renderer.render_prompt(messages, tools)
+                except Exception as exc:
+                    traj.status, traj.info["error"] = Status.ENV_ERROR, f"render: {exc!r}"
+                    break
                 traj.segment_starts.append(len(traj.token_ids))
                 self._append(traj, context, sampled=False)
         traj.timings["env_s"] = env_s
@@ -255,13 +271,19 @@ class RolloutEngine:
         traj.info.update(info)
 
     def _cut(self, message: Message) -> Message:
+        """An env message made safe to render: text fields without lone surrogates, content
+        cut to `tool_output_tokens` (by characters if the tokenizer still refuses it)."""
+        message = {k: clean_text(v) if isinstance(v, str) else v for k, v in message.items()}
         content = message.get("content")
         if not isinstance(content, str):
             return message
-        return {
-            **message,
-            "content": self.renderer.truncate_text(content, self.config.tool_output_tokens),
-        }
+        limit = self.config.tool_output_tokens
+        try:
+            cut = self.renderer.truncate_text(content, limit)
+        except Exception:
+            keep = 4 * limit
+            cut = content if len(content) <= keep else content[:keep] + "\n...[truncated]"
+        return {**message, "content": cut}
 
     # ------------------------------------------------------------------ groups
     async def run_group(

@@ -8,9 +8,11 @@ impossible the caller falls back to a full render and starts a new training segm
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
+from forge_agent.tool_schema import loads_strict
 from forge_agent.types import Message, ToolSpec
 
 
@@ -81,44 +83,126 @@ class ChatRenderer:
         prompt_ids: list[int],
         call_prefix: str = "call",
     ) -> Message:
-        """The assistant message of a completion. Malformed tool calls are kept (arguments as
-        the raw text) so the env's ToolSet answers them with an error the model can read."""
+        """The assistant message of a completion; never raises.
+
+        A malformed tool call is kept with its raw text as arguments and a ``parse_error``
+        saying precisely what is wrong (invalid JSON at line/column N, an unclosed
+        ``<tool_call>``, a duplicate key, nesting too deep, no name), so the env's ToolSet
+        answers it with that error for the model to read.
+        """
         from renderers import ToolCallParseStatus
 
-        parsed = self._renderer.parse_response(
-            list(completion_ids), tools=tools or None, prompt_ids=list(prompt_ids)
-        )
+        try:
+            parsed = self._renderer.parse_response(
+                list(completion_ids), tools=tools or None, prompt_ids=list(prompt_ids)
+            )
+        except Exception as exc:  # RecursionError on deep nesting, or any parser bug
+            return self._unparsed(completion_ids, exc, call_prefix)
         message: Message = {"role": "assistant", "content": parsed.content or ""}
         if parsed.reasoning_content:
             message["reasoning_content"] = parsed.reasoning_content
         calls = []
         for i, tc in enumerate(parsed.tool_calls):
+            error = None
             if tc.status == ToolCallParseStatus.OK:
                 args = tc.arguments
                 arguments = args if isinstance(args, str) else json.dumps(args)
+                error = _strict_problem(tc.raw)
             else:
                 arguments = tc.raw
-            calls.append(
-                {
-                    "id": f"{call_prefix}_{i}",
-                    "type": "function",
-                    "function": {"name": tc.name or "", "arguments": arguments},
-                }
-            )
+                error = _parse_problem(tc.raw, str(tc.status))
+            call: dict[str, Any] = {
+                "id": f"{call_prefix}_{i}",
+                "type": "function",
+                "function": {"name": tc.name or "", "arguments": arguments},
+            }
+            if error is not None:
+                call["parse_error"] = error
+            calls.append(call)
         if calls:
             message["tool_calls"] = calls
+        return message
+
+    def _unparsed(self, completion_ids: list[int], exc: Exception, call_prefix: str) -> Message:
+        """The message of a completion the parser could not handle: its text as content, and
+        one failed tool call (with the reason) when it tried to call a tool."""
+        try:
+            text = self.tokenizer.decode(list(completion_ids), skip_special_tokens=False)
+        except Exception:
+            text = ""
+        message: Message = {"role": "assistant", "content": text}
+        if "<tool_call>" in text:
+            body = text.split("<tool_call>", 1)[1].split("</tool_call>", 1)[0]
+            reason = _strict_problem(body) or f"it could not be parsed ({type(exc).__name__})"
+            message["tool_calls"] = [
+                {
+                    "id": f"{call_prefix}_0",
+                    "type": "function",
+                    "function": {"name": "", "arguments": body[:2000]},
+                    "parse_error": reason,
+                }
+            ]
         return message
 
     def count_tokens(self, text: str) -> int:
         return len(self.tokenizer.encode(text, add_special_tokens=False))
 
     def truncate_text(self, text: str, max_tokens: int) -> str:
-        """`text` cut to `max_tokens` tokens, with a visible marker when cut."""
+        """`text` cut to `max_tokens` tokens, with a visible marker when cut (lone surrogates,
+        which no tokenizer accepts, are replaced first: see `clean_text`)."""
+        text = clean_text(text)
         ids = self.tokenizer.encode(text, add_special_tokens=False)
         if len(ids) <= max_tokens:
             return text
         kept = self.tokenizer.decode(ids[:max_tokens])
         return f"{kept}\n...[truncated {len(ids) - max_tokens} tokens]"
+
+
+def clean_text(text: str) -> str:
+    """`text` with lone surrogates (e.g. from a file name the sandbox could not decode)
+    replaced by U+FFFD, so it can be encoded as UTF-8 and tokenized."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return _SURROGATE.sub("\ufffd", text)
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_TAGS = ("<tool_call>", "</tool_call>")
+
+
+def _body(raw: str) -> str:
+    text = raw.strip()
+    if text.startswith(_TAGS[0]):
+        text = text[len(_TAGS[0]) :]
+    if text.endswith(_TAGS[1]):
+        text = text[: -len(_TAGS[1])]
+    return text.strip()
+
+
+def _strict_problem(raw: str) -> str | None:
+    """What a strict decoder finds wrong with a call's JSON body (duplicate keys, nesting,
+    syntax), or None."""
+    try:
+        loads_strict(_body(raw), "the tool call")
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
+def _parse_problem(raw: str, status: str) -> str:
+    """A precise reason for a call the renderer could not parse."""
+    if status == "unclosed_block" or (_TAGS[0] in raw and _TAGS[1] not in raw):
+        return "the <tool_call> block is not closed with </tool_call>"
+    strict = _strict_problem(raw)
+    if strict is not None:
+        return strict
+    if status == "missing_name":
+        return 'the tool call has no "name"; write {"name": "<tool>", "arguments": {...}}'
+    if status == "unknown_tool":
+        return "the tool call names an unknown tool"
+    return 'the tool call must be one JSON object {"name": "<tool>", "arguments": {...}}'
 
 
 def _is_qwen3(tokenizer: Any) -> bool:
