@@ -246,3 +246,47 @@ def test_the_default_budget_is_below_host_memory() -> None:
     with open("/proc/meminfo") as f:
         total_mb = int(next(line for line in f if line.startswith("MemTotal:")).split()[1]) // 1024
     assert 0 < admission.default_budget_mb() < total_mb
+
+
+KILLED_OWNER = """
+import json, os, signal, sys
+from forge_agent.sandbox import make_sandbox
+kwargs = json.loads(sys.argv[1])
+session = make_sandbox(**kwargs).session()
+session.run(code="import os\\nfor _ in range(50):\\n    os.mkdir('d'); os.chdir('d')")
+cgroups = [str(p) for p in getattr(getattr(session, "_cgroup", None), "dirs", {}).values()]
+container = getattr(getattr(session, "_container", None), "id", None)
+print(json.dumps({"paths": [session.workspace, *cgroups], "container": container}), flush=True)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_a_killed_owner_leaves_no_workspace_cgroup_or_container(any_sandbox) -> None:
+    import json
+    import subprocess
+    import sys
+    import time
+
+    kwargs = {"backend": any_sandbox.name}
+    if any_sandbox.name == "docker":
+        kwargs["base_url"] = any_sandbox.base_url
+    proc = subprocess.run(
+        [sys.executable, "-c", KILLED_OWNER, json.dumps(kwargs)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == -9, proc.stderr
+    left = json.loads(proc.stdout)
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        remaining = [p for p in left["paths"] if os.path.exists(p)]
+        if left["container"]:
+            names = {c.id for c in any_sandbox.client.containers.list(all=True)}
+            remaining += [left["container"]] if left["container"] in names else []
+        if not remaining:
+            break
+        time.sleep(0.2)
+    assert remaining == []
+    with open("/proc/self/mounts") as f:
+        assert left["paths"][0] not in f.read()

@@ -67,7 +67,8 @@ class Limits:
         workspace_files: files and folders the whole workspace may hold (same conditions).
 
     A sandbox reserves ``memory_mb + workspace_mb`` of the host-wide sandbox memory budget
-    while it lives (`forge_agent.sandbox.admission`).
+    while it lives (`forge_agent.sandbox.admission`). A workspace on tmpfs lives in memory:
+    what the code writes there also counts against the sandbox's memory cgroup.
     """
 
     wall_s: float = 10.0

@@ -16,6 +16,8 @@ import threading
 import time
 from pathlib import Path
 
+from forge_agent.sandbox import janitor
+
 __all__ = ["SandboxCgroup"]
 
 _ROOT = Path("/sys/fs/cgroup")
@@ -63,6 +65,7 @@ class SandboxCgroup:
                 path = parent / name
                 path.mkdir()
                 dirs[controller] = path
+                janitor.watch("cgroup", str(path))
         except OSError:
             cls(dirs).remove()
             return None
@@ -116,8 +119,10 @@ class SandboxCgroup:
             while True:
                 try:
                     path.rmdir()
+                    janitor.forget("cgroup", str(path))
                     break
                 except FileNotFoundError:
+                    janitor.forget("cgroup", str(path))
                     break
                 except OSError:
                     if time.monotonic() > deadline:

@@ -42,6 +42,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from forge_agent.sandbox import janitor
 from forge_agent.sandbox.admission import reserve
 from forge_agent.sandbox.base import (
     WORKSPACE,
@@ -171,6 +172,7 @@ class DockerSandbox(Sandbox):
                 )
             except self._docker.errors.DockerException as exc:
                 raise SandboxError(f"docker run failed: {exc}") from exc
+            janitor.watch("container", container.id, self.base_url or "")
             backstop = limits.wall_s + BACKSTOP_GRACE_S
             try:
                 container.wait(timeout=backstop)
@@ -182,6 +184,7 @@ class DockerSandbox(Sandbox):
             if container is not None:
                 with contextlib.suppress(Exception):
                     container.remove(force=True)
+                janitor.forget("container", container.id)
             dirs.remove()
             reservation.release()
 
@@ -232,6 +235,7 @@ class DockerSession(WorkspaceSession):
             )
         except backend._docker.errors.DockerException as exc:
             raise SandboxError(f"cannot start a Docker sandbox container: {exc}") from exc
+        janitor.watch("container", self._container.id, backend.base_url or "")
         # The keep-alive prints one ready line (its pid and hardening) before any code runs.
         deadline = time.monotonic() + START_TIMEOUT_S
         ready = None
@@ -319,6 +323,7 @@ class DockerSession(WorkspaceSession):
         if self._container is not None:
             with contextlib.suppress(Exception):
                 self._container.remove(force=True)
+            janitor.forget("container", self._container.id)
         self._container = None
 
     def close(self) -> None:
@@ -371,6 +376,7 @@ class DockerSession(WorkspaceSession):
                 )
             except backend._docker.errors.DockerException as exc:
                 raise SandboxError(f"cannot create a Docker container to spawn: {exc}") from exc
+            janitor.watch("container", container.id, backend.base_url or "")
             host = ["-H", backend.base_url] if backend.base_url else []
             try:
                 proc = ContainerProcess(
@@ -566,6 +572,7 @@ class ContainerProcess(subprocess.Popen):  # type: ignore[type-arg]
 def _remove_quietly(container: Any) -> None:
     with contextlib.suppress(Exception):
         container.remove(force=True)
+    janitor.forget("container", container.id)
 
 
 def _kill_quietly(container: Any) -> None:

@@ -7,9 +7,10 @@
 - Teardown: unmounting (``MNT_DETACH``) drops the whole tree at once, whatever its depth;
   a plain folder is removed iteratively (`remove_tree`), never by recursion.
 - No leaks: a workspace is removed by `Workspace.remove`, when its object is collected, at
-  interpreter exit, and, for processes that were killed before any of those could run, by
-  `sweep_stale` (folder names carry the owning pid; a later sandbox of any process removes the
-  workspaces of owners that no longer exist).
+  interpreter exit, and, for processes that were killed before any of those could run, by the
+  process's janitor (`forge_agent.sandbox.janitor`) and by `sweep_stale` (folder names carry
+  the owning pid; a later sandbox of any process removes the workspaces of owners that no
+  longer exist).
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ import os
 import stat
 import tempfile
 import weakref
+
+from forge_agent.sandbox import janitor
 
 __all__ = ["Workspace", "remove_tree", "sweep_stale"]
 
@@ -155,7 +158,10 @@ class Workspace:
         if owner is not None:
             os.chown(self.path, *owner)
         self._finalizer = weakref.finalize(self, _teardown, self.path, self.mounted)
+        janitor.watch("workspace", self.path)
 
     def remove(self) -> None:
         """Unmount and delete the workspace (idempotent)."""
-        self._finalizer()
+        if self._finalizer.alive:
+            self._finalizer()
+            janitor.forget("workspace", self.path)
