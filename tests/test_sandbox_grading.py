@@ -140,3 +140,10 @@ def test_humaneval_canonical_solutions_pass_and_empty_bodies_fail(request, backe
     failed, passed, per_grade_s = _humaneval(sandbox)
     print(f"HumanEval on {backend}: {per_grade_s * 1e3:.0f} ms per grading")
     assert failed == [] and passed == [], (failed[:5], passed[:5])
+
+
+def test_a_deep_directory_tree_does_not_break_grading(any_sandbox) -> None:
+    deep = "import os\nfor _ in range(3000):\n    os.mkdir('d')\n    os.chdir('d')\n"
+    result = grade(deep + ADD, "add", TESTS, any_sandbox)
+    assert (result.passed, result.total) == (2, 2), result
+    assert grade(ADD, "add", TESTS, any_sandbox).passed == 2  # and the next grading works
