@@ -38,8 +38,8 @@ def test_hardware_skips_on_the_allow_list_pass_and_are_printed(tmp_path):
     out = run_pytest(
         tmp_path,
         'def test_gpu():\n    pytest.skip("no CUDA device: needs a GPU")\n\n\n'
-        'def test_docker():\n    pytest.skip("dockerd failed (no Docker engine on this machine)")\n',
+        'def test_docker():\n    pytest.skip("dockerd failed (no Docker engine on this host)")\n',
     )
     assert out.returncode == 0, out.stdout
     assert "test_gpu: no CUDA device: needs a GPU" in out.stdout
-    assert "no Docker engine on this machine" in out.stdout
+    assert "no Docker engine on this host" in out.stdout
