@@ -190,7 +190,7 @@ def warm_start(
 def policy_model(cfg: Any) -> Path:
     """The policy folder an `AgentConfig` starts from: the tiny model (built here) or
     `model.name`, after the warm start when `warm_start.enabled` (cached)."""
-    from forge_agent.models.tiny import ensure_tiny_model
+    from forge_agent.models.tiny import ensure_tiny_model, refresh_chat_template
 
     if cfg.model.name == "tiny":
         base = ensure_tiny_model(cfg.model.tiny_config())
@@ -206,7 +206,7 @@ def policy_model(cfg: Any) -> Path:
             base,
         )
         return base
-    return warm_start(
+    policy = warm_start(
         base,
         {cfg.env.id: dict(cfg.env.kwargs)},
         WarmStartConfig(
@@ -217,3 +217,6 @@ def policy_model(cfg: Any) -> Path:
             seed=cfg.seed,
         ),
     )
+    if cfg.model.name == "tiny":
+        refresh_chat_template(policy)  # warm starts cached before a template fix
+    return policy

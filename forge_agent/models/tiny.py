@@ -31,8 +31,11 @@ QWEN3_SPECIAL_TOKENS = (
 )
 
 # A compact Qwen3-compatible chat template (tools, tool calls, tool responses, thinking switch),
-# so `tokenizer.apply_chat_template` and vLLM's chat endpoints agree with the renderer.
-QWEN3_CHAT_TEMPLATE = r"""{%- if tools %}<|im_start|>system
+# so `tokenizer.apply_chat_template` and vLLM's chat endpoints give the renderer's token ids.
+# transformers renders with trim_blocks (the newline right after a block tag is dropped), so no
+# block tag is followed by a newline: such newlines are written as {{ '\n' }}. Thinking is off
+# unless `enable_thinking=True` is passed, as the tiny model trains (empty think block).
+QWEN3_CHAT_TEMPLATE = r"""{%- set ns = namespace(last_user=-1) %}{%- for m in messages %}{%- if m.role == 'user' %}{%- set ns.last_user = loop.index0 %}{%- endif %}{%- endfor %}{%- if tools %}<|im_start|>system
 {% if messages[0].role == 'system' %}{{ messages[0].content }}
 
 {% endif %}# Tools
@@ -40,9 +43,7 @@ QWEN3_CHAT_TEMPLATE = r"""{%- if tools %}<|im_start|>system
 You may call one or more functions to assist with the user query.
 
 You are provided with function signatures within <tools></tools> XML tags:
-<tools>{% for tool in tools %}
-{{ tool | tojson }}{% endfor %}
-</tools>
+<tools>{% for tool in tools %}{{ '\n' }}{{ tool | tojson }}{% endfor %}{{ '\n' }}</tools>
 
 For each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:
 <tool_call>
@@ -57,17 +58,18 @@ For each function call, return a json object with function name and arguments wi
 {{ message.reasoning_content.strip('\n') }}
 </think>
 
-{% endif %}{{ message.content or '' }}{% for tc in message.tool_calls or [] %}{% set f = tc.function if tc.function else tc %}{% if loop.first and message.content %}
-{% elif not loop.first %}
-{% endif %}<tool_call>
+{% elif not enable_thinking or loop.index0 > ns.last_user %}<think>
+
+</think>
+
+{% endif %}{{ message.content or '' }}{% for tc in message.tool_calls or [] %}{% set f = tc.function if tc.function else tc %}{% if loop.first and message.content or not loop.first %}{{ '\n' }}{% endif %}<tool_call>
 {"name": "{{ f.name }}", "arguments": {{ f.arguments if f.arguments is string else f.arguments | tojson }}}
 </tool_call>{% endfor %}<|im_end|>
-{% elif message.role == 'tool' %}{% if loop.first or messages[loop.index0 - 1].role != 'tool' %}<|im_start|>user{% endif %}
-<tool_response>
+{% elif message.role == 'tool' %}{% if loop.first or messages[loop.index0 - 1].role != 'tool' %}<|im_start|>user{% endif %}{{ '\n' }}<tool_response>
 {{ message.content }}
 </tool_response>{% if loop.last or messages[loop.index0 + 1].role != 'tool' %}<|im_end|>
 {% endif %}{% endif %}{%- endfor %}{%- if add_generation_prompt %}<|im_start|>assistant
-{% if enable_thinking is defined and enable_thinking is false %}<think>
+{% if not enable_thinking %}<think>
 
 </think>
 
@@ -245,6 +247,7 @@ def ensure_tiny_model(
     root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     path = root / f"tiny-qwen3-{cfg.key(digest)}"
     if (path / "config.json").exists():
+        refresh_chat_template(path)
         return path
 
     root.mkdir(parents=True, exist_ok=True)
@@ -272,6 +275,21 @@ def ensure_tiny_model(
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return path
+
+
+def refresh_chat_template(folder: str | Path) -> bool:
+    """Write ``QWEN3_CHAT_TEMPLATE`` into a tiny-model folder saved with an older one.
+
+    The template is not part of the model's cache key (it changes no weight or token), so a
+    cached folder is brought up to date in place; returns whether it was rewritten.
+    """
+    path = Path(folder) / "chat_template.jinja"
+    if not path.exists() or path.read_text(encoding="utf-8") == QWEN3_CHAT_TEMPLATE:
+        return False
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(QWEN3_CHAT_TEMPLATE, encoding="utf-8")
+    os.replace(tmp, path)
+    return True
 
 
 def load_tokenizer(path: str | Path):
