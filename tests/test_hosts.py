@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.netns import NetnsHosts, netns_available, wait_for_port
+from forge_agent import netns
+from forge_agent.netns import NetnsHosts, netns_available, wait_for_port
 
 ROOT = Path(__file__).resolve().parent.parent
 PORT = 26600
@@ -24,12 +25,7 @@ def _env() -> dict[str, str]:
 
 
 def start_worker(net: NetnsHosts, host, port: int = PORT) -> subprocess.Popen:
-    """`python -m forge_agent.worker` on `host`, waited for until it accepts connections."""
-    address = f"tcp://{host.address}:{port}"
-    argv = [sys.executable, "-m", "forge_agent.worker", "--address", address]
-    proc = net.popen(host, argv, env=_env(), cwd=ROOT)
-    wait_for_port(host.address, port, 60, proc)
-    return proc
+    return netns.start_worker(net, host, port, _env(), ROOT)
 
 
 def client(*args: str, timeout: float = 120) -> dict:

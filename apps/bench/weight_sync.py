@@ -8,13 +8,18 @@ run measures side by side:
 - monarch shm:   the trainer (this process) puts into a `WeightStoreActor` (its own process);
                  a consumer actor (a third process) gets the version into its preallocated
                  state dict. Same host, so the bytes travel through /dev/shm;
-- monarch msg:   the same with the buffer sent as one Monarch message (the cross-host path).
+- monarch msg:   the same with the buffer sent as one Monarch message (the old cross-host path);
+- cross-host:    (`--cross-host`, root) two network-namespace hosts on a private bridge
+                 (forge_agent/netns.py), each running `python -m forge_agent.worker`: a trainer
+                 stand-in on one host puts into a `CrossHostWeightStore` (torch.distributed gloo
+                 broadcast between per-host relays), a consumer on the other gets it from its
+                 own host's store (apps/bench/cross_host_sync.py). Reported for the largest size.
 
 Each number is the median of `--repeats` syncs after one warm-up sync (the warm-up faults in
 the recycled shared-memory pages; its time is reported as "cold"). Throughput = bytes / (put +
 get). Prints a table and writes bench_results/weight_sync.json.
 
-    python -m apps.bench.weight_sync [--max-mb 1024] [--repeats 3]
+    python -m apps.bench.weight_sync [--max-mb 1024] [--repeats 3] [--cross-host]
 """
 
 from __future__ import annotations
@@ -186,16 +191,63 @@ def print_row(r: dict) -> None:
     )
 
 
+def bench_cross_host(mb: int, repeats: int) -> dict:
+    """The cross-host row: two namespace hosts, a controller process of their workers."""
+    import subprocess
+    import sys
+
+    from forge_agent.netns import NetnsHosts, start_worker
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    with NetnsHosts(2) as net:
+        for h in net.hosts:
+            start_worker(net, h, 26620, env, ROOT)
+        argv = ["--client", f"tcp://{net.client_ip}:0", "--mb", str(mb), "--repeats", str(repeats)]
+        out = subprocess.run(
+            [sys.executable, "-m", "apps.bench.cross_host_sync", *argv]
+            + [f"tcp://{h.address}:26620" for h in net.hosts],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=ROOT,
+            timeout=900,
+        )
+    if out.returncode != 0:
+        raise RuntimeError(f"cross-host bench failed: {out.stderr[-2000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def print_cross_host(row: dict, xh: dict) -> None:
+    print(
+        f"cross-host ({xh['transport']}, {xh['hosts']} namespace hosts, {xh['size_mb']:.0f} MB): "
+        f"{xh['gb_per_s']:.2f} GB/s (put {xh['put_s']:.3f}s + get {xh['get_s']:.3f}s; "
+        f"cold {xh['cold_s']:.2f}s) | same-host shm {row['monarch_shm']['gb_per_s']:.2f} GB/s "
+        f"| memcpy {row['memcpy']['gb_per_s']:.2f} GB/s | message "
+        + (f"{row['monarch_msg']['gb_per_s']:.2f} GB/s" if "monarch_msg" in row else "-"),
+        flush=True,
+    )
+
+
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--max-mb", type=int, default=1024)
     ap.add_argument("--msg-max-mb", type=int, default=256)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--out", default="bench_results/weight_sync.json")
+    ap.add_argument(
+        "--cross-host", action="store_true", help="add the namespace-hosts row (needs root)"
+    )
     args = ap.parse_args()
     print("throughput in GB/s (trainer put + consumer get), higher is better")
     print(HEADER)
     result = asyncio.run(main(args.max_mb, args.repeats, args.msg_max_mb))
+    if args.cross_host:
+        last = result["rows"][-1]
+        xh = bench_cross_host(round(last["size_mb"]), args.repeats)
+        xh["vs_memcpy"] = xh["gb_per_s"] / last["memcpy"]["gb_per_s"]
+        xh["vs_same_host_shm"] = xh["gb_per_s"] / last["monarch_shm"]["gb_per_s"]
+        result["cross_host"] = xh
+        print_cross_host(last, xh)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2))

@@ -1,4 +1,4 @@
-"""Real network hosts on one machine: network namespaces on a private bridge.
+"""Real network hosts on one machine (tests, benchmarks): network namespaces on a bridge.
 
     with NetnsHosts(3) as net:                 # 3 namespaces joined by veth pairs on a bridge
         net.hosts[0].address                   # 10.x.y.2, reachable from the other hosts
@@ -100,7 +100,7 @@ class NetnsHosts:
 
     def command(self, host: NetnsHost, argv: Sequence[str]) -> list[str]:
         """`argv` run on `host`: its network namespace, hostname and private /dev/shm."""
-        inner = 'mount -t tmpfs -o size=4g tmpfs /dev/shm && hostname "$0" && exec "$@"'
+        inner = 'mount -t tmpfs -o size=16g tmpfs /dev/shm && hostname "$0" && exec "$@"'
         return [
             "ip", "netns", "exec", host.netns,
             "unshare", "--uts", "--mount", "sh", "-c", inner, host.hostname, *argv,
@@ -165,6 +165,18 @@ def _alive(pid: int) -> bool:
             return f.read().rsplit(")", 1)[1].split()[0] != "Z"
     except (FileNotFoundError, IndexError):
         return False
+
+
+def start_worker(
+    net: NetnsHosts, host: NetnsHost, port: int, env: dict[str, str], cwd: str | Path
+) -> subprocess.Popen:
+    """`python -m forge_agent.worker` on `host`, returned once it accepts connections."""
+    import sys
+
+    argv = [sys.executable, "-m", "forge_agent.worker", "--address", f"tcp://{host.address}:{port}"]
+    proc = net.popen(host, argv, env=env, cwd=cwd)
+    wait_for_port(host.address, port, 60, proc)
+    return proc
 
 
 def wait_for_port(host: str, port: int, timeout_s: float, proc: subprocess.Popen | None = None):

@@ -1,0 +1,129 @@
+"""Cross-host weight sync, run as the controller of Monarch workers on other hosts.
+
+    python -m apps.bench.cross_host_sync --client tcp://IP:0 --mb 1024 --repeats 3 \
+        tcp://HOST0:PORT tcp://HOST1:PORT [...]
+
+A trainer stand-in on the first host puts a transformer-like state dict into a
+`CrossHostWeightStore`; a consumer on each other host gets every version into its own
+preallocated state dict from its own host's store. Prints one JSON line: per-sync times
+(put = trainer-host shm write + broadcast; get = the consumer's read on its host), the
+broadcast alone, GB/s, and checks (checksums and versions seen on each host).
+`apps.bench.weight_sync --cross-host` runs this across namespace hosts (forge_agent/netns.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import time
+
+import torch
+from monarch.actor import Actor, endpoint
+
+from apps.bench.weight_sync import fake_state_dict
+
+
+class SyncEnd(Actor):
+    """Stands in for the trainer (`push`) or a generator (`pull`) on its host."""
+
+    def __init__(self) -> None:
+        self.sd: dict[str, torch.Tensor] = {}
+
+    @endpoint
+    async def make(self, total_bytes: int) -> list[tuple[str, tuple[int, ...], str]]:
+        self.sd = fake_state_dict(total_bytes)
+        return [
+            (k, tuple(v.shape), str(v.dtype).removeprefix("torch.")) for k, v in self.sd.items()
+        ]
+
+    @endpoint
+    async def prepare(self, spec: list[tuple[str, tuple[int, ...], str]]) -> None:
+        self.sd = {n: torch.zeros(s, dtype=getattr(torch, d)) for n, s, d in spec}
+
+    @endpoint
+    async def push(self, store, version: int) -> float:
+        with torch.no_grad():
+            for t in self.sd.values():
+                t.add_(1)  # every version differs
+        t0 = time.perf_counter()
+        await store.put(version, self.sd)
+        return time.perf_counter() - t0
+
+    @endpoint
+    async def pull(self, store, version: int) -> float:
+        t0 = time.perf_counter()
+        await store.get(version, into=self.sd)
+        return time.perf_counter() - t0
+
+    @endpoint
+    async def checksum(self) -> float:
+        return float(sum(t.double().sum() for t in self.sd.values()))
+
+
+async def run(client: str, workers: list[str], mb: int, repeats: int) -> dict:
+    from forge_agent.hosts import attach_hosts, enable_client_transport
+    from forge_agent.weight_relay import CrossHostWeightStore
+
+    enable_client_transport(client)
+    names = [f"host{i}" for i in range(len(workers))]
+    meshes = [await attach_hosts(n, [w], timeout_s=60) for n, w in zip(names, workers, strict=True)]
+    procs = [
+        m.spawn_procs(per_host={"procs": 2}, name=f"{n}_procs")
+        for n, m in zip(names, meshes, strict=True)
+    ]
+    infra = {n: p.slice(procs=0) for n, p in zip(names, procs, strict=True)}
+    ends = {
+        n: p.slice(procs=1).spawn("sync_end", SyncEnd) for n, p in zip(names, procs, strict=True)
+    }
+    master = workers[0].removeprefix("tcp://").rsplit(":", 1)[0]
+    store = await CrossHostWeightStore.spawn(
+        (names[0], infra[names[0]]), {n: infra[n] for n in names[1:]}, master, max_versions=2
+    )
+    spec = await ends[names[0]].make.call_one(mb * 2**20)
+    for n in names[1:]:
+        await ends[n].prepare.call_one(spec)
+    size = sum(
+        torch.Size(s).numel() * torch.empty((), dtype=getattr(torch, d)).element_size()
+        for _, s, d in spec
+    )
+    times = []
+    for version in range(1, repeats + 2):
+        put_s = await ends[names[0]].push.call_one(store, version)
+        gets = [await ends[n].pull.call_one(store.for_host(n), version) for n in names[1:]]
+        times.append((put_s, max(gets)))
+    want = await ends[names[0]].checksum.call_one()
+    got = {n: await ends[n].checksum.call_one() for n in names[1:]}
+    versions = {n: await s.versions() for n, s in store.hosts.items()}
+    await store.close()
+    for p in procs:
+        await p.stop()
+    put_s = statistics.median(t[0] for t in times[1:])
+    get_s = statistics.median(t[1] for t in times[1:])
+    return {
+        "size_mb": size / 2**20,
+        "tensors": len(spec),
+        "hosts": len(workers),
+        "transport": "torch.distributed gloo broadcast",
+        "put_s": put_s,
+        "get_s": get_s,
+        "total_s": put_s + get_s,
+        "cold_s": sum(times[0]),
+        "gb_per_s": size / (put_s + get_s) / 1e9,
+        "checksum_trainer": want,
+        "checksum_hosts": got,
+        "versions": versions,
+    }
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--client", required=True)
+    ap.add_argument("--mb", type=int, default=1024)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("workers", nargs="+")
+    args = ap.parse_args()
+    print(
+        json.dumps(asyncio.run(run(args.client, args.workers, args.mb, args.repeats))), flush=True
+    )
