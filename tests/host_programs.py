@@ -3,7 +3,7 @@
 the pytest process already uses the local one. Each prints one JSON line.
 
     actors CLIENT_ADDR WORKER...       one proc + HostInfo actor on each worker; where they ran
-    attach CLIENT_ADDR TIMEOUT WORKER...  attach_hosts over the workers; the error and time
+    attach CLIENT_ADDR TIMEOUT WORKER...  a placement naming the workers; the error and time
 """
 
 from __future__ import annotations
@@ -31,12 +31,18 @@ async def actors(client: str, workers: list[str], shutdown: bool) -> dict:
 
 
 async def attach(client: str, timeout_s: float, workers: list[str]) -> dict:
-    from forge_agent.hosts import attach_hosts, enable_client_transport
+    from forge_agent.host_placement import HostsConfig, resolve_host_meshes
 
-    enable_client_transport(client)
+    cfg = HostsConfig(
+        kind="workers",
+        workers={"generators": workers},
+        services={"generator": "generators"},
+        client_address=client,
+        connect_timeout_s=timeout_s,
+    )
     started = time.monotonic()
     try:
-        await attach_hosts("generators", workers, timeout_s=timeout_s)
+        await resolve_host_meshes(cfg)
         error = None
     except Exception as e:
         error = f"{type(e).__name__}: {e}"

@@ -1,0 +1,107 @@
+"""Which host each service of a run lives on: this machine, Monarch workers, or a cluster job.
+
+    hosts:
+      kind: workers                    # local (default) | workers | slurm | kubernetes
+      client_address: tcp://10.0.0.1:0 # where the controller listens (default: its hostname)
+      workers:                         # kind=workers: mesh name -> worker addresses
+        train: [tcp://node0:26600]
+        gen:   [tcp://node1:26600]
+      services: {trainer: train, generator: gen, env: local, reward: local}
+
+    meshes = await resolve_host_meshes(cfg)   # {"train": HostMesh, "gen": HostMesh}
+
+With `kind: slurm` or `kind: kubernetes`, `nodes` maps each mesh name to a node count and the
+meshes come from Monarch's own launchers (`monarch.job.SlurmJob` / `KubernetesJob`, see
+`forge_agent.launchers`). A service not named in `services` stays on this machine (`local`).
+Weights cross hosts through `forge_agent.weight_relay` (`weights_backend`: gloo or nccl).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from forge_agent.typed_config import check_field as _check
+from forge_agent.worker import parse_address
+
+SERVICES = ("trainer", "generator", "reward", "env")
+LOCAL = "local"
+
+
+@dataclass
+class HostsConfig:
+    """Host meshes and the service -> mesh assignment (see module docstring)."""
+
+    kind: Literal["local", "workers", "slurm", "kubernetes"] = "local"
+    workers: dict[str, list[str]] = field(default_factory=dict)
+    nodes: dict[str, int] = field(default_factory=dict)
+    services: dict[str, str] = field(default_factory=dict)
+    client_address: str | None = None
+    connect_timeout_s: float = 30.0
+    weights_backend: Literal["gloo", "nccl"] = "gloo"
+    slurm: dict[str, Any] = field(default_factory=dict)  # extra SlurmJob arguments
+    kubernetes_namespace: str = "default"
+
+    def __post_init__(self) -> None:
+        _check(self.connect_timeout_s > 0, "connect_timeout_s", self.connect_timeout_s, "> 0")
+        if self.kind == "workers":
+            _check(bool(self.workers), "workers", self.workers, "mesh name -> [tcp://HOST:PORT]")
+            for name, addresses in self.workers.items():
+                _check(bool(addresses), f"workers.{name}", addresses, "at least one address")
+                for a in addresses:
+                    try:
+                        parse_address(a)
+                    except ValueError as e:
+                        _check(False, f"workers.{name}", a, str(e))
+        if self.kind in ("slurm", "kubernetes"):
+            _check(bool(self.nodes), "nodes", self.nodes, "mesh name -> node count")
+            for name, n in self.nodes.items():
+                _check(isinstance(n, int) and n >= 1, f"nodes.{name}", n, "an int >= 1")
+        known = set(self.mesh_names()) | {LOCAL}
+        for service, mesh in self.services.items():
+            _check(service in SERVICES, "services", service, f"one of {list(SERVICES)}")
+            _check(mesh in known, f"services.{service}", mesh, f"one of {sorted(known)}")
+        if self.client_address is not None:
+            _check(
+                self.client_address.startswith("tcp://"),
+                "client_address",
+                self.client_address,
+                "tcp://HOST:PORT (PORT may be 0)",
+            )
+
+    def mesh_names(self) -> list[str]:
+        return list(self.workers if self.kind == "workers" else self.nodes)
+
+    def mesh_of(self, service: str) -> str:
+        """The mesh `service` runs on ("local": this machine)."""
+        return self.services.get(service, LOCAL)
+
+    @property
+    def is_local(self) -> bool:
+        return self.kind == "local" or all(self.mesh_of(s) == LOCAL for s in SERVICES)
+
+
+async def resolve_host_meshes(cfg: HostsConfig) -> dict[str, Any]:
+    """Monarch `HostMesh`es by name for `cfg` (empty for local). Call once per process, before
+    any other Monarch call: it enables the TCP transport. Unreachable workers raise
+    `forge_agent.hosts.HostUnreachableError` naming them, within `connect_timeout_s`."""
+    from forge_agent.hosts import attach_hosts, enable_client_transport
+
+    if cfg.kind == "local":
+        return {}
+    if cfg.kind == "workers":
+        enable_client_transport(cfg.client_address)
+        return {
+            name: await attach_hosts(name, addresses, cfg.connect_timeout_s)
+            for name, addresses in cfg.workers.items()
+        }
+    from forge_agent.launchers import job_host_meshes, kubernetes_job, slurm_job
+
+    if cfg.kind == "slurm":
+        job = slurm_job(cfg.nodes, **cfg.slurm)
+    else:
+        job = kubernetes_job(cfg.kubernetes_namespace, cfg.nodes)
+    return job_host_meshes(job, cfg.mesh_names())
+
+
+__all__ = ["SERVICES", "HostsConfig", "resolve_host_meshes"]

@@ -1,0 +1,56 @@
+"""Host placement config: meshes, service assignment, and errors that name the bad key."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pytest
+
+from forge_agent.host_placement import HostsConfig
+from forge_agent.launchers import slurm_job
+from forge_agent.typed_config import ConfigError, from_dict
+
+
+@dataclass
+class _Run:
+    hosts: HostsConfig = field(default_factory=HostsConfig)
+
+
+def test_local_is_the_default_and_every_service_stays_here():
+    cfg = HostsConfig()
+    assert cfg.is_local and cfg.mesh_of("trainer") == "local"
+
+
+def test_workers_assign_services_to_named_meshes():
+    cfg = HostsConfig(
+        kind="workers",
+        workers={"train": ["tcp://10.0.0.2:26600"], "gen": ["tcp://gpu1:26600"]},
+        services={"trainer": "train", "generator": "gen"},
+    )
+    assert not cfg.is_local
+    assert [cfg.mesh_of(s) for s in ("trainer", "generator", "env")] == ["train", "gen", "local"]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "named"),
+    [
+        ({"workers": {"gen": ["gpu1:26600"]}}, "gpu1:26600"),
+        ({"workers": {"gen": ["tcp://*:26600"]}}, "tcp://*:26600"),
+        ({"workers": {"gen": ["tcp://a:1"]}, "services": {"generator": "gpus"}}, "gpus"),
+        ({"workers": {"gen": ["tcp://a:1"]}, "services": {"learner": "gen"}}, "learner"),
+        ({"workers": {}}, "workers"),
+    ],
+)
+def test_bad_placement_names_the_value(kwargs, named):
+    with pytest.raises(ConfigError, match="hosts") as e:
+        from_dict(_Run, {"hosts": {"kind": "workers", **kwargs}})
+    assert named in str(e.value)
+
+
+def test_slurm_job_takes_monarchs_arguments():
+    from monarch.job import SlurmJob
+
+    job = slurm_job({"train": 1, "gen": 2}, gpus_per_node=8, partition="gpu")
+    assert isinstance(job, SlurmJob)
+    with pytest.raises(TypeError, match="gpus_per_host"):
+        slurm_job({"train": 1}, gpus_per_host=8)
