@@ -221,14 +221,27 @@ class CrossHostWeightStore:
         if not self.receivers:
             return
         metas, nbytes = layout(state_dict)
-        calls = [self.sender.send.call_one(version)]
-        calls += [r.receive.call_one(version, metas, nbytes) for r in self.receivers]
-        try:
-            await asyncio.wait_for(asyncio.gather(*calls), self.put_timeout_s)
-        except TimeoutError as e:
+        names = list(self.hosts)  # relay order: the trainer's host first
+        calls = {names[0]: self.sender.send.call_one(version)}
+        for name, relay in zip(names[1:], self.receivers, strict=True):
+            calls[name] = relay.receive.call_one(version, metas, nbytes)
+        tasks = {asyncio.ensure_future(_awaited(c)): name for name, c in calls.items()}
+        done, pending = await asyncio.wait(
+            tasks, timeout=self.put_timeout_s, return_when=asyncio.FIRST_EXCEPTION
+        )
+        for t in pending:
+            t.cancel()
+        failed = {tasks[t]: t.exception() for t in done if t.exception() is not None}
+        if failed:
+            host, exc = next(iter(failed.items()))
+            raise WeightStoreError(
+                f"cross-host put(version={version}) failed on host {host!r}: {exc}"
+            ) from exc
+        if pending:
             raise WeightStoreTimeoutError(
                 f"cross-host put(version={version}) did not finish within {self.put_timeout_s}s"
-            ) from e
+                f" on hosts {sorted(tasks[t] for t in pending)}"
+            )
 
     async def get(
         self, version: int | None = None, into: Mapping[str, torch.Tensor] | None = None
@@ -250,6 +263,10 @@ class CrossHostWeightStore:
             await relay.close.call_one()
         for store in self.hosts.values():
             await store.close()
+
+
+async def _awaited(call: Any) -> Any:
+    return await call
 
 
 class _PortPicker(Actor):

@@ -1,6 +1,7 @@
 """Weights across namespace hosts: a trainer on one host puts versions into a
 `CrossHostWeightStore`; consumers on two other hosts (own network namespace, hostname and
-/dev/shm each) get every version from their own host's store, bit for bit."""
+/dev/shm each) get every version from their own host's store, bit for bit.
+A host whose procs die fails the next put with an error naming it."""
 
 from __future__ import annotations
 
@@ -24,7 +25,15 @@ def test_versions_broadcast_from_trainer_host_reach_every_other_host():
         for h in net.hosts:
             start_worker(net, h, 26610, env, ROOT)
         workers = [f"tcp://{h.address}:26610" for h in net.hosts]
-        argv = ["--client", f"tcp://{net.client_ip}:0", "--mb", "8", "--repeats", "2"]
+        argv = [
+            "--client",
+            f"tcp://{net.client_ip}:0",
+            "--mb",
+            "8",
+            "--repeats",
+            "2",
+            "--fail-last",
+        ]
         out = subprocess.run(
             [sys.executable, "-m", "apps.bench.cross_host_sync", *argv, *workers],
             capture_output=True,
@@ -41,3 +50,7 @@ def test_versions_broadcast_from_trainer_host_reach_every_other_host():
     # three versions pushed, two kept (max_versions=2) on every host
     assert result["versions"] == {"host0": [2, 3], "host1": [2, 3], "host2": [2, 3]}
     assert result["transport"].startswith("torch.distributed gloo")
+    # then host2's procs die: the next put fails promptly, naming the host
+    failure = result["failure"]
+    assert failure is not None and "'host2'" in failure["error"], failure
+    assert failure["elapsed_s"] < 60

@@ -62,7 +62,7 @@ class SyncEnd(Actor):
         return float(sum(t.double().sum() for t in self.sd.values()))
 
 
-async def run(client: str, workers: list[str], mb: int, repeats: int) -> dict:
+async def run(client: str, workers: list[str], mb: int, repeats: int, fail_last: bool) -> dict:
     from forge_agent.hosts import attach_hosts, enable_client_transport
     from forge_agent.weight_relay import CrossHostWeightStore
 
@@ -96,8 +96,17 @@ async def run(client: str, workers: list[str], mb: int, repeats: int) -> dict:
     want = await ends[names[0]].checksum.call_one()
     got = {n: await ends[n].checksum.call_one() for n in names[1:]}
     versions = {n: await s.versions() for n, s in store.hosts.items()}
-    await store.close()
-    for p in procs:
+    failure = None
+    if fail_last:  # the last host's procs die; the next put must fail, naming that host
+        await procs[-1].stop()
+        t0 = time.perf_counter()
+        try:
+            await ends[names[0]].push.call_one(store, repeats + 2)
+        except Exception as e:
+            failure = {"error": str(e), "elapsed_s": time.perf_counter() - t0}
+    else:
+        await store.close()
+    for p in procs[: -1 if fail_last else None]:
         await p.stop()
     put_s = statistics.median(t[0] for t in times[1:])
     get_s = statistics.median(t[1] for t in times[1:])
@@ -114,6 +123,7 @@ async def run(client: str, workers: list[str], mb: int, repeats: int) -> dict:
         "checksum_trainer": want,
         "checksum_hosts": got,
         "versions": versions,
+        "failure": failure,
     }
 
 
