@@ -132,8 +132,8 @@ if __name__ == "__main__":
     ap.add_argument("--client", required=True)
     ap.add_argument("--mb", type=int, default=1024)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--fail-last", action="store_true", help="then kill the last host's procs")
     ap.add_argument("workers", nargs="+")
-    args = ap.parse_args()
-    print(
-        json.dumps(asyncio.run(run(args.client, args.workers, args.mb, args.repeats))), flush=True
-    )
+    a = ap.parse_args()
+    result = asyncio.run(run(a.client, a.workers, a.mb, a.repeats, a.fail_last))
+    print(json.dumps(result), flush=True)
