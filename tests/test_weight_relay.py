@@ -1,7 +1,6 @@
 """Weights across namespace hosts: a trainer on one host puts versions into a
 `CrossHostWeightStore`; consumers on two other hosts (own network namespace, hostname and
-/dev/shm each) get every version from their own host's store, bit for bit.
-A host whose procs die fails the next put with an error naming it."""
+/dev/shm each) get every version from their own host's store, bit for bit."""
 
 from __future__ import annotations
 
@@ -50,7 +49,3 @@ def test_versions_broadcast_from_trainer_host_reach_every_other_host():
     # three versions pushed, two kept (max_versions=2) on every host
     assert result["versions"] == {"host0": [2, 3], "host1": [2, 3], "host2": [2, 3]}
     assert result["transport"].startswith("torch.distributed gloo")
-    # then host2's procs die: the next put fails promptly, naming the host
-    failure = result["failure"]
-    assert failure is not None and "'host2'" in failure["error"], failure
-    assert failure["elapsed_s"] < 60
