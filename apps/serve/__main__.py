@@ -1,0 +1,4 @@
+from apps.serve.main import main
+
+if __name__ == "__main__":
+    main()
