@@ -1,0 +1,221 @@
+"""Overhead of the OpenAI-compatible endpoint over direct generator calls, side by side.
+
+One vLLM CPU engine (the tiny policy) serves both paths in this process, taking turns:
+
+- direct: sessions render their prompts with `ChatRenderer` (full render, then the append-only
+  bridge for the next turn) and await `VLLMEngine.generate` (the rollout engine's path);
+- endpoint: the same sessions as agent programs with the real `openai.AsyncOpenAI` client, over
+  HTTP to `EndpointServer` (auth, session plan/commit, parse, JSON), with `stream` off or on.
+
+Each session runs `--turns` requests (the next one adds a user message to the history); every
+request is seeded, so both paths sample the same tokens. Rounds of 1 and 64 concurrent sessions
+alternate between the paths `--repeats` times. Reported per path and concurrency: requests,
+generated tokens, tokens/s, per-request latency (mean, p50, p90) and endpoint/direct ratios.
+
+    python -m apps.bench.proxy --max-tokens 48 --turns 2 --repeats 3 --out bench_results/proxy.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import time
+from typing import Any
+
+from forge_agent.bench_util import percentile, print_table, write_json
+
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+CONCURRENCY = (1, 64)
+PATHS = ("direct", "endpoint", "endpoint-sse")
+
+
+def _questions(n: int, offset: int) -> list[str]:
+    return [f"What is {17 * (i + offset) + 3} + {29 * (i + offset) + 11}?" for i in range(n)]
+
+
+async def _direct_session(engine: Any, renderer: Any, question: str, args: Any, seed: int):
+    """One session's turns through the generator directly; returns (latencies, tokens)."""
+    from forge_agent.generator import SamplingConfig
+
+    messages = [{"role": "user", "content": question}]
+    lat, tokens = [], 0
+    context = renderer.render_prompt(messages, None)
+    for turn in range(args.turns):
+        sampling = SamplingConfig(
+            max_tokens=args.max_tokens,
+            stop_token_ids=renderer.stop_token_ids,
+            seed=seed + turn,
+        )
+        t0 = time.perf_counter()
+        completion = await engine.generate(list(context), sampling, f"s{seed}")
+        reply = renderer.parse(completion.token_ids, None, context)
+        lat.append(time.perf_counter() - t0)
+        tokens += len(completion.token_ids)
+        follow = [{"role": "user", "content": "Check it again."}]
+        bridged = renderer.bridge(context, completion.token_ids, follow, None)
+        messages += [reply, *follow]
+        context = bridged or renderer.render_prompt(messages, None)
+    return lat, tokens
+
+
+async def _endpoint_session(server: Any, question: str, args: Any, seed: int, stream: bool):
+    """The same session as an agent program on the `openai` client."""
+    import openai
+
+    session = server.open_session(f"s{seed}")
+    messages: list[dict[str, Any]] = [{"role": "user", "content": question}]
+    lat, tokens = [], 0
+    async with openai.AsyncOpenAI(
+        base_url=server.base_url, api_key=session.key, max_retries=0
+    ) as client:
+        for turn in range(args.turns):
+            t0 = time.perf_counter()
+            kwargs = {
+                "model": "policy",
+                "messages": messages,
+                "max_tokens": args.max_tokens,
+                "seed": seed + turn,
+            }
+            if stream:
+                content, used = "", 0
+                events = await client.chat.completions.create(
+                    **kwargs, stream=True, stream_options={"include_usage": True}
+                )
+                async for chunk in events:
+                    for choice in chunk.choices:
+                        content += choice.delta.content or ""
+                    if chunk.usage is not None:
+                        used = chunk.usage.completion_tokens
+            else:
+                response = await client.chat.completions.create(**kwargs)
+                content, used = response.choices[0].message.content or "", response.usage
+                used = used.completion_tokens
+            lat.append(time.perf_counter() - t0)
+            tokens += used
+            messages += [
+                {"role": "assistant", "content": content},
+                {"role": "user", "content": "Check it again."},
+            ]
+    traj = server.close_session(session.key)
+    assert traj.num_sampled == tokens, "the endpoint recorded other tokens than it served"
+    return lat, tokens
+
+
+async def _round(path: str, level: int, offset: int, engine, renderer, server, args):
+    questions = _questions(level, offset)
+    t0 = time.perf_counter()
+    if path == "direct":
+        jobs = [
+            _direct_session(engine, renderer, q, args, 1000 * (offset + i))
+            for i, q in enumerate(questions)
+        ]
+    else:
+        stream = path == "endpoint-sse"
+        jobs = [
+            _endpoint_session(server, q, args, 1000 * (offset + i), stream)
+            for i, q in enumerate(questions)
+        ]
+    results = await asyncio.gather(*jobs)
+    seconds = time.perf_counter() - t0
+    lat = [x for r in results for x in r[0]]
+    return lat, sum(r[1] for r in results), seconds
+
+
+async def run(args: argparse.Namespace) -> list[dict[str, Any]]:
+    from forge_agent.endpoint import EndpointServer
+    from forge_agent.generator import GeneratorConfig, VLLMEngine
+    from forge_agent.models.tiny import load_tokenizer
+    from forge_agent.rollout import ChatRenderer
+
+    engine = VLLMEngine(GeneratorConfig(model=args.model))
+    await engine.start()
+    renderer = ChatRenderer(load_tokenizer(args.model))
+    server = EndpointServer(engine.generate, renderer, engine.max_model_len)
+    await server.start()
+    acc = {(p, c): {"lat": [], "tokens": 0, "seconds": 0.0} for p in PATHS for c in CONCURRENCY}
+    try:
+        for level in CONCURRENCY:  # warm-up, untimed
+            for path in PATHS:
+                await _round(path, level, 50_000, engine, renderer, server, args)
+        for r in range(args.repeats):
+            for level in CONCURRENCY:
+                for path in PATHS:  # same questions and seeds on every path
+                    lat, tokens, seconds = await _round(
+                        path, level, r * 100, engine, renderer, server, args
+                    )
+                    a = acc[(path, level)]
+                    a["lat"] += lat
+                    a["tokens"] += tokens
+                    a["seconds"] += seconds
+    finally:
+        await server.stop()
+        await engine.shutdown()
+    rows = []
+    for (path, level), a in acc.items():
+        lat = a["lat"]
+        rows.append(
+            {
+                "path": path,
+                "sessions": level,
+                "requests": len(lat),
+                "tokens": a["tokens"],
+                "tok_s": a["tokens"] / a["seconds"],
+                "lat_mean_ms": 1000 * statistics.fmean(lat),
+                "lat_p50_ms": 1000 * percentile(lat, 0.5),
+                "lat_p90_ms": 1000 * percentile(lat, 0.9),
+            }
+        )
+    base = {r["sessions"]: r for r in rows if r["path"] == "direct"}
+    for row in rows:
+        b = base[row["sessions"]]
+        row["tok_s_vs_direct"] = row["tok_s"] / b["tok_s"]
+        row["latency_vs_direct"] = row["lat_mean_ms"] / b["lat_mean_ms"]
+    return sorted(rows, key=lambda r: (r["sessions"], PATHS.index(r["path"])))
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--model", default=None, help="model folder (default: the tiny model)")
+    parser.add_argument("--max-tokens", type=int, default=48, help="new tokens per request")
+    parser.add_argument("--turns", type=int, default=2, help="requests per session")
+    parser.add_argument("--repeats", type=int, default=3, help="timed rounds per concurrency")
+    parser.add_argument("--out", default="bench_results/proxy.json", help="JSON output path")
+    args = parser.parse_args(argv)
+    if args.model is None:
+        from forge_agent.models.tiny import ensure_tiny_model
+
+        args.model = str(ensure_tiny_model())
+    rows = asyncio.run(run(args))
+    print_table(
+        rows,
+        [
+            ("path", "path", ""),
+            ("sessions", "sessions", "d"),
+            ("requests", "requests", "d"),
+            ("tokens", "gen tokens", "d"),
+            ("tok_s", "tokens/s", ".0f"),
+            ("lat_mean_ms", "lat mean ms", ".1f"),
+            ("lat_p50_ms", "p50 ms", ".1f"),
+            ("lat_p90_ms", "p90 ms", ".1f"),
+            ("tok_s_vs_direct", "tok/s vs direct", ".3f"),
+            ("latency_vs_direct", "latency vs direct", ".3f"),
+        ],
+    )
+    report = {
+        "benchmark": "proxy",
+        "model": args.model,
+        "max_tokens": args.max_tokens,
+        "turns": args.turns,
+        "repeats": args.repeats,
+        "target": "endpoint overhead <= 10% (tok/s vs direct >= 0.90)",
+        "rows": rows,
+    }
+    write_json(args.out, report)
+    return report
+
+
+if __name__ == "__main__":
+    main()
