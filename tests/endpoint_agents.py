@@ -99,3 +99,26 @@ async def rewriting_agent(task: dict[str, Any], client: Any) -> str:
         max_tokens=64,
     )
     return second.choices[0].message.content or ""
+
+
+def calculator_reward(task: dict[str, Any], result: Any, transcript: list[dict]) -> dict:
+    """1 for the exact integer answer, plus whether the agent used the tool (logged only)."""
+    from envs.calculator.env import extract_answer
+
+    given = extract_answer(str(result or ""))
+    correct = given is not None and int(given) == int(task["answer"])
+    return {"correct": float(correct)}
+
+
+async def raising_agent(task: dict[str, Any], client: Any) -> str:
+    await client.chat.completions.create(
+        model="policy", messages=[{"role": "user", "content": task["prompt"]}], max_tokens=8
+    )
+    raise RuntimeError("the agent program broke")
+
+
+async def hanging_agent(task: dict[str, Any], client: Any) -> str:
+    import asyncio
+
+    await asyncio.sleep(3600)
+    return ""

@@ -102,6 +102,8 @@ class Endpoint:
                     "messages",
                 )
             sampling = self._sampling(request, len(turn.context))
+            if session.temperature is not None:
+                sampling.temperature = session.temperature
             completions = await self._sample(turn.context, sampling, request, session)
             call_base = f"call_{session.stats['requests']}"
             candidates = [

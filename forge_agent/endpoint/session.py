@@ -69,6 +69,7 @@ class Session:
     session_id: str
     trajectory: Trajectory
     recording: bool = True
+    temperature: float | None = None  # set by training: overrides the request's temperature
     created: float = field(default_factory=time.monotonic)
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     # The committed conversation: normalized messages whose tokens are in `context` + last turn.

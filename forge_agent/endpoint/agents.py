@@ -1,0 +1,180 @@
+"""Agent programs as a source of episodes.
+
+A user writes an agent against the plain `openai` client and a reward for its result:
+
+    async def agent(task: dict, client: openai.AsyncOpenAI) -> str | dict: ...
+    def reward(task: dict, result, transcript: list[dict]) -> float | dict[str, float]: ...
+
+One episode (`AgentRolloutEngine.run_episode`):
+
+    endpoint.open_session(task) -> key
+    env worker: reset(task + {base_url, key}) -> agent(task, client) runs to the end there
+        (every request it makes is sampled by the generator and recorded by the session)
+    endpoint.close_session(key) -> token-exact trajectory (ids, mask, logprobs, versions, segments)
+    env worker: step(transcript) -> reward(task, result, transcript) -> reward components
+
+The program runs in an env worker process (never in the controller's loop) under the pool's
+`reset_timeout_s` as its wall-time limit: a program past it is killed (`env_timeout`); one that
+raises ends its episode as `env_error`. Neither crashes the run.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from forge_agent.endpoint.server import EndpointServer
+from forge_agent.env.registry import EnvSpec, load_entry_point
+from forge_agent.rollout.engine import EpisodeEnv, RolloutEngine
+from forge_agent.types import Message, Status, StepResult, ToolSpec, Trajectory
+
+AGENT_PREFIX = "agent:"
+
+
+def agent_env_spec(
+    env_id: str, reward: str, tasks_from: str | None = None, **kwargs: Any
+) -> EnvSpec:
+    """The env spec of `agent:package.module:agent_fn` scored by `reward` ("module:fn")."""
+    if not env_id.startswith(AGENT_PREFIX) or ":" not in env_id.removeprefix(AGENT_PREFIX):
+        raise ValueError(f"agent env id must look like 'agent:package.module:fn', got {env_id!r}")
+    program = env_id.removeprefix(AGENT_PREFIX)
+    args = {"program": program, "reward": reward, "tasks_from": tasks_from, **kwargs}
+    return EnvSpec(env_id, "forge_agent.endpoint.agents:AgentProgramEnv", args)
+
+
+class AgentProgramEnv:
+    """Runs one agent program per episode in the env worker; `reset` runs the program to
+    its end, `step(transcript)` scores its result.
+
+    Args (`env.kwargs` in a config):
+        program: the agent, "package.module:fn" (taken from the env id `agent:...`).
+        reward: the reward function, "package.module:fn".
+        tasks_from: the env id whose tasks the program solves (its `tasks(split, n, seed)`).
+        tasks_kwargs: constructor arguments of that env.
+        request_timeout_s: the HTTP timeout of the program's client.
+    """
+
+    def __init__(
+        self,
+        program: str,
+        reward: str | None = None,
+        tasks_from: str | None = None,
+        tasks_kwargs: dict[str, Any] | None = None,
+        request_timeout_s: float = 120.0,
+    ) -> None:
+        if not reward:
+            raise ValueError(
+                f"agent program {program!r} needs env.kwargs.reward='package.module:fn' "
+                "(called as reward(task, result, transcript) -> float | dict)"
+            )
+        self.agent = load_entry_point(program)
+        self.reward = load_entry_point(reward)
+        self.tasks_from = tasks_from
+        self.tasks_kwargs = dict(tasks_kwargs or {})
+        self.request_timeout_s = request_timeout_s
+        self.task: dict[str, Any] = {}
+        self.result: Any = None
+
+    def tasks(self, split: Any, n: int, seed: int) -> list[dict[str, Any]]:
+        """The tasks of the `tasks_from` env (the program's own task source)."""
+        if not self.tasks_from:
+            raise ValueError(
+                "an agent program needs env.kwargs.tasks_from (an env id whose tasks it "
+                "solves) or env.dataset"
+            )
+        from forge_agent.env.registry import make_env
+
+        return make_env(self.tasks_from, **self.tasks_kwargs).tasks(split, n, seed)
+
+    async def reset(
+        self, task: dict[str, Any], seed: int | None = None
+    ) -> tuple[list[Message], list[ToolSpec]]:
+        import openai
+
+        endpoint = task["_endpoint"]
+        self.task = {k: v for k, v in task.items() if k != "_endpoint"}
+        async with openai.AsyncOpenAI(
+            base_url=endpoint["base_url"],
+            api_key=endpoint["api_key"],
+            max_retries=0,
+            timeout=self.request_timeout_s,
+        ) as client:
+            self.result = await self.agent(self.task, client)
+        return [{"role": "result", "content": self.result}], []
+
+    async def step(self, assistant_message: Message) -> StepResult:
+        transcript = assistant_message.get("messages", [])
+        score = self.reward(self.task, self.result, transcript)
+        if hasattr(score, "__await__"):
+            score = await score
+        rewards = score if isinstance(score, dict) else {"reward": float(score)}
+        return StepResult(messages=[], rewards={k: float(v) for k, v in rewards.items()}, done=True)
+
+    async def close(self) -> None:
+        self.task, self.result = {}, None
+
+
+class AgentRolloutEngine(RolloutEngine):
+    """A `RolloutEngine` whose episodes are agent programs talking to `server`; groups,
+    concurrency limits, traces and statuses are the rollout engine's."""
+
+    def __init__(self, server: EndpointServer, envs: Any, **kwargs: Any) -> None:
+        endpoint = server.endpoint
+        super().__init__(endpoint.generate, envs, endpoint.renderer, **kwargs)
+        self.server = server
+
+    async def _play(
+        self,
+        env: EpisodeEnv,
+        task: dict[str, Any],
+        seed: int | None,
+        traj: Trajectory,
+        sampling_seed: int | None,
+    ) -> None:
+        session = self.server.open_session(traj.task_id, traj.group_id)
+        session.temperature = self.config.temperature  # the policy samples as in training
+        endpoint = {"base_url": self.server.base_url, "api_key": session.key}
+        status, error, result = Status.OK, None, None
+        t0 = time.monotonic()
+        try:
+            messages, _ = await env.reset({**task, "_endpoint": endpoint}, seed)
+            result = messages[0]["content"] if messages else None
+        except Exception as exc:  # the program raised, timed out or its worker died
+            status, error = _status_of(exc), f"agent: {exc}"
+        traj.timings["agent_s"] = time.monotonic() - t0
+        recorded = self.server.close_session(session.key, status)
+        for name in ("token_ids", "loss_mask", "logprobs", "versions", "turn_spans"):
+            setattr(traj, name, getattr(recorded, name))
+        traj.segment_starts = recorded.segment_starts
+        traj.messages = recorded.messages
+        traj.info.update(recorded.info)
+        traj.info["result"] = result
+        traj.status = status
+        if error is not None:
+            traj.info["error"] = error
+            return
+        if not traj.turn_spans:
+            traj.status, traj.info["error"] = Status.ENV_ERROR, "the agent made no request"
+            return
+        try:
+            scored = await env.step({"role": "transcript", "messages": recorded.messages})
+        except Exception as exc:
+            traj.status, traj.info["error"] = _status_of(exc), f"reward: {exc}"
+            return
+        self._record_step(traj, scored)
+
+
+def _status_of(exc: BaseException) -> Status:
+    """The status an env worker failure carries (`env_timeout` past the wall-time limit)."""
+    status = getattr(exc, "status", None)
+    return status if isinstance(status, Status) else Status.ENV_ERROR
+
+
+async def start_agent_engines(
+    generate: Any, envs: Any, renderer: Any, max_model_len: int, configs: list[Any]
+) -> tuple[EndpointServer, list[AgentRolloutEngine]]:
+    """An endpoint on loopback over `generate` and one agent engine per rollout config (the
+    controller's hook for `env.id=agent:...`)."""
+    server = EndpointServer(generate, renderer, max_model_len)
+    await server.start()
+    return server, [AgentRolloutEngine(server, envs, config=c) for c in configs]
