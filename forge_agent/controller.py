@@ -92,6 +92,7 @@ class Controller:
         self.generators: list[Any] = []
         self.trainer: Any = None
         self.rewards: Any = None
+        self.endpoint: Any = None  # the agent endpoint, for env.id=agent:...
         self.store: Any = None
         self.pool: Any = None
         self.version = 0
@@ -217,12 +218,21 @@ class Controller:
         if self.generate_wrapper is not None:
             generate = self.generate_wrapper(generate)
         self.traces = TraceWriter(self.out / "traces.jsonl")
-        self.engine = RolloutEngine(
-            generate, self.pool, renderer, cfg.rollout_config(cfg.grpo.temperature, max_len)
-        )
-        self.eval_engine = RolloutEngine(
-            generate, self.pool, renderer, cfg.rollout_config(cfg.eval.temperature, max_len)
-        )
+        rollout_cfgs = [
+            cfg.rollout_config(cfg.grpo.temperature, max_len),
+            cfg.rollout_config(cfg.eval.temperature, max_len),
+        ]
+        if cfg.env.id.startswith("agent:"):  # agent programs talk to an OpenAI endpoint
+            from forge_agent.endpoint.agents import start_agent_engines
+
+            self.endpoint, engines = await start_agent_engines(
+                generate, self.pool, renderer, max_len, rollout_cfgs
+            )
+            self.engine, self.eval_engine = engines
+        else:
+            self.engine, self.eval_engine = (
+                RolloutEngine(generate, self.pool, renderer, c) for c in rollout_cfgs
+            )
         self.buffer = ReplayBuffer(cfg.training.replay_capacity, cfg.training.max_policy_lag)
         self.metrics = MetricLogger.from_config(
             MetricsConfig(
@@ -528,6 +538,9 @@ class Controller:
         with contextlib.suppress(Exception):
             self.metrics.close()
             plot_curves(self.out / "metrics.jsonl", self.out / "curves.png")
+        if self.endpoint is not None:
+            with contextlib.suppress(Exception):
+                await self.endpoint.stop()
         if self.pool is not None:
             with contextlib.suppress(Exception):
                 await self.pool.close()

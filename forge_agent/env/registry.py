@@ -118,6 +118,9 @@ def env_spec(env_id: str) -> EnvSpec:
         return EnvSpec(
             env_id, "forge_agent.env.openenv_adapter:OpenEnvAgentEnv", {"base_url": env_id}
         )
+    if env_id.startswith("agent:"):  # an agent program on the openai client (docs/agents.md)
+        program = env_id.removeprefix("agent:")
+        return EnvSpec(env_id, "forge_agent.endpoint.agents:AgentProgramEnv", {"program": program})
     if ":" in env_id:
         return EnvSpec(env_id, env_id)
     raise KeyError(
