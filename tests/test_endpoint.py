@@ -61,7 +61,7 @@ def _check_segment(traj: Trajectory, start: int, calls: list) -> int:
         assert ids[span[0] : span[1]] == completion.token_ids  # sampled ids, verbatim
         assert span in traj.turn_spans
         assert traj.logprobs[span[0] : span[1]] == completion.logprobs
-        assert traj.versions[span[0] : span[1]] == [completion.policy_version] * c
+        assert traj.versions[span[0] : span[1]] == completion.token_versions()
     last_prompt, last = calls[-1]
     return start + len(last_prompt) + len(last.token_ids)
 

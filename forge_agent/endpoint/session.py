@@ -172,7 +172,7 @@ def _append(traj: Trajectory, ids: list[int], completion: Completion | None) -> 
     else:
         traj.loss_mask.extend([1] * len(ids))
         traj.logprobs.extend(completion.logprobs[: len(ids)])
-        traj.versions.extend([completion.policy_version] * len(ids))
+        traj.versions.extend(completion.token_versions()[: len(ids)])
 
 
 def normalize_message(message: Any) -> Message:
