@@ -98,6 +98,44 @@ def test_generator_request_errors_are_marked(faulty_run):
     assert faulty_run[0]["counts"].get("status/generator_error", 0) > 0
 
 
+def test_the_run_leaves_no_workspace_cgroup_or_sandbox_behind(faulty_run):
+    """The faulty run kills env workers mid-episode (their sandboxes cannot be closed): their
+    janitors must still remove every workspace, mount and cgroup, and no bwrap may outlive them.
+    Only leftovers of processes that are gone count (other runs may share the machine)."""
+    import glob
+    import tempfile
+
+    def dead(path: str, prefix: str) -> bool:
+        pid = os.path.basename(path)[len(prefix) :].split("-", 1)[0]
+        return pid.isdigit() and not os.path.exists(f"/proc/{pid}")
+
+    def leftovers() -> list[str]:
+        found = [
+            p
+            for p in glob.glob(os.path.join(tempfile.gettempdir(), "forge-ws-*"))
+            if dead(p, "forge-ws-")
+        ]
+        for path in glob.glob("/sys/fs/cgroup/*/**/forge-sandbox-*", recursive=True):
+            if dead(path, "forge-sandbox-"):
+                found.append(path)
+        for pid in os.listdir("/proc"):
+            try:
+                with open(f"/proc/{pid}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+                with open(f"/proc/{pid}/comm") as f:
+                    comm = f.read().strip()
+            except OSError:
+                continue
+            if comm == "bwrap" and fields[1] == "1":  # an orphaned sandbox
+                found.append(f"bwrap {pid}")
+        return found
+
+    deadline = time.monotonic() + 15
+    while leftovers() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert leftovers() == []
+
+
 def _vllm_pids() -> set[int]:
     import psutil
 
