@@ -170,12 +170,13 @@ class GRPOConfig:
     """Group sampling, advantage and loss settings of the GRPO family."""
 
     n_samples: int = 8  # episodes per group (G)
-    clip_low: float = 0.2  # ratio clipped to [1 - clip_low, 1 + clip_high]
-    clip_high: float = 0.28
-    beta: float = 0.0  # KL coefficient against the reference policy
+    # The loss preset's values stand unless set here (None = the preset's value).
+    clip_low: float | None = None  # ratio clipped to [1 - clip_low, 1 + clip_high]
+    clip_high: float | None = None
+    beta: float | None = None  # KL coefficient against the reference policy
     temperature: float = 1.0
     top_p: float = 1.0
-    loss: Literal["grpo", "dr_grpo", "dapo", "gspo", "cispo"] = "grpo"
+    loss: Literal["grpo", "dr_grpo", "dapo", "gspo", "cispo"] = "dapo"  # see LossConfig.preset
     advantage: Literal["grpo", "dr_grpo", "rloo"] = "grpo"
     filter_zero_variance: bool = True  # drop groups whose rewards are all equal
     truncated: Literal["keep", "mask", "drop"] = "mask"  # what to do with truncated episodes
@@ -187,9 +188,12 @@ class GRPOConfig:
 
     def __post_init__(self) -> None:
         _check(self.n_samples >= 2, "n_samples", self.n_samples, "an int >= 2 (a group baseline)")
-        _check(0.0 <= self.clip_low < 1.0, "clip_low", self.clip_low, "a float in [0, 1)")
-        _check(self.clip_high >= 0.0, "clip_high", self.clip_high, "a float >= 0")
-        _check(self.beta >= 0.0, "beta", self.beta, "a float >= 0")
+        for key in ("clip_low", "clip_high", "beta"):
+            value = getattr(self, key)
+            _check(value is None or value >= 0.0, key, value, "a float >= 0 (null: the preset's)")
+        _check(
+            self.clip_low is None or self.clip_low < 1.0, "clip_low", self.clip_low, "a float < 1"
+        )
         _check(self.temperature > 0.0, "temperature", self.temperature, "a float > 0")
         _check(0.0 < self.top_p <= 1.0, "top_p", self.top_p, "a float in (0, 1]")
         chosen = [k for k in ("tis_cap", "mis_cap", "icepop_bounds") if getattr(self, k)]
@@ -203,6 +207,23 @@ class GRPOConfig:
             "icepop_bounds",
             b,
             "[alpha, beta] with 0 <= alpha < beta (IcePop uses [0.5, 5.0]) or null",
+        )
+
+    def loss_config(self, entropy_coef: float = 0.0) -> Any:
+        """The ``LossConfig`` of preset ``loss`` with only the keys set here over it."""
+        from forge_agent.losses import LossConfig
+
+        chosen = {"clip_eps_low": self.clip_low, "clip_eps_high": self.clip_high}
+        chosen["kl_coef"] = self.beta
+        overrides = {k: v for k, v in chosen.items() if v is not None}
+        bounds = tuple(self.icepop_bounds) if self.icepop_bounds else None
+        return LossConfig.preset(
+            self.loss,
+            entropy_coef=entropy_coef,
+            tis_cap=self.tis_cap,
+            mis_cap=self.mis_cap,
+            icepop_bounds=bounds,
+            **overrides,
         )
 
 
@@ -388,6 +409,24 @@ class AgentConfig:
             temperature=temperature,
             top_p=self.grpo.top_p,
             max_model_len=max_model_len,
+        )
+
+    def trainer_config(self, model_path: str | Path) -> Any:
+        """The ``forge_agent.trainer.TrainerConfig`` of this run's policy trainer."""
+        from forge_agent.trainer.core import TrainerConfig
+
+        t = self.training
+        return TrainerConfig(
+            model=str(model_path),
+            device=self.device,
+            dtype=self.model.dtype,
+            lr=t.lr,
+            weight_decay=t.weight_decay,
+            max_grad_norm=t.grad_clip or None,
+            loss=self.grpo.loss_config(t.entropy_coef),
+            row_tokens=min(512, t.token_budget),  # see warm_start.py on row length
+            microbatch_tokens=t.token_budget,
+            seed=self.seed,
         )
 
     def generator_config(self, model_path: str | Path) -> Any:

@@ -181,7 +181,7 @@ class Controller:
         ).spawn(
             "trainer",
             TrainerActor,
-            self._trainer_config(),
+            cfg.trainer_config(self.policy_path),
             self.store,
             cfg.training.backend,
             dict(cfg.training.titan),
@@ -264,34 +264,6 @@ class Controller:
                 shutil.rmtree(path)
             else:
                 path.unlink()
-
-    def _trainer_config(self) -> Any:
-        from forge_agent.losses import LossConfig
-        from forge_agent.trainer.core import TrainerConfig
-
-        cfg = self.cfg
-        loss = LossConfig.preset(
-            cfg.grpo.loss,
-            clip_eps_low=cfg.grpo.clip_low,
-            clip_eps_high=cfg.grpo.clip_high,
-            kl_coef=cfg.grpo.beta,
-            entropy_coef=cfg.training.entropy_coef,
-            tis_cap=cfg.grpo.tis_cap,
-            mis_cap=cfg.grpo.mis_cap,
-            icepop_bounds=tuple(cfg.grpo.icepop_bounds) if cfg.grpo.icepop_bounds else None,
-        )
-        return TrainerConfig(
-            model=str(self.policy_path),
-            device="cuda" if cfg.device == "cuda" else cfg.device,
-            dtype=cfg.model.dtype,
-            lr=cfg.training.lr,
-            weight_decay=cfg.training.weight_decay,
-            max_grad_norm=cfg.training.grad_clip or None,
-            loss=loss,
-            row_tokens=min(512, cfg.training.token_budget),  # see warm_start.py on row length
-            microbatch_tokens=cfg.training.token_budget,
-            seed=cfg.seed,
-        )
 
     # ------------------------------------------------------------------ rollout loop
     async def _produce(self) -> None:

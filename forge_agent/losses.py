@@ -409,6 +409,13 @@ class LossConfig:
             return "mis"
         return "icepop" if self.icepop_bounds is not None else "none"
 
+    def as_metrics(self) -> Metrics:
+        """The numeric settings a loss used, as metrics (``loss_config/clip_eps_low`` ...)."""
+        keys = ("clip_eps_low", "clip_eps_high", "kl_coef", "entropy_coef")
+        metrics = {f"loss_config/{k}": float(getattr(self, k)) for k in keys}
+        metrics["loss_config/sequence_ratio"] = float(self.ratio_level == "sequence")
+        return metrics
+
     @classmethod
     def preset(cls, name: str, **overrides: object) -> LossConfig:
         """Named recipes; keyword overrides replace single fields.
@@ -464,7 +471,7 @@ def policy_loss(
     optimizer step per batch of fresh data).
     """
     mask = mask.to(logp.dtype)
-    metrics: Metrics = {}
+    metrics: Metrics = cfg.as_metrics()
     if cfg.correction != "none":
         ratio_ref = logp.detach() if old_logp is None else old_logp
         if cfg.tis_cap is not None:
