@@ -1,9 +1,8 @@
 """The run configuration schema: ``AgentConfig`` and its sections, with their range checks.
 
 The schema is a tree of dataclasses whose defaults are the CPU default run. Sections follow
-torchforge's shape (``services.<name>.procs / num_replicas / with_gpus``, ``grpo.n_samples /
-clip_low / clip_high / beta / temperature``, ``training.sync_interval / entropy_coef``), so a
-torchforge YAML reads the same here.
+torchforge's shape (``services.<name>.num_replicas / with_gpus``, ``grpo.n_samples /
+clip_low / clip_high / beta / temperature``, ``training.sync_interval / entropy_coef``).
 
     cfg = load_config("apps/agent/qwen3_8b_code_exec.yaml", ["grpo.n_samples=4", "resume=true"])
 
@@ -24,6 +23,7 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 from forge_agent import typed_config
+from forge_agent.placement import PlacementConfig
 from forge_agent.typed_config import (
     ConfigError,
     dump_yaml,
@@ -42,10 +42,9 @@ __all__ = [
     "GeneratorEngineConfig",
     "MetricsConfig",
     "ModelConfig",
+    "PlacementConfig",
     "RewardsConfig",
     "RolloutConfig",
-    "ServiceConfig",
-    "ServicesConfig",
     "TrainingConfig",
     "WarmStartConfig",
     "apply_override",
@@ -80,29 +79,6 @@ class ModelConfig:
         from forge_agent.models.tiny import TinyModelConfig
 
         return from_dict(TinyModelConfig, self.tiny, "model.tiny")
-
-
-@dataclass
-class ServiceConfig:
-    """How one service is placed (torchforge's shape): processes per replica, replicas, GPUs."""
-
-    procs: int = 1
-    num_replicas: int = 1
-    with_gpus: bool = False
-
-    def __post_init__(self) -> None:
-        _check(self.procs >= 1, "procs", self.procs, "an int >= 1")
-        _check(self.num_replicas >= 1, "num_replicas", self.num_replicas, "an int >= 1")
-
-
-@dataclass
-class ServicesConfig:
-    """Placement of each actor service; ``env.num_replicas`` is the number of env workers."""
-
-    generator: ServiceConfig = field(default_factory=ServiceConfig)
-    trainer: ServiceConfig = field(default_factory=ServiceConfig)
-    reward: ServiceConfig = field(default_factory=ServiceConfig)
-    env: ServiceConfig = field(default_factory=lambda: ServiceConfig(num_replicas=8))
 
 
 @dataclass
@@ -360,7 +336,7 @@ class AgentConfig:
     device: Literal["auto", "cpu", "cuda"] = "auto"
     resume: bool = False  # shortcut for checkpoint.resume
     model: ModelConfig = field(default_factory=ModelConfig)
-    services: ServicesConfig = field(default_factory=ServicesConfig)
+    services: PlacementConfig = field(default_factory=PlacementConfig)
     generator: GeneratorEngineConfig = field(default_factory=GeneratorEngineConfig)
     env: EnvConfig = field(default_factory=EnvConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
@@ -386,13 +362,6 @@ class AgentConfig:
             "rollout.max_new_tokens_per_turn",
             self.rollout.max_new_tokens_per_turn,
             f"<= rollout.max_total_tokens ({self.rollout.max_total_tokens})",
-        )
-        _check(
-            self.services.generator.procs == 1,
-            "services.generator.procs",
-            self.services.generator.procs,
-            "1 (a replica is one proc running vLLM, which starts its own workers for "
-            "generator.tensor_parallel_size GPUs; add replicas with num_replicas)",
         )
 
     def rollout_config(self, temperature: float, max_model_len: int) -> Any:

@@ -88,7 +88,7 @@ class Controller:
         self.cfg = cfg
         self.out = Path(cfg.output_dir)
         self.generate_wrapper = generate_wrapper
-        self.meshes: list[Any] = []
+        self.placement: Any = None
         self.generators: list[Any] = []
         self.trainer: Any = None
         self.rewards: Any = None
@@ -104,20 +104,6 @@ class Controller:
         self._gate.set()
 
     # ------------------------------------------------------------------ setup
-    def _spawn_procs(self, n: int, name: str, gpus: int = 0) -> Any:
-        """A proc mesh of `n` local procs; with `gpus` > 0 it is given the next `gpus` devices
-        of this host (CUDA_VISIBLE_DEVICES, set before anything in the procs touches CUDA)."""
-        from monarch.actor import this_host
-
-        bootstrap = None
-        if gpus:
-            devices = ",".join(str(d) for d in range(self._next_gpu, self._next_gpu + gpus))
-            self._next_gpu += gpus
-            bootstrap = functools.partial(_set_visible_devices, devices)
-        procs = this_host().spawn_procs(per_host={"procs": n}, name=name, bootstrap=bootstrap)
-        self.meshes.append(procs)
-        return procs
-
     async def _trainer_call(self, endpoint: Any, *args: Any) -> Any:
         """Call a trainer endpoint on every rank; rank 0's answer."""
         if self.cfg.services.trainer.procs == 1:
@@ -130,6 +116,7 @@ class Controller:
         from forge_agent.generator import Generator
         from forge_agent.metrics import MetricLogger, MetricsConfig
         from forge_agent.models.tiny import load_tokenizer
+        from forge_agent.placement import Placement
         from forge_agent.replay import ReplayBuffer
         from forge_agent.rewards.actor import RewardActor
         from forge_agent.rollout import ChatRenderer, RendererConfig, RolloutEngine, SessionRouter
@@ -174,11 +161,9 @@ class Controller:
         )
 
         # 2. actors: weight store, trainer, generator replicas, reward service
-        self.store = await make_weight_store("auto", procs=self._spawn_procs(1, "store"))
-        trainer = cfg.services.trainer
-        self.trainer = self._spawn_procs(
-            trainer.procs, "trainer", trainer.procs if trainer.with_gpus else 0
-        ).spawn(
+        self.placement = Placement(cfg.services, cfg.generator.tensor_parallel_size)
+        self.store = await make_weight_store("auto", procs=self.placement.spawn("store", 1))
+        self.trainer = self.placement.trainer_procs().spawn(
             "trainer",
             TrainerActor,
             cfg.trainer_config(self.policy_path),
@@ -188,16 +173,13 @@ class Controller:
             _free_port(),
         )
         gen_cfg = cfg.generator_config(self.policy_path)
-        gen_gpus = cfg.generator.tensor_parallel_size if cfg.services.generator.with_gpus else 0
         for i in range(cfg.services.generator.num_replicas):
-            procs = self._spawn_procs(1, f"generator{i}", gen_gpus)
+            procs = self.placement.generator_procs(i)
             self.generators.append(procs.spawn("generator", Generator, gen_cfg))
         rubric = functools.partial(
             build_rubric, dict(cfg.rewards.components), cfg.rollout.max_total_tokens
         )
-        self.rewards = self._spawn_procs(cfg.services.reward.num_replicas, "reward").spawn(
-            "reward", RewardActor, rubric
-        )
+        self.rewards = self.placement.reward_procs().spawn("reward", RewardActor, rubric)
         started = time.monotonic()
         setups = [self.trainer.setup.call(), self.rewards.setup.call()]
         setups += [g.setup.call_one() for g in self.generators]
@@ -522,16 +504,9 @@ class Controller:
         if self.store is not None and hasattr(self.store, "close"):
             with contextlib.suppress(Exception):
                 await self.store.close()
-        for mesh in reversed(self.meshes):
+        for mesh in reversed(self.placement.meshes if self.placement else []):
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(mesh.stop(), 30)
-
-
-def _set_visible_devices(devices: str) -> None:
-    """Proc bootstrap: the GPUs this proc may use."""
-    import os
-
-    os.environ["CUDA_VISIBLE_DEVICES"] = devices
 
 
 def _free_port() -> int:

@@ -11,13 +11,13 @@ from forge_agent.config import (
     AgentConfig,
     ConfigError,
     GRPOConfig,
-    ServiceConfig,
     dump_yaml,
     from_dict,
     load_config,
     parse_cli,
     to_dict,
 )
+from forge_agent.placement import GeneratorPlacement, TrainerPlacement
 
 AGENT_DIR = Path(__file__).resolve().parents[1] / "apps" / "agent"
 SHIPPED = sorted(p.name for p in AGENT_DIR.glob("*.yaml"))
@@ -84,8 +84,8 @@ def test_overrides_set_nested_typed_values():
 
 
 def test_override_of_one_service_key_keeps_that_services_other_defaults():
-    cfg = load_config(None, ["services.env.procs=2"])
-    assert cfg.services.env == ServiceConfig(procs=2, num_replicas=8)
+    cfg = load_config(None, ["services.generator.with_gpus=true"])
+    assert cfg.services.generator == GeneratorPlacement(num_replicas=1, with_gpus=True)
 
 
 def test_overrides_apply_after_the_yaml_file():
@@ -206,15 +206,16 @@ def test_from_dict_builds_nested_sections_and_prefixes_keys():
 # ---------------------------------------------------------------- inheritance, alias, round trip
 def test_defaults_key_inherits_from_a_sibling_yaml_merged_deeply(tmp_path):
     (tmp_path / "base.yaml").write_text(
-        "seed: 5\ngrpo: {n_samples: 4, beta: 0.1}\nservices: {env: {procs: 2}}\n"
+        "seed: 5\ngrpo: {n_samples: 4, beta: 0.1}\nservices: {trainer: {with_gpus: true}}\n"
     )
     (tmp_path / "child.yaml").write_text(
-        "defaults: base.yaml\ngrpo: {n_samples: 6}\nservices: {env: {num_replicas: 3}}\n"
+        "defaults: base.yaml\ngrpo: {n_samples: 6}\nservices: {trainer: {procs: 3}}\n"
+        "training: {backend: titan}\n"
     )
     cfg = load_config(tmp_path / "child.yaml")
     assert cfg.seed == 5
     assert cfg.grpo.n_samples == 6 and cfg.grpo.beta == pytest.approx(0.1)
-    assert cfg.services.env == ServiceConfig(procs=2, num_replicas=3)
+    assert cfg.services.trainer == TrainerPlacement(procs=3, with_gpus=True)
 
 
 def test_defaults_cycle_is_an_error(tmp_path):
@@ -259,6 +260,7 @@ def test_a_sharded_trainer_is_set_by_procs_alone():
         assert cfg.services.trainer.procs == 2
 
 
-def test_a_generator_replica_is_one_proc():
-    with pytest.raises(ConfigError, match=r"services\.generator\.procs=2 .*num_replicas"):
+def test_a_generator_replica_has_no_procs_key():
+    """A replica is one proc running vLLM; replicas are added with num_replicas."""
+    with pytest.raises(ConfigError, match=r"services\.generator\.procs"):
         load_config(None, ["services.generator.procs=2"])
