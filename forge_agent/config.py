@@ -31,6 +31,7 @@ from forge_agent.typed_config import (
     to_dict,
 )
 from forge_agent.typed_config import check_field as _check
+from forge_agent.weight_store import WeightStoreConfig
 
 __all__ = [
     "AgentConfig",
@@ -47,6 +48,7 @@ __all__ = [
     "RolloutConfig",
     "TrainingConfig",
     "WarmStartConfig",
+    "WeightStoreConfig",
     "apply_override",
     "dump_yaml",
     "from_dict",
@@ -347,6 +349,7 @@ class AgentConfig:
     eval: EvalConfig = field(default_factory=EvalConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    weight_store: WeightStoreConfig = field(default_factory=WeightStoreConfig)
 
     def __post_init__(self) -> None:
         if self.resume:

@@ -162,7 +162,7 @@ class Controller:
 
         # 2. actors: weight store, trainer, generator replicas, reward service
         self.placement = Placement(cfg.services, cfg.generator.tensor_parallel_size)
-        self.store = await make_weight_store("auto", procs=self.placement.spawn("store", 1))
+        self.store = await make_weight_store(cfg.weight_store, self.placement.spawn("store", 1))
         self.trainer = self.placement.trainer_procs().spawn(
             "trainer",
             TrainerActor,

@@ -189,13 +189,15 @@ def warm_start(
 
 def policy_model(cfg: Any) -> Path:
     """The policy folder an `AgentConfig` starts from: the tiny model (built here) or
-    `model.name`, after the warm start when `warm_start.enabled` (cached)."""
+    `model.name` (a folder or a hub name in the local HF cache), after the warm start when
+    `warm_start.enabled` (cached)."""
+    from forge_agent.models.hub import resolve_model
     from forge_agent.models.tiny import ensure_tiny_model, refresh_chat_template
 
     if cfg.model.name == "tiny":
         base = ensure_tiny_model(cfg.model.tiny_config())
     else:
-        base = Path(cfg.model.name)
+        base = resolve_model(cfg.model.name)
     ws = cfg.warm_start
     if not ws.enabled or ws.steps <= 0:
         return base

@@ -6,7 +6,7 @@
     sd = await store.get(version, into=model.state_dict())   # copies into existing tensors
     await store.drop(version); await store.latest_version()
 
-Backends (`make_weight_store(kind)`):
+Backends (`make_weight_store(WeightStoreConfig(backend=...))`, chosen by config only):
 - `LocalWeightStore`: in-process (one event loop), for tests and single-process runs.
 - `MonarchWeightStore`: a client for a `WeightStoreActor` (a Monarch actor that owns the
   versions). Each put is ONE flat contiguous byte buffer plus a small table of tensor metadata,
@@ -474,12 +474,6 @@ class MonarchWeightStore:
 # ---------------------------------------------------------------------------------------------
 
 
-def torchstore_available() -> bool:
-    import importlib.util
-
-    return importlib.util.find_spec("torchstore") is not None
-
-
 class TorchStoreWeightStore:
     """Versions as TorchStore state dicts under `{prefix}/v{version}` (TorchStore >= 0.1:
     `initialize`, `put_state_dict`, `get_state_dict`, `keys`, `delete`). Call `initialize`
@@ -492,9 +486,18 @@ class TorchStoreWeightStore:
         max_versions: int | None = 2,
         on_full: OnFull = "evict",
         put_timeout_s: float = 60.0,
+        api: Any = None,
     ) -> None:
-        import torchstore  # noqa: F401 - fail early with ImportError when absent
-
+        """``api``: the module offering TorchStore's API (default: ``import torchstore``)."""
+        if api is None:
+            try:
+                import torchstore as api
+            except ImportError as exc:
+                raise ImportError(
+                    "weight_store.backend=torchstore needs the `torchstore` package (a build "
+                    f"compatible with the installed Monarch): {exc}"
+                ) from exc
+        self.ts = api
         self.prefix, self.store_name = prefix, store_name
         self.max_versions, self.on_full, self.put_timeout_s = max_versions, on_full, put_timeout_s
 
@@ -502,18 +505,14 @@ class TorchStoreWeightStore:
         return {} if self.store_name is None else {"store_name": self.store_name}
 
     async def initialize(self, **kwargs: Any) -> None:
-        import torchstore as ts
-
-        await ts.initialize(**kwargs, **self._kw())
+        await self.ts.initialize(**kwargs, **self._kw())
 
     def _key(self, version: int) -> str:
         return f"{self.prefix}/v{version}"
 
     async def versions(self) -> list[int]:
-        import torchstore as ts
-
         found = set()
-        for key in await ts.keys(f"{self.prefix}/v", **self._kw()):
+        for key in await self.ts.keys(f"{self.prefix}/v", **self._kw()):
             head = key[len(self.prefix) + 2 :].split("/", 1)[0]
             if head.isdigit():
                 found.add(int(head))
@@ -524,8 +523,6 @@ class TorchStoreWeightStore:
         return vs[-1] if vs else None
 
     async def put(self, version: int, state_dict: Mapping[str, torch.Tensor]) -> None:
-        import torchstore as ts
-
         _check_version(version)
         deadline = time.monotonic() + self.put_timeout_s
 
@@ -537,7 +534,7 @@ class TorchStoreWeightStore:
                         await self.drop(old)
                 else:
                     await _wait_for_room(self.versions, self.max_versions, deadline, "put")
-            await ts.put_state_dict(dict(state_dict), self._key(version), **self._kw())
+            await self.ts.put_state_dict(dict(state_dict), self._key(version), **self._kw())
 
         try:
             await asyncio.wait_for(_put(), self.put_timeout_s)
@@ -551,41 +548,59 @@ class TorchStoreWeightStore:
     async def get(
         self, version: int | None = None, into: Mapping[str, torch.Tensor] | None = None
     ) -> StateDict:
-        import torchstore as ts
-
         v = await self.latest_version() if version is None else version
         if v is None:
             raise WeightStoreError("get(None): the store holds no version")
         user = dict(into) if into is not None else None
-        return await ts.get_state_dict(self._key(v), user_state_dict=user, **self._kw())
+        return await self.ts.get_state_dict(self._key(v), user_state_dict=user, **self._kw())
 
     async def drop(self, version: int) -> None:
-        import torchstore as ts
-
-        for key in await ts.keys(self._key(version), **self._kw()):
-            await ts.delete(key, **self._kw())
+        """Delete every key of ``version``: ``{prefix}/v{version}`` and the keys under it, not
+        those of versions that share its digits as a prefix (v1 vs v10)."""
+        key = self._key(version)
+        for found in await self.ts.keys(key, **self._kw()):
+            if found == key or found.startswith(key + "/"):
+                await self.ts.delete(found, **self._kw())
 
 
 # ---------------------------------------------------------------------------------------------
 
 
-async def make_weight_store(
-    kind: Literal["auto", "local", "monarch", "torchstore"] = "auto",
-    procs: Any = None,
-    **kwargs: Any,
-) -> WeightStore:
-    """Build a weight store. "auto": TorchStore when importable, else a Monarch store on
-    `procs` (a proc mesh; required for "monarch"/"auto" without TorchStore), else local."""
-    if kind == "auto":
-        kind = "torchstore" if torchstore_available() else ("monarch" if procs else "local")
-    if kind == "local":
+@dataclass
+class WeightStoreConfig:
+    """Which weight store a run uses and how many versions it keeps.
+
+    ``backend``: "monarch" (a `WeightStoreActor`; shared memory on one host, messages across
+    hosts), "torchstore" (TorchStore; needs a build compatible with the installed Monarch) or
+    "local" (in-process; single-process runs and tests).
+    """
+
+    backend: Literal["monarch", "torchstore", "local"] = "monarch"
+    max_versions: int = 2
+    on_full: OnFull = "evict"
+    put_timeout_s: float = 60.0
+
+    def __post_init__(self) -> None:
+        from forge_agent.typed_config import check_field
+
+        check_field(self.max_versions >= 1, "max_versions", self.max_versions, "an int >= 1")
+        check_field(self.put_timeout_s > 0, "put_timeout_s", self.put_timeout_s, "seconds > 0")
+
+
+async def make_weight_store(cfg: WeightStoreConfig, procs: Any = None) -> WeightStore:
+    """Build the weight store ``cfg.backend`` names (``procs``: a one-proc mesh for "monarch")."""
+    kwargs = dict(max_versions=cfg.max_versions, on_full=cfg.on_full)
+    kwargs["put_timeout_s"] = cfg.put_timeout_s
+    if cfg.backend == "local":
         return LocalWeightStore(**kwargs)
-    if kind == "monarch":
+    if cfg.backend == "monarch":
         if procs is None:
-            raise ValueError("make_weight_store('monarch') needs procs= (a Monarch proc mesh)")
+            raise ValueError("weight_store.backend=monarch needs procs= (a Monarch proc mesh)")
         return await MonarchWeightStore.spawn(procs, **kwargs)
-    if kind == "torchstore":
+    if cfg.backend == "torchstore":
         store = TorchStoreWeightStore(**kwargs)
         await store.initialize()
         return store
-    raise ValueError(f"unknown weight store kind {kind!r}; expected auto/local/monarch/torchstore")
+    raise ValueError(
+        f"weight_store.backend={cfg.backend!r}; expected 'monarch', 'torchstore' or 'local'"
+    )
