@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 from forge_agent import typed_config
+from forge_agent.metrics import MetricsConfig
 from forge_agent.placement import PlacementConfig
 from forge_agent.typed_config import (
     ConfigError,
@@ -31,6 +32,7 @@ from forge_agent.typed_config import (
     to_dict,
 )
 from forge_agent.typed_config import check_field as _check
+from forge_agent.warm_start import WarmStartConfig
 from forge_agent.weight_store import WeightStoreConfig
 
 __all__ = [
@@ -256,28 +258,6 @@ class TrainingConfig:
 
 
 @dataclass
-class WarmStartConfig:
-    """Supervised warm start on synthetic demonstrations, so RL starts from non-zero reward."""
-
-    enabled: bool = True
-    steps: int = 300
-    batch_size: int = 32
-    lr: float = 1e-3
-    demo_fraction: float = 0.5  # correct tool-using demos; the rest answer without the tool
-
-    def __post_init__(self) -> None:
-        _check(self.steps >= 0, "steps", self.steps, "an int >= 0")
-        _check(self.batch_size >= 1, "batch_size", self.batch_size, "an int >= 1")
-        _check(self.lr > 0.0, "lr", self.lr, "a float > 0")
-        _check(
-            0.0 <= self.demo_fraction <= 1.0,
-            "demo_fraction",
-            self.demo_fraction,
-            "a fraction in [0, 1]",
-        )
-
-
-@dataclass
 class RewardsConfig:
     """Extra weighted reward components by name; env-outcome rewards always count with weight 1."""
 
@@ -311,22 +291,6 @@ class CheckpointConfig:
     def __post_init__(self) -> None:
         _check(self.every >= 0, "every", self.every, "an int >= 0 (0 = off)")
         _check(self.keep >= 1, "keep", self.keep, "an int >= 1")
-
-
-@dataclass
-class MetricsConfig:
-    """Metric sinks and trace recording."""
-
-    console: bool = True
-    jsonl: bool = True
-    tensorboard: bool = False
-    wandb_project: str | None = None
-    plot_every: int = 0  # steps; 0 = off
-    traces_last: int = 64  # trajectories kept for the trace viewer
-
-    def __post_init__(self) -> None:
-        _check(self.plot_every >= 0, "plot_every", self.plot_every, "an int >= 0 (0 = off)")
-        _check(self.traces_last >= 0, "traces_last", self.traces_last, "an int >= 0")
 
 
 @dataclass
@@ -366,6 +330,11 @@ class AgentConfig:
             self.rollout.max_new_tokens_per_turn,
             f"<= rollout.max_total_tokens ({self.rollout.max_total_tokens})",
         )
+        if self.training.backend == "titan":
+            try:
+                titan_degrees(self.training.titan, self.services.trainer.procs)
+            except ValueError as exc:
+                raise ConfigError(str(exc)) from None
 
     def rollout_config(self, temperature: float, max_model_len: int) -> Any:
         """The ``forge_agent.rollout.RolloutConfig`` of this run's limits."""
@@ -419,6 +388,34 @@ class AgentConfig:
             max_num_seqs=g.max_num_seqs,
             engine_kwargs=dict(g.engine_kwargs),
         )
+
+
+TITAN_KEYS = ("tensor_parallel_degree", "data_parallel_shard_degree")
+
+
+def titan_degrees(titan: dict[str, Any], world: int) -> tuple[int, int]:
+    """(tensor parallel, FSDP shard) degrees of ``training.titan`` for ``world`` trainer procs.
+
+    ``data_parallel_shard_degree`` -1 means "the rest": ``world // tensor_parallel_degree``.
+    """
+    unknown = sorted(set(titan) - set(TITAN_KEYS))
+    if unknown:
+        raise ValueError(f"training.titan: unknown key(s) {unknown}; expected {list(TITAN_KEYS)}")
+    tp = int(titan.get("tensor_parallel_degree", 1))
+    dp = int(titan.get("data_parallel_shard_degree", -1))
+    if tp < 1 or world % tp:
+        raise ValueError(
+            f"training.titan.tensor_parallel_degree={tp} does not divide the "
+            f"{world} trainer procs (services.trainer.procs)"
+        )
+    if dp == -1:
+        dp = world // tp
+    if dp * tp != world:
+        raise ValueError(
+            f"training.titan.data_parallel_shard_degree={dp} x tensor_parallel_degree={tp} != "
+            f"{world} trainer procs (services.trainer.procs); use -1 for the rest"
+        )
+    return tp, dp
 
 
 # ============================================================ loading (AgentConfig by default)

@@ -114,7 +114,7 @@ class Controller:
     async def setup(self) -> None:
         from forge_agent.env import EnvPool
         from forge_agent.generator import Generator
-        from forge_agent.metrics import MetricLogger, MetricsConfig
+        from forge_agent.metrics import MetricLogger
         from forge_agent.models.tiny import load_tokenizer
         from forge_agent.placement import Placement
         from forge_agent.replay import ReplayBuffer
@@ -216,15 +216,7 @@ class Controller:
                 RolloutEngine(generate, self.pool, renderer, c) for c in rollout_cfgs
             )
         self.buffer = ReplayBuffer(cfg.training.replay_capacity, cfg.training.max_policy_lag)
-        self.metrics = MetricLogger.from_config(
-            MetricsConfig(
-                console=cfg.metrics.console,
-                total_steps=cfg.training.steps,
-                jsonl_path=str(self.out / "metrics.jsonl") if cfg.metrics.jsonl else None,
-                tensorboard_dir=str(self.out / "tb") if cfg.metrics.tensorboard else None,
-                wandb_project=cfg.metrics.wandb_project,
-            )
-        )
+        self.metrics = MetricLogger.from_config(cfg.metrics, self.out, cfg.training.steps)
         self.decode = load_token_decoder(self.policy_path)
         if cfg.checkpoint.resume:
             await self._resume()
@@ -365,6 +357,8 @@ class Controller:
                 if cfg.checkpoint.every > 0 and self.step % cfg.checkpoint.every == 0:
                     await self._save_checkpoint()
                 self.history.append(self.metrics.flush(self.step))
+                if cfg.metrics.plot_every and self.step % cfg.metrics.plot_every == 0:
+                    self._plot()
         finally:
             producer.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -419,6 +413,15 @@ class Controller:
             logger.warning("weight sync to version %d timed out; generators lag", version)
         record("weight_sync/s", time.monotonic() - started)
 
+    def _plot(self) -> None:
+        """curves.png from metrics.jsonl so far (a failed plot never stops training)."""
+        from forge_agent.plots import plot_curves
+
+        try:
+            plot_curves(self.out / "metrics.jsonl", self.out / "curves.png")
+        except Exception as exc:
+            logger.warning("plotting curves failed: %s", exc)
+
     async def _evaluate(self) -> dict[str, float]:
         from forge_agent.evaluation import evaluate
         from forge_agent.metrics import record
@@ -446,11 +449,9 @@ class Controller:
         return sum(await asyncio.gather(*[g.busy_seconds.call_one() for g in self.generators]))
 
     # ------------------------------------------------------------------ checkpoints
-    def _checkpoints(self) -> list[Path]:
-        root = self.out / "checkpoints"
-        return sorted(p for p in root.glob("step_*") if (p / "COMPLETE").exists())
-
     async def _save_checkpoint(self) -> None:
+        from forge_agent.trainer.checkpoint import prune_checkpoints
+
         path = self.out / "checkpoints" / f"step_{self.step:06d}"
         position = {
             "tasks": self.tasks.state(),
@@ -458,11 +459,12 @@ class Controller:
             "replay": self.buffer.state_dict(),  # scored groups not yet trained on
         }
         await self._trainer_call(self.trainer.save_checkpoint, str(path), position)
-        for old in self._checkpoints()[: -self.cfg.checkpoint.keep]:
-            shutil.rmtree(old, ignore_errors=True)
+        prune_checkpoints(self.out / "checkpoints", self.cfg.checkpoint.keep)
 
     async def _resume(self) -> None:
-        checkpoints = self._checkpoints()
+        from forge_agent.trainer.checkpoint import complete_checkpoints
+
+        checkpoints = complete_checkpoints(self.out / "checkpoints")
         if not checkpoints:
             logger.info("resume: no checkpoint under %s; starting fresh", self.out)
             return

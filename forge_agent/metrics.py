@@ -35,7 +35,7 @@ import math
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, TextIO
 
@@ -328,17 +328,20 @@ class WandbSink:
 
 @dataclass
 class MetricsConfig:
-    """Which sinks a `MetricLogger` writes to. Unset paths turn a sink off."""
+    """A run's metric sinks (their files land in its output folder) and trace recording."""
 
     console: bool = True
-    total_steps: int | None = None
-    reward_key: str = "reward/mean"
-    console_every_s: float = 10.0
-    jsonl_path: str | None = None
-    tensorboard_dir: str | None = None  # skipped with a warning when tensorboard is missing
+    jsonl: bool = True  # <output>/metrics.jsonl
+    tensorboard: bool = False  # <output>/tb; skipped with a warning when tensorboard is missing
     wandb_project: str | None = None  # skipped with a warning when wandb is missing
-    wandb_run_name: str | None = None
-    run_config: dict[str, Any] = field(default_factory=dict)  # stored with the W&B run
+    plot_every: int = 0  # steps between <output>/curves.png refreshes; 0 = at the end only
+    traces_last: int = 64  # trajectories kept for the trace viewer
+
+    def __post_init__(self) -> None:
+        from forge_agent.typed_config import check_field
+
+        check_field(self.plot_every >= 0, "plot_every", self.plot_every, "an int >= 0 (0 = off)")
+        check_field(self.traces_last >= 0, "traces_last", self.traces_last, "an int >= 0")
 
 
 class MetricLogger:
@@ -348,35 +351,33 @@ class MetricLogger:
         self.sinks: list[Sink] = list(sinks or [])
 
     @classmethod
-    def from_config(cls, config: MetricsConfig) -> MetricLogger:
-        """Build the sinks `config` asks for; optional backends that are missing are skipped."""
+    def from_config(
+        cls,
+        config: MetricsConfig,
+        out_dir: str | Path,
+        total_steps: int | None = None,
+        reward_key: str = "reward/mean",
+        run_config: dict[str, Any] | None = None,
+    ) -> MetricLogger:
+        """Build the sinks `config` asks for, writing under `out_dir`; optional backends that
+        are missing are skipped with a warning."""
+        out = Path(out_dir)
         sinks: list[Sink] = []
         if config.console:
-            sinks.append(
-                ConsoleSink(
-                    config.total_steps,
-                    reward_key=config.reward_key,
-                    every_s=config.console_every_s,
-                )
-            )
-        if config.jsonl_path:
-            sinks.append(JsonlSink(config.jsonl_path))
-        if config.tensorboard_dir:
+            sinks.append(ConsoleSink(total_steps, reward_key=reward_key))
+        if config.jsonl:
+            sinks.append(JsonlSink(out / "metrics.jsonl"))
+        if config.tensorboard:
             if tensorboard_available():
-                sinks.append(TensorBoardSink(config.tensorboard_dir))
+                sinks.append(TensorBoardSink(out / "tb"))
             else:
-                logger.warning(
-                    "tensorboard_dir=%s set but tensorboard is not installed; skipping",
-                    config.tensorboard_dir,
-                )
+                logger.warning("metrics.tensorboard=true but tensorboard is not installed")
         if config.wandb_project:
             if importlib.util.find_spec("wandb") is not None:
-                sinks.append(
-                    WandbSink(config.wandb_project, config.wandb_run_name, config.run_config)
-                )
+                sinks.append(WandbSink(config.wandb_project, None, run_config or {}))
             else:
                 logger.warning(
-                    "wandb_project=%s set but wandb is not installed; skipping",
+                    "metrics.wandb_project=%s set but wandb is not installed; skipping",
                     config.wandb_project,
                 )
         return cls(sinks)

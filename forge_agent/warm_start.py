@@ -35,6 +35,11 @@ logger = logging.getLogger(__name__)
 
 @dataclass
 class WarmStartConfig:
+    """Supervised warm start on the env's demonstrations, so RL starts from non-zero reward.
+
+    Every field is part of the cache key of the warm-started model (see `warm_start`).
+    """
+
     enabled: bool = True
     steps: int = 300
     batch_size: int = 32
@@ -42,6 +47,20 @@ class WarmStartConfig:
     demo_fraction: float = 0.5  # share of demonstrations that use the tool; the rest guess
     num_demos: int = 2000
     seed: int = 0
+
+    def __post_init__(self) -> None:
+        from forge_agent.typed_config import check_field
+
+        check_field(self.steps >= 0, "steps", self.steps, "an int >= 0")
+        check_field(self.batch_size >= 1, "batch_size", self.batch_size, "an int >= 1")
+        check_field(self.lr > 0.0, "lr", self.lr, "a float > 0")
+        check_field(
+            0.0 <= self.demo_fraction <= 1.0,
+            "demo_fraction",
+            self.demo_fraction,
+            "a fraction in [0, 1]",
+        )
+        check_field(self.num_demos >= 1, "num_demos", self.num_demos, "an int >= 1")
 
 
 def demo_trajectory(
@@ -125,6 +144,7 @@ def warm_start(
     envs: dict[str, dict[str, Any]],
     cfg: WarmStartConfig,
     cache_dir: str | Path | None = None,
+    device: str = "auto",
 ) -> Path:
     """SFT `model_path` on demonstrations of `envs` ({env id: env kwargs}, demonstrations
     split evenly); returns the new model folder.
@@ -159,7 +179,9 @@ def warm_start(
     # Short rows: on CPU, sdpa pays for the dense block-diagonal mask of a packed row
     # quadratically, so rows of a few episodes beat long rows (apps/bench/train_step.py).
     trainer = Trainer(
-        TrainerConfig(model=str(model_path), lr=cfg.lr, seed=cfg.seed, row_tokens=512)
+        TrainerConfig(
+            model=str(model_path), device=device, lr=cfg.lr, seed=cfg.seed, row_tokens=512
+        )
     )
     rng = random.Random(cfg.seed)
     started = time.monotonic()
@@ -208,17 +230,7 @@ def policy_model(cfg: Any) -> Path:
             base,
         )
         return base
-    policy = warm_start(
-        base,
-        {cfg.env.id: dict(cfg.env.kwargs)},
-        WarmStartConfig(
-            steps=ws.steps,
-            batch_size=ws.batch_size,
-            lr=ws.lr,
-            demo_fraction=ws.demo_fraction,
-            seed=cfg.seed,
-        ),
-    )
+    policy = warm_start(base, {cfg.env.id: dict(cfg.env.kwargs)}, ws, device=cfg.device)
     if cfg.model.name == "tiny":
         refresh_chat_template(policy)  # warm starts cached before a template fix
     return policy

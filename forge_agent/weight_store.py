@@ -41,9 +41,16 @@ from typing import Any, Literal, Protocol
 import torch
 from monarch.actor import Actor, endpoint
 
-StateDict = dict[str, torch.Tensor]
+from forge_agent.weight_layout import (
+    SharedView,
+    StateDict,
+    TensorMeta,
+    layout,
+    pack_into,
+    unpack,
+)
+
 OnFull = Literal["evict", "block"]
-_ALIGN = 64  # byte alignment of every tensor inside the flat buffer
 
 
 class WeightStoreError(RuntimeError):
@@ -73,47 +80,6 @@ class WeightStore(Protocol):
 # ---------------------------------------------------------------------------------------------
 # Flat-buffer layout shared by the Local and Monarch backends
 # ---------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class TensorMeta:
-    """Where one tensor lives inside a flat byte buffer."""
-
-    name: str
-    dtype: str  # e.g. "bfloat16"
-    shape: tuple[int, ...]
-    offset: int  # bytes
-    nbytes: int
-
-
-def layout(state_dict: Mapping[str, torch.Tensor]) -> tuple[list[TensorMeta], int]:
-    """Offsets of each tensor in one flat buffer (each aligned to 64 bytes); total size."""
-    metas, offset = [], 0
-    for name, t in state_dict.items():
-        if not isinstance(t, torch.Tensor):
-            raise WeightStoreError(f"state dict entry {name!r} is {type(t).__name__}, not Tensor")
-        nbytes = t.numel() * t.element_size()
-        dtype = str(t.dtype).removeprefix("torch.")
-        metas.append(TensorMeta(name, dtype, tuple(t.shape), offset, nbytes))
-        offset += -(-nbytes // _ALIGN) * _ALIGN
-    return metas, offset
-
-
-def pack_into(state_dict: Mapping[str, torch.Tensor], metas: list[TensorMeta], buf: torch.Tensor):
-    """Copy every tensor into its slot of the uint8 buffer `buf` (one pass, no allocation)."""
-    for m in metas:
-        t = state_dict[m.name]
-        dst = buf[m.offset : m.offset + m.nbytes].view(t.dtype).view(t.shape)
-        dst.copy_(t.detach(), non_blocking=False)
-
-
-def unpack(metas: list[TensorMeta], buf: torch.Tensor) -> StateDict:
-    """Views of the tensors inside the uint8 buffer `buf` (no copy)."""
-    out = {}
-    for m in metas:
-        dtype = getattr(torch, m.dtype)
-        out[m.name] = buf[m.offset : m.offset + m.nbytes].view(dtype).view(m.shape)
-    return out
 
 
 def _materialize(
@@ -460,6 +426,17 @@ class MonarchWeightStore:
         v, entry = await self.actor.get.call_one(version)
         buf = self._map(entry.slot)[: entry.nbytes] if entry.slot is not None else entry.data
         return await asyncio.to_thread(_materialize, unpack(entry.metas, buf), into, v)
+
+    async def shared_view(self, version: int | None = None) -> SharedView | None:
+        """Where `version` (latest when None) lies in shared memory, for a reader on this host
+        to map and read in place (no copy here); None when the store is not on this host."""
+        if await self._transport() != "shm":
+            return None
+        v, entry = await self.actor.get.call_one(version)
+        if entry.slot is None:
+            return None
+        metas = [(m.name, m.dtype, list(m.shape), m.offset, m.nbytes) for m in entry.metas]
+        return SharedView(v, entry.slot.path, entry.nbytes, metas)
 
     async def drop(self, version: int) -> None:
         await self.actor.drop.call_one(version)

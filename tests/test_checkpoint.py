@@ -8,7 +8,7 @@ import random
 import pytest
 import torch
 
-from forge_agent.trainer import CheckpointManager, Trainer, TrainerConfig
+from forge_agent.trainer import Trainer, TrainerConfig, complete_checkpoints, prune_checkpoints
 from forge_agent.types import Trajectory
 
 
@@ -71,17 +71,18 @@ def test_saved_policy_is_a_standard_hugging_face_folder(tiny_path, tmp_path):
         torch.testing.assert_close(model(ids).logits, trainer.model(ids).logits)
 
 
-def test_manager_keeps_the_newest_complete_checkpoints(tiny_path, tmp_path):
+def test_pruning_keeps_the_newest_complete_checkpoints(tiny_path, tmp_path):
     trainer = Trainer(TrainerConfig(model=str(tiny_path), lr=1e-3))
-    mgr = CheckpointManager(tmp_path / "run", every_n_steps=1, keep_last=2)
-    assert mgr.latest() is None and mgr.resume(trainer) is None
+    root = tmp_path / "run"
+    assert complete_checkpoints(root) == []
     for s in range(3):
         trainer.train_step(trajs(s))
-        mgr.save(trainer, data_position=s)
-    (tmp_path / "run" / "step_00000009").mkdir()  # an interrupted save: no COMPLETE marker
-    assert [p.name for p in mgr.complete()] == ["step_00000002", "step_00000003"]
+        trainer.save_checkpoint(root / f"step_{trainer.step:06d}", data_position=s)
+        prune_checkpoints(root, keep=2)
+    (root / "step_000009").mkdir()  # an interrupted save: no COMPLETE marker
+    assert [p.name for p in complete_checkpoints(root)] == ["step_000002", "step_000003"]
     fresh = Trainer(TrainerConfig(model=str(tiny_path)))
-    assert mgr.resume(fresh) == 2 and fresh.step == 3
+    assert fresh.load_checkpoint(complete_checkpoints(root)[-1]) == 2 and fresh.step == 3
 
 
 def test_loading_an_incomplete_checkpoint_names_the_folder(tiny_path, tmp_path):

@@ -42,9 +42,29 @@ def test_default_yaml_writes_out_every_key_with_its_default_value():
 
 
 @pytest.mark.parametrize("name", SHIPPED)
-def test_every_shipped_yaml_loads(name):
+def test_every_shipped_yaml_loads_and_builds_its_components(name):
+    from forge_agent.config import titan_degrees
+    from forge_agent.losses import LossConfig
+
     cfg = load_config(AGENT_DIR / name)
     assert isinstance(cfg, AgentConfig)
+    assert yaml.safe_load((AGENT_DIR / name).read_text())  # not empty
+    trainer = cfg.trainer_config("/models/policy")
+    assert isinstance(trainer.loss, LossConfig) and trainer.lr == cfg.training.lr
+    assert cfg.rollout_config(1.0, cfg.generator.max_model_len).max_turns == cfg.rollout.max_turns
+    if cfg.training.backend == "titan":
+        tp, dp = titan_degrees(cfg.training.titan, cfg.services.trainer.procs)
+        assert tp * dp == cfg.services.trainer.procs
+
+
+def test_titan_degrees_must_multiply_to_the_trainer_procs():
+    base = ["training.backend=titan", "services.trainer.procs=4"]
+    with pytest.raises(ConfigError, match=r"data_parallel_shard_degree=3 x .* != 4 trainer procs"):
+        load_config(None, [*base, "training.titan={data_parallel_shard_degree: 3}"])
+    with pytest.raises(ConfigError, match=r"unknown key\(s\) \['tp'\]"):
+        load_config(None, [*base, "training.titan={tp: 2}"])
+    cfg = load_config(None, [*base, "training.titan={tensor_parallel_degree: 2}"])
+    assert cfg.training.titan == {"tensor_parallel_degree": 2}
 
 
 def test_gpu_configs_inherit_the_default_and_override_what_differs():

@@ -234,13 +234,8 @@ def test_from_config_builds_requested_sinks_and_skips_missing_optional_backends(
     tmp_path, monkeypatch
 ):
     monkeypatch.setenv("WANDB_MODE", "disabled")
-    config = MetricsConfig(
-        console=False,
-        jsonl_path=str(tmp_path / "m.jsonl"),
-        tensorboard_dir=str(tmp_path / "tb"),
-        wandb_project="forge-agent-test",
-    )
-    logger = MetricLogger.from_config(config)
+    config = MetricsConfig(console=False, tensorboard=True, wandb_project="forge-agent-test")
+    logger = MetricLogger.from_config(config, tmp_path)
     try:
         kinds = {type(s).__name__ for s in logger.sinks}
         assert "JsonlSink" in kinds
@@ -249,7 +244,7 @@ def test_from_config_builds_requested_sinks_and_skips_missing_optional_backends(
         logger.flush(step=0)
     finally:
         logger.close()
-    assert (tmp_path / "m.jsonl").read_text().count("\n") == 1
+    assert (tmp_path / "metrics.jsonl").read_text().count("\n") == 1
 
 
 def test_tensorboard_sink_writes_scalars_readable_by_tensorboard(tmp_path):

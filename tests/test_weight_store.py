@@ -147,6 +147,28 @@ def test_monarch_store_round_trips_through_the_actor(store_procs, transport):
     assert_same(got1, state_dict(1))
 
 
+@pytest.mark.parametrize("transport", ["shm", "message"])
+def test_a_same_host_reader_maps_the_stored_version_in_place(store_procs, transport):
+    from forge_agent.weight_layout import map_shared_view
+
+    async def run():
+        store = await MonarchWeightStore.spawn(
+            store_procs, name=f"ws_view_{transport}", transport=transport
+        )
+        await store.put(4, state_dict(4))
+        view = await store.shared_view(4)
+        mapped = map_shared_view(view.path, view.nbytes, view.metas) if view else None
+        await store.close()
+        return view, mapped
+
+    view, mapped = asyncio.run(run())
+    if transport == "message":  # the cross-host path has no shared file to map
+        assert view is None
+        return
+    assert view.version == 4 and view.path.startswith("/dev/shm/")
+    assert_same(mapped, state_dict(4))
+
+
 def test_monarch_shm_store_recycles_buffers_and_removes_files_on_close(store_procs):
     async def run():
         store = await MonarchWeightStore.spawn(store_procs, name="ws_recycle", max_versions=1)

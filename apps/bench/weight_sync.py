@@ -13,7 +13,10 @@ run measures side by side:
                  (forge_agent/netns.py), each running `python -m forge_agent.worker`: a trainer
                  stand-in on one host puts into a `CrossHostWeightStore` (torch.distributed gloo
                  broadcast between per-host relays), a consumer on the other gets it from its
-                 own host's store (apps/bench/cross_host_sync.py). Reported for the largest size.
+                 own host's store (apps/bench/cross_host_sync.py). Reported for the largest size;
+- engine sync:   end to end from the store into a running vLLM engine, before (a pulled copy
+                 written as a safetensors file) and after (vLLM's worker maps the store's file),
+                 against memcpy of the same bytes (see `bench_engine`).
 
 Each number is the median of `--repeats` syncs after one warm-up sync (the warm-up faults in
 the recycled shared-memory pages; its time is reported as "cold"). Throughput = bytes / (put +
@@ -131,7 +134,7 @@ def bench_memcpy(n: int, repeats: int) -> dict:
     return {"total_s": statistics.median(times)}
 
 
-async def main(max_mb: int, repeats: int, msg_max_mb: int) -> dict:
+async def main(max_mb: int, repeats: int, msg_max_mb: int, engine: tuple[int, int]) -> dict:
     os.environ["PYTHONPATH"] = os.pathsep.join(
         p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p
     )
@@ -160,10 +163,12 @@ async def main(max_mb: int, repeats: int, msg_max_mb: int) -> dict:
         rows.append(row)
         del sd
         print_row(row)
+    engine_row = await bench_engine(shm, *engine, repeats) if engine[0] else None
     await shm.close()
     await msg.close()
     await procs.stop()
     return {
+        "engine_sync": engine_row,
         "benchmark": "weight_sync",
         "repeats": repeats,
         "note": "GB/s = state-dict bytes / (put + get) seconds, median after one warm-up; "
@@ -171,6 +176,84 @@ async def main(max_mb: int, repeats: int, msg_max_mb: int) -> dict:
         "target_gb_per_s": 1.0,
         "rows": rows,
     }
+
+
+async def bench_engine(store, hidden: int, layers: int, repeats: int) -> dict:
+    """End-to-end sync from the weight store into a running vLLM engine (this process), for a
+    Qwen3 model of `layers` x `hidden` (float32):
+
+    - before: pull a copy of the version here (`store.get`), write it as a safetensors file in
+      /dev/shm, vLLM's worker loads that file into the model (`VLLMEngine.update_weights`);
+    - after: vLLM's worker maps the store's own shared-memory file and reads it once, into the
+      model (`store.shared_view` + `VLLMEngine.update_weights_shared`);
+    - memcpy: one flat copy of the same number of bytes.
+    The trainer's `put` is the same for both and is reported apart.
+    """
+    import shutil
+    import tempfile
+
+    from forge_agent.generator.engine import GeneratorConfig, VLLMEngine
+    from forge_agent.models.tiny import TinyModelConfig, build_model, ensure_tiny_model
+    from forge_agent.models.tiny import load_tokenizer as tiny_tokenizer
+
+    tokenizer = tiny_tokenizer(ensure_tiny_model())
+    shape = TinyModelConfig(
+        hidden_size=hidden,
+        num_layers=layers,
+        num_heads=8,
+        num_kv_heads=4,
+        head_dim=hidden // 8,
+        intermediate_size=3 * hidden,
+        max_position_embeddings=512,
+    )
+    model = build_model(shape, len(tokenizer))
+    folder = Path(tempfile.mkdtemp(prefix="bench-weight-sync-"))
+    model.save_pretrained(folder, safe_serialization=True)
+    tokenizer.save_pretrained(folder)
+    sd = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    n = nbytes(sd)
+    engine = VLLMEngine(GeneratorConfig(model=str(folder), max_model_len=256, max_num_seqs=4))
+    await engine.start()
+    version, puts, before, after = 0, [], [], []
+    try:
+        for i in range(repeats + 1):
+            for path in ("before", "after"):
+                version += 1
+                t0 = time.perf_counter()
+                await store.put(version, sd)
+                t1 = time.perf_counter()
+                if path == "before":
+                    await engine.update_weights(version, await store.get(version))
+                else:
+                    await engine.update_weights_shared(await store.shared_view(version))
+                if i:  # the first round warms pages and the engine up
+                    puts.append(t1 - t0)
+                    (before if path == "before" else after).append(time.perf_counter() - t1)
+        probe = await engine.generate(list(range(1, 9)))
+        assert probe.token_ids, "the engine stopped generating after the reloads"
+    finally:
+        await engine.shutdown()
+        shutil.rmtree(folder, ignore_errors=True)
+    memcpy_s = bench_memcpy(n, repeats)["total_s"]
+    row = {
+        "size_mb": n / 2**20,
+        "tensors": len(sd),
+        "put_s": statistics.median(puts),
+        "before_s": statistics.median(before),
+        "after_s": statistics.median(after),
+        "memcpy_s": memcpy_s,
+    }
+    row["before_vs_memcpy"] = memcpy_s / row["before_s"]
+    row["after_vs_memcpy"] = memcpy_s / row["after_s"]
+    row["speedup"] = row["before_s"] / row["after_s"]
+    print(
+        f"engine sync, {row['size_mb']:.0f} MB in {row['tensors']} tensors: before "
+        f"{row['before_s']:.3f}s ({row['before_vs_memcpy']:.2f}x memcpy) | after "
+        f"{row['after_s']:.3f}s ({row['after_vs_memcpy']:.2f}x memcpy) | memcpy "
+        f"{memcpy_s:.4f}s | put {row['put_s']:.3f}s | speedup {row['speedup']:.2f}x",
+        flush=True,
+    )
+    return row
 
 
 HEADER = (
@@ -237,10 +320,14 @@ if __name__ == "__main__":
     ap.add_argument(
         "--cross-host", action="store_true", help="add the namespace-hosts row (needs root)"
     )
+    ap.add_argument("--engine-hidden", type=int, default=512, help="0: no engine rows")
+    ap.add_argument("--engine-layers", type=int, default=8)
     args = ap.parse_args()
     print("throughput in GB/s (trainer put + consumer get), higher is better")
     print(HEADER)
-    result = asyncio.run(main(args.max_mb, args.repeats, args.msg_max_mb))
+    result = asyncio.run(
+        main(args.max_mb, args.repeats, args.msg_max_mb, (args.engine_hidden, args.engine_layers))
+    )
     if args.cross_host:
         last = result["rows"][-1]
         xh = bench_cross_host(round(last["size_mb"]), args.repeats)

@@ -63,10 +63,19 @@ class Generator(Actor):
     ) -> int:
         """Load `state_dict` (or pull `version` from `source`) in place; returns the version.
         In-flight requests: drained (default), aborted, or interrupted and continued on the
-        new weights (`resume_in_flight`, partial rollouts); see `VLLMEngine.update_weights`."""
+        new weights (`resume_in_flight`, partial rollouts); see `VLLMEngine.update_weights`.
+
+        A source on this host that offers `shared_view` (the Monarch weight store) is read in
+        place by vLLM's workers, from shared memory; otherwise the state dict is pulled here.
+        """
         if state_dict is None:
             if source is None:
                 raise ValueError("update_weights needs a state_dict or a source to pull from")
+            view = await source.shared_view(version) if hasattr(source, "shared_view") else None
+            if view is not None:
+                return await self._engine().update_weights_shared(
+                    view, abort_in_flight, resume_in_flight
+                )
             state_dict = await source.get(version)
         return await self._engine().update_weights(
             version, state_dict, abort_in_flight, resume_in_flight

@@ -266,10 +266,14 @@ class VLLMEngine:
     # ---------------------------------------------------------------- weights
     def validate_state_dict(self, state_dict: dict[str, torch.Tensor]) -> None:
         """Check names and shapes against the model's Hugging Face checkpoint layout."""
+        self.validate_shapes({k: tuple(v.shape) for k, v in state_dict.items()})
+
+    def validate_shapes(self, shapes: dict[str, tuple[int, ...]]) -> None:
+        """Check tensor names and shapes against the model's Hugging Face checkpoint layout."""
         if not self._hf_shapes:
             return
-        missing = sorted(set(self._hf_shapes) - set(state_dict))
-        unexpected = sorted(set(state_dict) - set(self._hf_shapes))
+        missing = sorted(set(self._hf_shapes) - set(shapes))
+        unexpected = sorted(set(shapes) - set(self._hf_shapes))
         if missing:
             raise GeneratorError(
                 f"state dict is missing {len(missing)} tensor(s), e.g. {missing[:3]}"
@@ -278,11 +282,11 @@ class VLLMEngine:
             raise GeneratorError(
                 f"state dict has {len(unexpected)} unknown tensor(s), e.g. {unexpected[:3]}"
             )
-        for name, tensor in state_dict.items():
+        for name, shape in shapes.items():
             want = self._hf_shapes[name]
-            if tuple(tensor.shape) != want:
+            if tuple(shape) != want:
                 raise GeneratorError(
-                    f"tensor {name!r} has shape {tuple(tensor.shape)}, the model expects {want}"
+                    f"tensor {name!r} has shape {tuple(shape)}, the model expects {want}"
                 )
 
     async def update_weights(
@@ -296,14 +300,50 @@ class VLLMEngine:
 
         Default: wait for the running requests to finish on the old weights (drain).
         `abort_in_flight`: end them with `finish_reason="abort"`. `resume_in_flight`: interrupt
-        them and continue them on the new weights (partial rollouts; no drain-and-wait)."""
+        them and continue them on the new weights (partial rollouts; no drain-and-wait).
+        The state dict travels to vLLM's workers as a safetensors file in shared memory; a
+        weight store on this host can skip that copy (`update_weights_shared`)."""
+        self._check_newer(version)
+        self.validate_state_dict(state_dict)
+
+        async def reload() -> None:
+            path = _write_shared(state_dict, version)
+            try:
+                await self._llm.collective_rpc("forge_reload_weights", args=(str(path),))
+            finally:
+                path.unlink(missing_ok=True)
+
+        return await self._swap(version, reload, abort_in_flight, resume_in_flight)
+
+    async def update_weights_shared(
+        self, view: Any, abort_in_flight: bool = False, resume_in_flight: bool = False
+    ) -> int:
+        """Reload weights in place from a weight store's shared-memory version
+        (`forge_agent.weight_layout.SharedView`): vLLM's workers map the store's file and read
+        it once, into the model (no copy in this process, no second file). In-flight requests
+        as in `update_weights`."""
+        self._check_newer(view.version)
+        self.validate_shapes({m[0]: tuple(m[2]) for m in view.metas})
+
+        async def reload() -> None:
+            args = (view.path, view.nbytes, [list(m) for m in view.metas])
+            await self._llm.collective_rpc("forge_reload_weights_shared", args=args)
+
+        return await self._swap(view.version, reload, abort_in_flight, resume_in_flight)
+
+    def _check_newer(self, version: int) -> None:
         if self._llm is None:
             raise GeneratorError("engine not started: call start() first")
         if version <= self.version:
             raise GeneratorError(
                 f"weight version {version} is not newer than the current version {self.version}"
             )
-        self.validate_state_dict(state_dict)
+
+    async def _swap(
+        self, version: int, reload: Any, abort_in_flight: bool, resume_in_flight: bool
+    ) -> int:
+        """Pause new requests, drain (or abort, or interrupt to continue) in-flight ones,
+        `reload()`, reset the prefix cache, tag `version`, resume."""
         async with self._update_lock:
             self._open.clear()
             try:
@@ -312,11 +352,7 @@ class VLLMEngine:
                         self._interrupted.update(self._in_flight)
                     await self._llm.abort(list(self._in_flight))
                 await self._drained.wait()
-                path = _write_shared(state_dict, version)
-                try:
-                    await self._llm.collective_rpc("forge_reload_weights", args=(str(path),))
-                finally:
-                    path.unlink(missing_ok=True)
+                await reload()
                 await self._llm.reset_prefix_cache()
                 self.version = version
             finally:

@@ -41,6 +41,22 @@ class WeightSyncExtension:
         self._forge_reprepare_embedding_layers()
         return len(weights)
 
+    def forge_reload_weights_shared(self, path: str, nbytes: int, metas: list) -> int:
+        """Load a weight-store version in place from its shared-memory file: the tensors are
+        views of the mapped file (`forge_agent.weight_layout.map_shared_view`), copied once,
+        into the model's parameters. Returns how many were loaded."""
+        import logging
+
+        from forge_agent.weight_layout import map_shared_view
+
+        logging.getLogger("vllm.model_executor.model_loader.reload.layerwise").setLevel(
+            logging.ERROR
+        )
+        weights = map_shared_view(path, nbytes, metas)
+        self.model_runner.reload_weights(weights_iterator=iter(weights.items()))  # type: ignore[attr-defined]
+        self._forge_reprepare_embedding_layers()
+        return len(weights)
+
     def _forge_reprepare_embedding_layers(self) -> None:
         from vllm.model_executor.layers.vocab_parallel_embedding import (
             UnquantizedEmbeddingMethod,

@@ -2,9 +2,10 @@
 torchtitan backend (`.titan`) and checkpoints (`.checkpoint`)."""
 
 from forge_agent.trainer.checkpoint import (
-    CheckpointManager,
     TrainerState,
+    complete_checkpoints,
     load_checkpoint,
+    prune_checkpoints,
     save_checkpoint,
 )
 from forge_agent.trainer.core import (
@@ -17,15 +18,16 @@ from forge_agent.trainer.core import (
 from forge_agent.trainer.packing import MicroBatch, pack_trajectories
 
 __all__ = [
-    "CheckpointManager",
     "MicroBatch",
     "Trainer",
     "TrainerConfig",
     "TrainerState",
+    "complete_checkpoints",
     "hf_logits",
     "load_checkpoint",
     "logprobs_from_logits",
     "pack_trajectories",
+    "prune_checkpoints",
     "save_checkpoint",
     "token_logprobs",
 ]

@@ -16,6 +16,7 @@ from typing import Any
 
 from monarch.actor import Actor, endpoint
 
+from forge_agent.config import titan_degrees
 from forge_agent.trainer.core import Trainer, TrainerConfig
 from forge_agent.types import Trajectory
 
@@ -59,12 +60,7 @@ class TrainerActor(Actor):
             from forge_agent.trainer.titan import TitanTrainer
 
             self.rank, world = _join_process_group(self.master_port)
-            tp = int(self.titan.get("tensor_parallel_degree", 1))
-            if world % tp:
-                raise ValueError(
-                    f"training.titan.tensor_parallel_degree={tp} does not divide the "
-                    f"{world} trainer procs (services.trainer.procs)"
-                )
+            tp, _ = titan_degrees(self.titan, world)
             self.trainer = TitanTrainer(self.cfg, tensor_parallel_degree=tp)
         elif _mesh_size() > 1:
             from forge_agent.trainer.fsdp import FSDPTrainer

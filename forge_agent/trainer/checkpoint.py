@@ -9,8 +9,8 @@ Layout of one checkpoint folder:
                            RNG states (python, torch, cuda) and the caller's data position
     <path>/COMPLETE        written last: a folder without it is an interrupted save
 
-`CheckpointManager` names folders `step_00000010` under a root, saves every N steps and keeps
-the last K.
+A run keeps its checkpoints as `step_000010` folders under one root: `complete_checkpoints`
+lists the finished ones and `prune_checkpoints` keeps the newest K.
 """
 
 from __future__ import annotations
@@ -163,40 +163,18 @@ def load_checkpoint(
     return TrainerState(blob["step"], blob["policy_version"], blob["data_position"])
 
 
-class CheckpointManager:
-    """Save every `every_n_steps` under `root/step_XXXXXXXX`, keep the newest `keep_last`."""
+def complete_checkpoints(root: str | Path) -> list[Path]:
+    """The complete checkpoints (`step_*` folders holding COMPLETE) under `root`, oldest first;
+    an interrupted save (no COMPLETE) is not one."""
+    root = Path(root)
+    if not root.exists():
+        return []
+    return sorted(p for p in root.glob("step_*") if (p / _DONE).exists())
 
-    def __init__(self, root: str | Path, every_n_steps: int = 100, keep_last: int | None = 2):
-        if every_n_steps < 1:
-            raise ValueError(f"every_n_steps must be >= 1, got {every_n_steps}")
-        self.root, self.every_n_steps, self.keep_last = Path(root), every_n_steps, keep_last
 
-    def path_for(self, step: int) -> Path:
-        return self.root / f"step_{step:08d}"
-
-    def complete(self) -> list[Path]:
-        """Complete checkpoints, oldest first."""
-        if not self.root.exists():
-            return []
-        return sorted(p for p in self.root.glob("step_*") if (p / _DONE).exists())
-
-    def latest(self) -> Path | None:
-        done = self.complete()
-        return done[-1] if done else None
-
-    def should_save(self, step: int) -> bool:
-        return step > 0 and step % self.every_n_steps == 0
-
-    def save(self, trainer: Any, data_position: Any = None) -> Path:
-        """Save `trainer` (a `Trainer`) at its current step and prune old checkpoints."""
-        path = trainer.save_checkpoint(self.path_for(trainer.step), data_position)
-        if self.keep_last is not None:
-            for old in self.complete()[: -self.keep_last]:
-                shutil.rmtree(old, ignore_errors=True)
-        return path
-
-    def resume(self, trainer: Any) -> Any:
-        """Load the latest complete checkpoint into `trainer`; returns its data position
-        (None when there is no checkpoint)."""
-        latest = self.latest()
-        return None if latest is None else trainer.load_checkpoint(latest)
+def prune_checkpoints(root: str | Path, keep: int) -> list[Path]:
+    """Delete all but the newest `keep` complete checkpoints under `root`; returns the kept."""
+    done = complete_checkpoints(root)
+    for old in done[:-keep] if keep > 0 else done:
+        shutil.rmtree(old, ignore_errors=True)
+    return done[-keep:] if keep > 0 else []
