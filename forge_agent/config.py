@@ -16,7 +16,6 @@ an override of one of their keys (``model.tiny.hidden_size=64``).
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +24,7 @@ from typing import Any, Literal, TypeVar
 from forge_agent import typed_config
 from forge_agent.metrics import MetricsConfig
 from forge_agent.placement import PlacementConfig
+from forge_agent.rollout.engine import RolloutConfig
 from forge_agent.typed_config import (
     ConfigError,
     dump_yaml,
@@ -130,22 +130,6 @@ class EnvConfig:
 
 
 @dataclass
-class RolloutConfig:
-    """Episode limits and rollout concurrency."""
-
-    max_turns: int = 4
-    max_total_tokens: int = 512  # prompt + all turns of one episode
-    max_new_tokens_per_turn: int = 48
-    tool_output_tokens: int = 64  # tool/env messages are truncated to this many tokens
-    max_concurrent_episodes: int = 64
-
-    def __post_init__(self) -> None:
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            _check(value >= 1, f.name, value, "an int >= 1")
-
-
-@dataclass
 class GRPOConfig:
     """Group sampling, advantage and loss settings of the GRPO family."""
 
@@ -154,8 +138,6 @@ class GRPOConfig:
     clip_low: float | None = None  # ratio clipped to [1 - clip_low, 1 + clip_high]
     clip_high: float | None = None
     beta: float | None = None  # KL coefficient against the reference policy
-    temperature: float = 1.0
-    top_p: float = 1.0
     loss: Literal["grpo", "dr_grpo", "dapo", "gspo", "cispo"] = "dapo"  # see LossConfig.preset
     advantage: Literal["grpo", "dr_grpo", "rloo"] = "grpo"
     filter_zero_variance: bool = True  # drop groups whose rewards are all equal
@@ -174,8 +156,6 @@ class GRPOConfig:
         _check(
             self.clip_low is None or self.clip_low < 1.0, "clip_low", self.clip_low, "a float < 1"
         )
-        _check(self.temperature > 0.0, "temperature", self.temperature, "a float > 0")
-        _check(0.0 < self.top_p <= 1.0, "top_p", self.top_p, "a float in (0, 1]")
         chosen = [k for k in ("tis_cap", "mis_cap", "icepop_bounds") if getattr(self, k)]
         _check(len(chosen) <= 1, chosen[-1] if chosen else "tis_cap", chosen, "one correction")
         for key in ("tis_cap", "mis_cap"):
@@ -335,22 +315,6 @@ class AgentConfig:
                 titan_degrees(self.training.titan, self.services.trainer.procs)
             except ValueError as exc:
                 raise ConfigError(str(exc)) from None
-
-    def rollout_config(self, temperature: float, max_model_len: int) -> Any:
-        """The ``forge_agent.rollout.RolloutConfig`` of this run's limits."""
-        from forge_agent.rollout import RolloutConfig
-
-        r = self.rollout
-        return RolloutConfig(
-            max_turns=r.max_turns,
-            max_total_tokens=r.max_total_tokens,
-            max_new_tokens_per_turn=r.max_new_tokens_per_turn,
-            tool_output_tokens=r.tool_output_tokens,
-            max_concurrent_episodes=r.max_concurrent_episodes,
-            temperature=temperature,
-            top_p=self.grpo.top_p,
-            max_model_len=max_model_len,
-        )
 
     def trainer_config(self, model_path: str | Path) -> Any:
         """The ``forge_agent.trainer.TrainerConfig`` of this run's policy trainer."""

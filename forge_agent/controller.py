@@ -28,6 +28,7 @@ import signal
 import time
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -196,14 +197,12 @@ class Controller:
             reset_timeout_s=cfg.env.reset_timeout_s,
             env_kwargs=dict(cfg.env.kwargs),
         )
+        episodes = replace(cfg.rollout, max_model_len=min(cfg.rollout.max_model_len, max_len))
         generate: Any = SessionRouter(self.generators)
         if self.generate_wrapper is not None:
             generate = self.generate_wrapper(generate)
         self.traces = TraceWriter(self.out / "traces.jsonl")
-        rollout_cfgs = [
-            cfg.rollout_config(cfg.grpo.temperature, max_len),
-            cfg.rollout_config(cfg.eval.temperature, max_len),
-        ]
+        rollout_cfgs = [episodes, replace(episodes, temperature=cfg.eval.temperature)]
         if cfg.env.id.startswith("agent:"):  # agent programs talk to an OpenAI endpoint
             from forge_agent.endpoint.agents import start_agent_engines
 

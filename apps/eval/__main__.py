@@ -23,6 +23,7 @@ import json
 import os
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -117,7 +118,11 @@ async def run_eval(cfg: AgentConfig, model_path: Path | str, out: Path) -> EvalR
             lambda ids, sampling, session: engine.generate(ids, sampling, session),
             pool,
             renderer,
-            cfg.rollout_config(cfg.eval.temperature, engine.max_model_len),
+            replace(
+                cfg.rollout,
+                temperature=cfg.eval.temperature,
+                max_model_len=min(cfg.rollout.max_model_len, engine.max_model_len),
+            ),
             on_trajectory=lambda traj: writer.write(traj, {"split": "eval"}),
         )
         progress = EpisodeProgress(len(tasks) * cfg.eval.k)  # after start-up: honest rate/ETA

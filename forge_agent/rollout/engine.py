@@ -73,7 +73,18 @@ class RolloutConfig:
     max_concurrent_episodes: int = 64
     temperature: float = 1.0
     top_p: float = 1.0
-    max_model_len: int = 2048  # the generator's context
+    max_model_len: int = 2048  # context cap; a run uses the smaller of this and its generator's
+
+    def __post_init__(self) -> None:
+        from forge_agent.typed_config import check_field
+
+        for key in ("max_turns", "max_total_tokens", "max_new_tokens_per_turn"):
+            check_field(getattr(self, key) >= 1, key, getattr(self, key), "an int >= 1")
+        for key in ("tool_output_tokens", "max_concurrent_episodes"):
+            check_field(getattr(self, key) >= 1, key, getattr(self, key), "an int >= 1")
+        check_field(self.temperature > 0.0, "temperature", self.temperature, "a float > 0")
+        check_field(0.0 < self.top_p <= 1.0, "top_p", self.top_p, "a float in (0, 1]")
+        check_field(self.max_model_len >= 16, "max_model_len", self.max_model_len, "an int >= 16")
 
 
 class RolloutEngine:
