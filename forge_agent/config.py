@@ -310,6 +310,13 @@ class AgentConfig:
             self.rollout.max_new_tokens_per_turn,
             f"<= rollout.max_total_tokens ({self.rollout.max_total_tokens})",
         )
+        gpus = self.services.generator.with_gpus or self.services.trainer.with_gpus
+        _check(
+            not (self.device == "cpu" and gpus),
+            "device",
+            self.device,
+            "'auto' or 'cuda' when services.generator/trainer.with_gpus is set",
+        )
         if self.training.backend == "titan":
             try:
                 titan_degrees(self.training.titan, self.services.trainer.procs)

@@ -283,3 +283,8 @@ def test_a_generator_replica_has_no_procs_key():
     """A replica is one proc running vLLM; replicas are added with num_replicas."""
     with pytest.raises(ConfigError, match=r"services\.generator\.procs"):
         load_config(None, ["services.generator.procs=2"])
+
+
+def test_a_cpu_device_with_gpu_services_is_an_error():
+    with pytest.raises(ConfigError, match=r"device=.cpu. .*with_gpus"):
+        load_config(None, ["device=cpu", "services.trainer.with_gpus=true"])
