@@ -8,20 +8,9 @@ process it runs in; it never does I/O.
 
 - In the controller, `MetricLogger.flush(step)` drains the buffer, reduces each accumulator to
   one number, and writes the numbers to every sink.
-- In an actor (a Monarch actor in another process, or any worker process), an endpoint that
-  recorded metrics returns `drain()` next to its result; the controller passes it to `merge()`
-  before the next `flush`. Accumulators are mergeable (sum, count, min, max, last), so the
-  controller's reduction equals the reduction over all values from all processes, and each
-  value lands on the step whose endpoint call produced it. No shared file system is needed.
-
-    # actor side                                  # controller side
-    @endpoint                                     out, states = await trainer.train_step.call_one(b)
-    async def train_step(self, batch):            metrics.merge(states)
-        metrics.record("loss/kl", kl)             logger.flush(step)
-        return out, metrics.drain()
-
-`drain` then `merge` in the same process is harmless (an actor spawned in the controller's own
-process moves values out and back), so the pattern is correct wherever the actor lives.
+- Values recorded in another process stay in that process's buffer: an actor reports its
+  numbers in its endpoint's result (the trainer's `train_step` returns its metrics; the reward
+  actor returns its own), and the controller records them.
 
 Reductions: mean, sum, max, min, last, count (count ignores the value and counts records).
 """
@@ -47,7 +36,7 @@ AccumulatorState = dict[str, Any]
 """A plain, picklable, JSON-able accumulator: {"reduce", "sum", "count", "min", "max", "last"}."""
 
 MetricStates = dict[str, AccumulatorState]
-"""What `drain` returns and `merge` takes: metric name -> accumulator state."""
+"""What `drain` returns: metric name -> accumulator state."""
 
 
 def _new_state(reduce: str) -> AccumulatorState:
@@ -105,19 +94,6 @@ class MetricBuffer:
             state["max"] = max(state["max"], value)
             state["last"] = value
 
-    def merge(self, states: MetricStates) -> None:
-        """Fold accumulators drained elsewhere into this buffer (theirs count as later)."""
-        with self._lock:
-            for name, other in states.items():
-                if other["count"] == 0:
-                    continue
-                state = self._state_for(name, other["reduce"])
-                state["sum"] += other["sum"]
-                state["count"] += other["count"]
-                state["min"] = min(state["min"], other["min"])
-                state["max"] = max(state["max"], other["max"])
-                state["last"] = other["last"]
-
     def drain(self) -> MetricStates:
         """Take every accumulator out of the buffer, leaving it empty."""
         with self._lock:
@@ -131,21 +107,15 @@ _BUFFER = MetricBuffer()
 def record(name: str, value: float, reduce: str = "mean") -> None:
     """Record one value of metric `name` in this process; reduced with `reduce` at flush.
 
-    Cheap and I/O-free; safe from any thread, actor or worker process (see module docstring
-    for how values recorded in other processes reach the controller).
+    Cheap and I/O-free; safe from any thread. Values recorded in another process stay in
+    that process (see the module docstring).
     """
     _BUFFER.add(name, value, reduce)
 
 
 def drain() -> MetricStates:
-    """Take this process's pending accumulators (an actor returns these with its results)."""
+    """Take this process's pending accumulators (`MetricLogger.flush` reduces them)."""
     return _BUFFER.drain()
-
-
-def merge(states: MetricStates | None) -> None:
-    """Fold accumulators drained in another process into this process's buffer."""
-    if states:
-        _BUFFER.merge(states)
 
 
 def reduce_states(states: MetricStates) -> dict[str, float]:
@@ -345,7 +315,7 @@ class MetricsConfig:
 
 
 class MetricLogger:
-    """Reduces this process's buffer (plus merged actor states) once per step into its sinks."""
+    """Reduces this process's buffer once per step into its sinks."""
 
     def __init__(self, sinks: list[Sink] | None = None) -> None:
         self.sinks: list[Sink] = list(sinks or [])
@@ -383,7 +353,7 @@ class MetricLogger:
         return cls(sinks)
 
     def flush(self, step: int) -> dict[str, float]:
-        """Reduce everything recorded (and merged) since the last flush, emit it, return it."""
+        """Reduce everything recorded since the last flush, emit it, return it."""
         metrics = reduce_states(drain())
         for sink in self.sinks:
             sink.write(step, metrics)

@@ -1,14 +1,10 @@
-"""Metrics: reductions, the per-process buffer, cross-process merge and the sinks."""
+"""Metrics: reductions, the per-process buffer and the sinks."""
 
 from __future__ import annotations
 
 import io
 import json
-import math
 import os
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -17,12 +13,10 @@ from forge_agent import metrics
 from forge_agent.metrics import (
     ConsoleSink,
     JsonlSink,
-    MetricBuffer,
     MetricLogger,
     MetricsConfig,
     TensorBoardSink,
     progress_line,
-    reduce_states,
     tensorboard_available,
 )
 
@@ -80,101 +74,10 @@ def test_an_unknown_reduction_is_an_error_naming_it():
         metrics.record("reward", 1.0, reduce="median")
 
 
-def test_merging_drained_buffers_equals_reducing_all_values_in_one_buffer():
-    values = {"a": [1.0, 7.0, -2.0], "b": [4.0, 0.5]}
-    together, parts = MetricBuffer(), [MetricBuffer(), MetricBuffer()]
-    for buf, name in zip(parts, values, strict=True):
-        for v in values[name]:
-            for reduce in ["mean", "sum", "max", "min", "count"]:
-                buf.add(f"m/{reduce}", v, reduce)
-                together.add(f"m/{reduce}", v, reduce)
-
-    merged = MetricBuffer()
-    for buf in parts:
-        merged.merge(buf.drain())
-
-    assert reduce_states(merged.drain()) == reduce_states(together.drain())
-
-
 def test_drained_states_are_plain_json():
     metrics.record("kl", 0.25)
     states = metrics.drain()
     assert json.loads(json.dumps(states)) == states
-
-
-def test_values_recorded_in_another_process_reach_the_controller_through_merge():
-    child = textwrap.dedent(
-        """
-        import json
-        from forge_agent import metrics
-        for v in [1.0, 2.0, 6.0]:
-            metrics.record("env/step_time", v)
-            metrics.record("env/steps", 1, reduce="sum")
-        print(json.dumps(metrics.drain()))
-        """
-    )
-    proc = subprocess.run(
-        [sys.executable, "-c", child],
-        capture_output=True,
-        text=True,
-        env=_subprocess_env(),
-        timeout=60,
-        check=True,
-    )
-    metrics.record("env/step_time", 3.0)  # the controller's own value for the same step
-
-    metrics.merge(json.loads(proc.stdout))
-
-    assert MetricLogger().flush(step=1) == {"env/step_time": 3.0, "env/steps": 3.0}
-
-
-def test_values_recorded_inside_a_monarch_actor_come_back_with_its_endpoint_results(tmp_path):
-    script = tmp_path / "actor_metrics.py"
-    script.write_text(
-        textwrap.dedent(
-            """
-            import json, os, sys
-            from monarch.actor import Actor, endpoint, this_host
-            from forge_agent import metrics
-            from forge_agent.metrics import JsonlSink, MetricLogger
-
-            class Worker(Actor):
-                @endpoint
-                def work(self, x: float):
-                    metrics.record("worker/x", x, reduce="sum")
-                    metrics.record("worker/pid", os.getpid(), reduce="last")
-                    return x * 2, metrics.drain()
-
-            if __name__ == "__main__":
-                procs = this_host().spawn_procs(per_host={"procs": 2})
-                workers = procs.spawn("workers", Worker)
-                logger = MetricLogger([JsonlSink(sys.argv[1])])
-                for step, x in enumerate([1.0, 10.0]):
-                    for _, (out, states) in workers.work.call(x).get().items():
-                        metrics.merge(states)
-                    logger.flush(step)
-                logger.close()
-                procs.stop().get()
-                print(json.dumps({"controller_pid": os.getpid()}))
-            """
-        )
-    )
-    out = tmp_path / "metrics.jsonl"
-    proc = subprocess.run(
-        [sys.executable, str(script), str(out)],
-        capture_output=True,
-        text=True,
-        env=_subprocess_env(),
-        cwd=tmp_path,
-        timeout=120,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    controller_pid = json.loads(proc.stdout.strip().splitlines()[-1])["controller_pid"]
-
-    rows = [json.loads(line) for line in out.read_text().splitlines()]
-
-    assert [(r["step"], r["metrics"]["worker/x"]) for r in rows] == [(0, 2.0), (1, 20.0)]
-    assert all(r["metrics"]["worker/pid"] != controller_pid for r in rows)
 
 
 def test_jsonl_sink_writes_one_line_per_flush_with_step_time_and_metrics(tmp_path):
@@ -262,19 +165,3 @@ def test_tensorboard_sink_writes_scalars_readable_by_tensorboard(tmp_path):
     scalars = events.Scalars("reward/mean")
 
     assert [(e.step, e.value) for e in scalars] == [(0, 0.0), (1, 0.5), (2, 1.0)]
-
-
-def test_merging_an_empty_accumulator_adds_nothing():
-    buffer = MetricBuffer()
-    empty = {
-        "reduce": "mean",
-        "sum": 0.0,
-        "count": 0,
-        "min": math.inf,
-        "max": -math.inf,
-        "last": 0.0,
-    }
-
-    buffer.merge({"x": empty})
-
-    assert buffer.drain() == {}
