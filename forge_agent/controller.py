@@ -164,19 +164,21 @@ class Controller:
         # 2. actors: weight store, trainer, generator replicas, reward service
         self.placement = Placement(cfg.services, cfg.generator.tensor_parallel_size)
         self.store = await make_weight_store(cfg.weight_store, self.placement.spawn("store", 1))
+        model = {"dtype": cfg.model.dtype, "seed": cfg.seed}  # what the components share
         self.trainer = self.placement.trainer_procs().spawn(
             "trainer",
             TrainerActor,
-            cfg.trainer_config(self.policy_path),
+            cfg.trainer,
+            str(self.policy_path),
             self.store,
-            cfg.training.backend,
-            dict(cfg.training.titan),
-            _free_port(),
+            device=cfg.device,
+            master_port=_free_port(),
+            **model,
         )
-        gen_cfg = cfg.generator_config(self.policy_path)
         for i in range(cfg.services.generator.num_replicas):
             procs = self.placement.generator_procs(i)
-            self.generators.append(procs.spawn("generator", Generator, gen_cfg))
+            gen = procs.spawn("generator", Generator, cfg.generator, str(self.policy_path), **model)
+            self.generators.append(gen)
         rubric = functools.partial(
             build_rubric, dict(cfg.rewards.components), cfg.rollout.max_total_tokens
         )
@@ -243,7 +245,7 @@ class Controller:
         """Start groups while the gate is open and the buffer wants more; score and filter
         each as it finishes."""
         cfg = self.cfg
-        max_groups = max(1, cfg.rollout.max_concurrent_episodes // cfg.grpo.n_samples)
+        max_groups = max(1, cfg.rollout.max_concurrent_episodes // cfg.training.group_size)
         want = cfg.training.groups_per_step * (1 + cfg.training.max_policy_lag)
         running: set[asyncio.Task] = set()
         try:
@@ -267,10 +269,10 @@ class Controller:
             await asyncio.gather(*running, return_exceptions=True)
 
     async def _one_group(self, task: dict[str, Any], seed: int) -> None:
-        from forge_agent.advantages import AdvantageConfig, compute_advantages
+        from forge_agent.advantages import compute_advantages
         from forge_agent.metrics import record
 
-        group = await self.engine.run_group(task, seed, self.cfg.grpo.n_samples)
+        group = await self.engine.run_group(task, seed, self.cfg.training.group_size)
         try:
             scored, reward_metrics = await self.rewards.score.choose(group.trajectories)
         except Exception as exc:  # the whole reward service failed: mark, do not crash
@@ -283,14 +285,7 @@ class Controller:
             self._record_episode(traj)
         for name, value in reward_metrics.items():
             record(name, value)
-        kept, stats = compute_advantages(
-            [group],
-            AdvantageConfig(
-                estimator=self.cfg.grpo.advantage,
-                drop_zero_variance=self.cfg.grpo.filter_zero_variance,
-                truncated=self.cfg.grpo.truncated,
-            ),
-        )
+        kept, stats = compute_advantages([group], self.cfg.advantages)
         for name, value in stats.as_metrics().items():
             record(name, value, "sum")
         self.counts["groups_produced"] += 1

@@ -3,7 +3,7 @@
 Every primitive works on right-padded per-trajectory tensors (`[B, T]`, with a 0/1 `mask`
 marking the tokens the policy sampled) and returns `(tensor, metrics)`. `policy_loss`
 composes them from a `LossConfig`; named presets (`grpo`, `dr_grpo`, `dapo`, `gspo`,
-`cispo`) are `LossConfig.preset(name)`.
+`cispo`) are `LossConfig(name=...)`; explicitly set fields stand over a preset's.
 
 Notation: `logp` = log pi_theta(y_t | y_<t) of the trainer's current policy (with grad),
 `logp_old` = the behaviour policy's logprob (by default the sampler's, as returned by vLLM),
@@ -16,7 +16,6 @@ share of the batch loss and summing micro-batch losses gives exactly the batch l
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import Literal
 
@@ -354,10 +353,44 @@ def aggregate(
 # ---------------------------------------------------------------------------------------------
 
 
+PresetName = Literal["grpo", "dr_grpo", "dapo", "gspo", "cispo"]
+
+# The recipes: each names only the fields where it departs from the base values below.
+_BASE: dict[str, object] = {
+    "ratio_level": "token",
+    "policy_loss": "ppo_clip",
+    "clip_eps_low": 0.2,
+    "clip_eps_high": 0.2,
+    "kl_coef": 0.0,
+    "kl_estimator": "k3",
+    "aggregation": "token_mean",
+}
+PRESETS: dict[str, dict[str, object]] = {
+    # Shao et al. 2024: token ratio, PPO clip 0.2, k3 KL beta=0.04, sequence mean
+    "grpo": {"kl_coef": 0.04, "aggregation": "sequence_mean"},
+    # Liu et al. 2025: no KL, fixed-horizon sum (horizon: the generation budget)
+    "dr_grpo": {"aggregation": "fixed_horizon", "horizon": 1024},
+    # Yu et al. 2025: clip-higher 0.2/0.28, no KL, token mean
+    "dapo": {"clip_eps_high": 0.28},
+    # Zheng et al. 2025: sequence ratio, clip 3e-4/4e-4, sequence mean
+    "gspo": {
+        "ratio_level": "sequence",
+        "clip_eps_low": 3e-4,
+        "clip_eps_high": 4e-4,
+        "aggregation": "sequence_mean",
+    },
+    # MiniMax 2025: clipped IS-weight REINFORCE, eps_high 4.0, token mean
+    "cispo": {"policy_loss": "cispo", "clip_eps_low": 1.0, "clip_eps_high": 4.0},
+}
+
+
 @dataclass
 class LossConfig:
     """How to build the policy loss from the primitives above.
 
+    `name`: the preset (recipe) the other fields start from (`PRESETS`: grpo, dr_grpo, dapo,
+    gspo, cispo; default dapo). A field left None takes the preset's value; a field set
+    explicitly stands. After construction every field holds the value the loss uses.
     `ratio_level`: token-level PPO ratio or GSPO sequence-level ratio.
     `policy_loss`: "ppo_clip" (with `clip_eps_low/high`, optional `dual_clip_c`), "cispo"
     (clipped IS weight with `clip_eps_low/high`), or "reinforce" (unclipped).
@@ -372,33 +405,51 @@ class LossConfig:
     `entropy_coef`: entropy bonus weight. `aggregation`/`horizon`: see `aggregate`.
     """
 
-    ratio_level: RatioLevel = "token"
-    policy_loss: PolicyLossKind = "ppo_clip"
-    clip_eps_low: float = 0.2
-    clip_eps_high: float = 0.2
+    name: PresetName = "dapo"
+    ratio_level: RatioLevel | None = None
+    policy_loss: PolicyLossKind | None = None
+    clip_eps_low: float | None = None
+    clip_eps_high: float | None = None
     dual_clip_c: float | None = None
-    kl_coef: float = 0.0
-    kl_estimator: KLEstimator = "k3"
+    kl_coef: float | None = None
+    kl_estimator: KLEstimator | None = None
     tis_cap: float | None = None
     mis_cap: float | None = None
     icepop_bounds: tuple[float, float] | None = None
     entropy_coef: float = 0.0
-    aggregation: Aggregation = "token_mean"
+    aggregation: Aggregation | None = None
     horizon: int | None = None
 
     def __post_init__(self) -> None:
-        if self.icepop_bounds is not None:
-            self.icepop_bounds = tuple(self.icepop_bounds)  # type: ignore[assignment]
-            if len(self.icepop_bounds) != 2:
-                raise ValueError(
-                    f"icepop_bounds must be (alpha, beta), got {list(self.icepop_bounds)}"
-                )
+        from forge_agent.typed_config import check_field
+
+        check_field(self.name in PRESETS, "name", self.name, f"one of {sorted(PRESETS)}")
+        for key, value in {**_BASE, **PRESETS[self.name]}.items():
+            if getattr(self, key) is None:
+                setattr(self, key, value)
+        for key in ("clip_eps_low", "clip_eps_high", "kl_coef", "entropy_coef"):
+            value = getattr(self, key)
+            check_field(value >= 0.0, key, value, "a float >= 0")
+        for key in ("tis_cap", "mis_cap"):
+            value = getattr(self, key)
+            check_field(value is None or value > 0, key, value, "a float > 0 or null")
+        b = self.icepop_bounds
+        if b is not None:
+            b = self.icepop_bounds = tuple(b)  # type: ignore[assignment]
+        check_field(
+            b is None or (len(b) == 2 and 0 <= b[0] < b[1]),
+            "icepop_bounds",
+            b,
+            "(alpha, beta) with 0 <= alpha < beta (IcePop uses (0.5, 5.0)) or null",
+        )
         chosen = [k for k in ("tis_cap", "mis_cap", "icepop_bounds") if getattr(self, k)]
-        if len(chosen) > 1:
-            raise ValueError(
-                f"choose one sampler-mismatch correction, got {chosen} (tis_cap, mis_cap and "
-                "icepop_bounds each reweight the same tokens)"
-            )
+        check_field(
+            len(chosen) <= 1,
+            chosen[-1] if chosen else "tis_cap",
+            chosen,
+            "one sampler-mismatch correction (tis_cap, mis_cap and icepop_bounds each "
+            "reweight the same tokens)",
+        )
 
     @property
     def correction(self) -> str:
@@ -418,32 +469,8 @@ class LossConfig:
 
     @classmethod
     def preset(cls, name: str, **overrides: object) -> LossConfig:
-        """Named recipes; keyword overrides replace single fields.
-
-        - grpo:    token ratio, PPO clip 0.2, k3 KL beta=0.04, sequence mean (Shao et al. 2024)
-        - dr_grpo: token ratio, PPO clip 0.2, no KL, fixed-horizon sum (Liu et al. 2025);
-                   set `horizon` to the generation budget (max sampled tokens; default 1024)
-        - dapo:    token ratio, clip-higher 0.2/0.28, no KL, token mean (Yu et al. 2025)
-        - gspo:    sequence ratio, clip 3e-4/4e-4, no KL, sequence mean (Zheng et al. 2025)
-        - cispo:   clipped IS-weight REINFORCE, eps_high 4.0, token mean (MiniMax 2025)
-        """
-        presets: dict[str, LossConfig] = {
-            "grpo": cls(kl_coef=0.04, kl_estimator="k3", aggregation="sequence_mean"),
-            "dr_grpo": cls(aggregation="fixed_horizon", horizon=overrides.get("horizon", 1024)),
-            "dapo": cls(clip_eps_low=0.2, clip_eps_high=0.28, aggregation="token_mean"),
-            "gspo": cls(
-                ratio_level="sequence",
-                clip_eps_low=3e-4,
-                clip_eps_high=4e-4,
-                aggregation="sequence_mean",
-            ),
-            "cispo": cls(
-                policy_loss="cispo", clip_eps_low=1.0, clip_eps_high=4.0, aggregation="token_mean"
-            ),
-        }
-        if name not in presets:
-            raise ValueError(f"unknown loss preset {name!r}; expected one of {sorted(presets)}")
-        return dataclasses.replace(presets[name], **overrides)
+        """The preset `name` (see `PRESETS`) with `overrides` standing over its values."""
+        return cls(name=name, **overrides)  # type: ignore[arg-type]
 
 
 def policy_loss(

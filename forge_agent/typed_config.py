@@ -86,6 +86,9 @@ def _type_name(tp: Any) -> str:
     if origin in (list, Sequence):
         (item,) = typing.get_args(tp) or (Any,)
         return f"a list of {_type_name(item)}"
+    if origin is tuple:
+        items = typing.get_args(tp)
+        return f"a list of {len(items)} ({', '.join(_type_name(a) for a in items)})"
     if origin in (dict, Mapping) or tp is dict:
         return "a mapping"
     if tp is float:
@@ -145,6 +148,11 @@ def _coerce(tp: Any, value: Any, where: str, base: Any = None) -> Any:
             raise _bad_value(where, value, tp)
         item = args[0] if args else Any
         return [_coerce(item, v, _join(where, i)) for i, v in enumerate(value)]
+    if origin is tuple:
+        if not isinstance(value, list | tuple) or len(value) != len(args):
+            raise _bad_value(where, value, tp)
+        pairs = enumerate(zip(args, value, strict=True))
+        return tuple(_coerce(a, v, _join(where, i)) for i, (a, v) in pairs)
     if origin in (dict, Mapping) or tp is dict:
         if value is None:
             value = {}
@@ -185,17 +193,32 @@ def _build(cls: type[T], data: Mapping[str, Any], where: str, base: Any = None) 
         if key not in names:
             raise _unknown_key(str(key), where, names)
     kwargs: dict[str, Any] = {}
+    # A section's default may differ from its class's (``field(default_factory=lambda:
+    # GeneratorConfig(max_model_len=1024))``): keys the data leaves out keep the section's
+    # default where it departs from the class's, and are left to the class otherwise (so a
+    # class that derives values in ``__post_init__``, like a loss preset, derives them anew).
+    fresh = _fresh(cls) if base is not None else None
     for f in fields:
         sub_base = getattr(base, f.name) if base is not None else _default_of(f)
         if f.name in data:
             kwargs[f.name] = _coerce(hints[f.name], data[f.name], _join(where, f.name), sub_base)
         elif base is not None:
-            kwargs[f.name] = copy.deepcopy(getattr(base, f.name))
+            value = getattr(base, f.name)
+            if fresh is None or value != getattr(fresh, f.name):
+                kwargs[f.name] = copy.deepcopy(value)
     try:
         return cls(**kwargs)
     except FieldError as err:
         key = _join(where, err.key)
         raise ConfigError(f"{key}={err.value!r} is invalid: expected {err.expected}") from None
+
+
+def _fresh(cls: type) -> Any:
+    """A default instance of ``cls``, or None when it needs arguments."""
+    try:
+        return cls()
+    except TypeError:
+        return None
 
 
 def _default_of(f: dataclasses.Field) -> Any:
@@ -216,8 +239,16 @@ def from_dict(cls: type[T], data: Mapping[str, Any] | None, where: str = "") -> 
 
 
 def to_dict(cfg: Any) -> dict[str, Any]:
-    """The config as plain nested dicts (YAML- and JSON-ready)."""
-    return dataclasses.asdict(cfg)
+    """The config as plain nested dicts and lists (YAML- and JSON-ready)."""
+
+    def plain(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: plain(v) for k, v in value.items()}
+        if isinstance(value, list | tuple):
+            return [plain(v) for v in value]
+        return value
+
+    return plain(dataclasses.asdict(cfg))
 
 
 # ====================================================================== YAML + overrides
@@ -279,7 +310,7 @@ def apply_override(data: dict[str, Any], override: str, schema: Any) -> dict[str
     key = key.strip()
     if not sep or not key:
         raise ConfigError(
-            f"override {override!r} is not of the form key=value (e.g. grpo.n_samples=4)"
+            f"override {override!r} is not of the form key=value (e.g. training.group_size=4)"
         )
     try:
         value = yaml.safe_load(raw) if raw.strip() else None

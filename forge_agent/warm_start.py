@@ -179,9 +179,7 @@ def warm_start(
     # Short rows: on CPU, sdpa pays for the dense block-diagonal mask of a packed row
     # quadratically, so rows of a few episodes beat long rows (apps/bench/train_step.py).
     trainer = Trainer(
-        TrainerConfig(
-            model=str(model_path), device=device, lr=cfg.lr, seed=cfg.seed, row_tokens=512
-        )
+        TrainerConfig(lr=cfg.lr, row_tokens=512), str(model_path), device=device, seed=cfg.seed
     )
     rng = random.Random(cfg.seed)
     started = time.monotonic()

@@ -48,7 +48,7 @@ def generator(policy_model_path):
     from tests.helpers import spawn_test_procs
 
     procs = spawn_test_procs(1)
-    gen = procs.spawn("generator", Generator, GeneratorConfig(model=str(policy_model_path)))
+    gen = procs.spawn("generator", Generator, GeneratorConfig(), str(policy_model_path))
     gen.setup.call_one().get()
     yield gen
     gen.shutdown.call_one().get()

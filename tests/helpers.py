@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import os
+import random
 from typing import Any
 
 from monarch.actor import Actor, endpoint
+
+from forge_agent.types import Trajectory
 
 
 def spawn_test_procs(n: int) -> Any:
@@ -22,3 +25,23 @@ class VisibleDevices(Actor):
     @endpoint
     async def devices(self) -> str | None:
         return os.environ.get("CUDA_VISIBLE_DEVICES")
+
+
+def random_trajectories(vocab: int, n: int = 4) -> list[Trajectory]:
+    """`n` short trajectories of random tokens, advantages alternating -1/+1."""
+    rng = random.Random(0)
+    out = []
+    for i in range(n):
+        prompt = [rng.randrange(vocab) for _ in range(6)]
+        completion = [rng.randrange(vocab) for _ in range(5)]
+        out.append(
+            Trajectory(
+                task_id="t",
+                group_id="g",
+                token_ids=prompt + completion,
+                loss_mask=[0] * 6 + [1] * 5,
+                logprobs=[-1.0] * 11,
+                advantage=1.0 if i % 2 else -1.0,
+            )
+        )
+    return out

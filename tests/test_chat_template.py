@@ -80,7 +80,7 @@ def checkpoint(tiny_model_path, tmp_path_factory):
     from forge_agent.trainer.core import Trainer, TrainerConfig
 
     path = tmp_path_factory.mktemp("ckpt") / "step_1"
-    Trainer(TrainerConfig(model=str(tiny_model_path))).save_checkpoint(path)
+    Trainer(TrainerConfig(), str(tiny_model_path)).save_checkpoint(path)
     saved = AutoTokenizer.from_pretrained(str(path / "policy"), local_files_only=True)
     return saved, ChatRenderer(load_tokenizer(tiny_model_path), RendererConfig())
 

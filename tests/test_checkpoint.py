@@ -39,15 +39,15 @@ def trajs(seed: int) -> list[Trajectory]:
 
 
 def test_resume_restores_everything_and_continues_identically(tiny_path, tmp_path):
-    cfg = TrainerConfig(model=str(tiny_path), lr=1e-3)
-    a = Trainer(cfg)
+    cfg = TrainerConfig(lr=1e-3)
+    a = Trainer(cfg, str(tiny_path))
     for s in range(2):
         a.train_step(trajs(s))
     a.save_checkpoint(tmp_path / "ckpt", data_position={"epoch": 0, "index": 17})
     draw_a = torch.rand(3)  # RNG continues from the saved state
     a.train_step(trajs(2))
 
-    b = Trainer(cfg)
+    b = Trainer(cfg, str(tiny_path))
     assert b.load_checkpoint(tmp_path / "ckpt") == {"epoch": 0, "index": 17}
     assert (b.step, b.policy_version) == (2, 2)
     torch.testing.assert_close(torch.rand(3), draw_a)
@@ -59,7 +59,7 @@ def test_resume_restores_everything_and_continues_identically(tiny_path, tmp_pat
 def test_saved_policy_is_a_standard_hugging_face_folder(tiny_path, tmp_path):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    trainer = Trainer(TrainerConfig(model=str(tiny_path), lr=1e-3))
+    trainer = Trainer(TrainerConfig(lr=1e-3), str(tiny_path))
     trainer.train_step(trajs(0))
     trainer.save_checkpoint(tmp_path / "ckpt")
     policy = tmp_path / "ckpt" / "policy"
@@ -72,7 +72,7 @@ def test_saved_policy_is_a_standard_hugging_face_folder(tiny_path, tmp_path):
 
 
 def test_pruning_keeps_the_newest_complete_checkpoints(tiny_path, tmp_path):
-    trainer = Trainer(TrainerConfig(model=str(tiny_path), lr=1e-3))
+    trainer = Trainer(TrainerConfig(lr=1e-3), str(tiny_path))
     root = tmp_path / "run"
     assert complete_checkpoints(root) == []
     for s in range(3):
@@ -81,11 +81,11 @@ def test_pruning_keeps_the_newest_complete_checkpoints(tiny_path, tmp_path):
         prune_checkpoints(root, keep=2)
     (root / "step_000009").mkdir()  # an interrupted save: no COMPLETE marker
     assert [p.name for p in complete_checkpoints(root)] == ["step_000002", "step_000003"]
-    fresh = Trainer(TrainerConfig(model=str(tiny_path)))
+    fresh = Trainer(TrainerConfig(), str(tiny_path))
     assert fresh.load_checkpoint(complete_checkpoints(root)[-1]) == 2 and fresh.step == 3
 
 
 def test_loading_an_incomplete_checkpoint_names_the_folder(tiny_path, tmp_path):
-    trainer = Trainer(TrainerConfig(model=str(tiny_path)))
+    trainer = Trainer(TrainerConfig(), str(tiny_path))
     with pytest.raises(FileNotFoundError, match="is not a complete checkpoint"):
         trainer.load_checkpoint(tmp_path)

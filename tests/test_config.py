@@ -10,7 +10,8 @@ import yaml
 from forge_agent.config import (
     AgentConfig,
     ConfigError,
-    GRPOConfig,
+    LossConfig,
+    TrainingConfig,
     dump_yaml,
     from_dict,
     load_config,
@@ -20,7 +21,7 @@ from forge_agent.config import (
 from forge_agent.placement import GeneratorPlacement, TrainerPlacement
 
 AGENT_DIR = Path(__file__).resolve().parents[1] / "apps" / "agent"
-SHIPPED = sorted(p.name for p in AGENT_DIR.glob("*.yaml"))
+SHIPPED = sorted(p.name for p in AGENT_DIR.glob("*.yaml"))  # every run config shipped
 
 
 # ---------------------------------------------------------------- defaults and shipped files
@@ -37,33 +38,47 @@ def test_default_yaml_equals_the_dataclass_defaults():
 
 
 def test_default_yaml_writes_out_every_key_with_its_default_value():
-    written = yaml.safe_load((AGENT_DIR / "default.yaml").read_text())
-    assert written == to_dict(AgentConfig())
+    """Every key is written; a null loss field is the preset's value (`trainer.loss.name`)."""
+
+    def same(written, default, where=""):
+        if isinstance(default, dict) and where not in FREE_FORM:
+            assert set(written) == set(default), where
+            for key in default:
+                same(written[key], default[key], f"{where}.{key}".lstrip("."))
+        elif not (where.startswith("trainer.loss.") and written is None):
+            assert written == default, where
+
+    same(yaml.safe_load((AGENT_DIR / "default.yaml").read_text()), to_dict(AgentConfig()))
+
+
+FREE_FORM = {"model.tiny", "env.kwargs", "env.fields", "generator.engine_kwargs", "trainer.titan"}
+FREE_FORM |= {"rewards.components"}
 
 
 @pytest.mark.parametrize("name", SHIPPED)
 def test_every_shipped_yaml_loads_and_builds_its_components(name):
-    from forge_agent.config import titan_degrees
-    from forge_agent.losses import LossConfig
+    from forge_agent.generator.engine import engine_args
+    from forge_agent.trainer.core import titan_degrees
 
     cfg = load_config(AGENT_DIR / name)
     assert isinstance(cfg, AgentConfig)
-    assert yaml.safe_load((AGENT_DIR / name).read_text())  # not empty
-    trainer = cfg.trainer_config("/models/policy")
-    assert isinstance(trainer.loss, LossConfig) and trainer.lr == cfg.training.lr
-    if cfg.training.backend == "titan":
-        tp, dp = titan_degrees(cfg.training.titan, cfg.services.trainer.procs)
+    assert isinstance(cfg.trainer.loss, LossConfig)
+    assert engine_args(cfg.generator, "/models/policy", cfg.model.dtype, cfg.seed)["model"]
+    if cfg.trainer.backend == "titan":
+        tp, dp = titan_degrees(cfg.trainer.titan, cfg.services.trainer.procs)
         assert tp * dp == cfg.services.trainer.procs
 
 
 def test_titan_degrees_must_multiply_to_the_trainer_procs():
-    base = ["training.backend=titan", "services.trainer.procs=4"]
+    base = ["trainer.backend=titan", "services.trainer.procs=4"]
     with pytest.raises(ConfigError, match=r"data_parallel_shard_degree=3 x .* != 4 trainer procs"):
-        load_config(None, [*base, "training.titan={data_parallel_shard_degree: 3}"])
+        load_config(None, [*base, "trainer.titan={data_parallel_shard_degree: 3}"])
     with pytest.raises(ConfigError, match=r"unknown key\(s\) \['tp'\]"):
-        load_config(None, [*base, "training.titan={tp: 2}"])
-    cfg = load_config(None, [*base, "training.titan={tensor_parallel_degree: 2}"])
-    assert cfg.training.titan == {"tensor_parallel_degree": 2}
+        load_config(None, [*base, "trainer.titan={tp: 2}"])
+    cfg = load_config(None, [*base, "trainer.titan={tensor_parallel_degree: 2}"])
+    assert cfg.trainer.titan == {"tensor_parallel_degree": 2}
+    with pytest.raises(ConfigError, match=r"trainer.titan=.*trainer.backend is 'hf'"):
+        load_config(None, ["trainer.titan={tensor_parallel_degree: 1}"])
 
 
 def test_gpu_configs_inherit_the_default_and_override_what_differs():
@@ -73,9 +88,9 @@ def test_gpu_configs_inherit_the_default_and_override_what_differs():
     assert cfg.env.id == "code_exec"
     assert cfg.services.trainer.with_gpus and cfg.services.trainer.procs == 4
     assert cfg.generator.tensor_parallel_size == 2
-    assert cfg.training.lr == pytest.approx(1e-6)
+    assert cfg.trainer.lr == pytest.approx(1e-6)
     assert not cfg.warm_start.enabled
-    assert cfg.grpo.clip_low == AgentConfig().grpo.clip_low  # inherited
+    assert cfg.trainer.loss == AgentConfig().trainer.loss  # inherited
     # A free-form mapping from the child replaces the parent's: no calculator kwargs leak in.
     assert "difficulty" not in cfg.env.kwargs
 
@@ -85,20 +100,22 @@ def test_overrides_set_nested_typed_values():
     cfg = load_config(
         None,
         [
-            "grpo.n_samples=4",
-            "training.lr=3e-4",  # PyYAML reads 3e-4 as a string; float fields accept it
+            "training.group_size=4",
+            "trainer.lr=3e-4",  # PyYAML reads 3e-4 as a string; float fields accept it
             "env.kwargs={difficulty: 2}",
             "model.tiny.hidden_size=64",
-            "grpo.loss=dapo",
+            "trainer.loss.name=gspo",
+            "trainer.betas=[0.9, 0.95]",
             "metrics.wandb_project=my-project",
         ],
     )
-    assert cfg.grpo.n_samples == 4
-    assert cfg.training.lr == pytest.approx(3e-4)
+    assert cfg.training.group_size == 4
+    assert cfg.trainer.lr == pytest.approx(3e-4)
+    assert cfg.trainer.betas == (0.9, 0.95)
     assert cfg.env.kwargs == {"difficulty": 2}
     assert cfg.model.tiny == {"hidden_size": 64}
     assert cfg.model.tiny_config().hidden_size == 64
-    assert cfg.grpo.loss == "dapo"
+    assert cfg.trainer.loss == LossConfig(name="gspo")  # the preset's values, not dapo's
     assert cfg.metrics.wandb_project == "my-project"
 
 
@@ -108,8 +125,8 @@ def test_override_of_one_service_key_keeps_that_services_other_defaults():
 
 
 def test_overrides_apply_after_the_yaml_file():
-    cfg = load_config(AGENT_DIR / "qwen3_1_7b_code_exec.yaml", ["grpo.n_samples=4"])
-    assert cfg.grpo.n_samples == 4
+    cfg = load_config(AGENT_DIR / "qwen3_1_7b_code_exec.yaml", ["training.group_size=4"])
+    assert cfg.training.group_size == 4
     assert cfg.model.name == "Qwen/Qwen3-1.7B"
 
 
@@ -125,7 +142,7 @@ def test_optional_field_accepts_null():
 
 def test_override_without_equals_sign_is_an_error():
     with pytest.raises(ConfigError, match=r"not of the form key=value"):
-        load_config(None, ["grpo.n_samples"])
+        load_config(None, ["training.group_size"])
 
 
 def test_parse_cli_reads_config_path_and_overrides():
@@ -136,11 +153,11 @@ def test_parse_cli_reads_config_path_and_overrides():
 # ---------------------------------------------------------------- errors name the key
 def test_unknown_key_names_the_key_the_allowed_keys_and_a_suggestion():
     with pytest.raises(ConfigError) as err:
-        load_config(None, ["grpo.n_sample=4"])
+        load_config(None, ["training.group_sze=4"])
     msg = str(err.value)
-    assert "'grpo.n_sample'" in msg
-    assert "did you mean 'grpo.n_samples'" in msg
-    assert "n_samples, clip_low, clip_high" in msg
+    assert "'training.group_sze'" in msg
+    assert "did you mean 'training.group_size'" in msg
+    assert "steps, groups_per_step, group_size" in msg
 
 
 def test_unknown_key_in_a_yaml_file_is_an_error(tmp_path):
@@ -151,8 +168,8 @@ def test_unknown_key_in_a_yaml_file_is_an_error(tmp_path):
 
 
 def test_unknown_top_level_section_is_an_error():
-    with pytest.raises(ConfigError, match=r"unknown key 'trainer'.*allowed keys at the top level"):
-        load_config(None, ["trainer.lr=1"])
+    with pytest.raises(ConfigError, match=r"unknown key 'grpo'.*allowed keys at the top level"):
+        load_config(None, ["grpo.n_samples=4"])
 
 
 def test_unknown_tiny_model_key_lists_the_tiny_model_fields():
@@ -162,15 +179,15 @@ def test_unknown_tiny_model_key_lists_the_tiny_model_fields():
 
 def test_bad_literal_lists_the_allowed_values():
     with pytest.raises(ConfigError) as err:
-        load_config(None, ["grpo.loss=ppo"])
+        load_config(None, ["trainer.loss.name=ppo"])
     msg = str(err.value)
-    assert "grpo.loss='ppo'" in msg
+    assert "trainer.loss.name='ppo'" in msg
     assert "'grpo', 'dr_grpo', 'dapo', 'gspo', 'cispo'" in msg
 
 
 def test_bad_type_names_the_key_the_value_and_the_expected_type():
-    with pytest.raises(ConfigError, match=r"grpo.n_samples='many' \(str\).*expected an int"):
-        load_config(None, ["grpo.n_samples=many"])
+    with pytest.raises(ConfigError, match=r"training.group_size='many' \(str\).*expected an int"):
+        load_config(None, ["training.group_size=many"])
 
 
 def test_bool_is_not_accepted_for_an_int():
@@ -189,15 +206,17 @@ def test_dict_of_float_values_are_checked():
 
 
 def test_override_into_a_scalar_is_an_error():
-    with pytest.raises(ConfigError, match=r"'grpo.n_samples' is an int, not a section"):
-        load_config(None, ["grpo.n_samples.x=1"])
+    with pytest.raises(ConfigError, match=r"'training.group_size' is an int, not a section"):
+        load_config(None, ["training.group_size.x=1"])
 
 
 @pytest.mark.parametrize(
     ("override", "key"),
     [
-        ("grpo.n_samples=1", "grpo.n_samples"),
-        ("grpo.clip_low=1.0", "grpo.clip_low"),
+        ("training.group_size=1", "training.group_size"),
+        ("trainer.loss.clip_eps_low=-0.1", "trainer.loss.clip_eps_low"),
+        ("trainer.lr=0", "trainer.lr"),
+        ("generator.max_num_seqs=0", "generator.max_num_seqs"),
         ("training.max_policy_lag=-1", "training.max_policy_lag"),
         ("training.steps=0", "training.steps"),
         ("warm_start.demo_fraction=1.5", "warm_start.demo_fraction"),
@@ -211,29 +230,29 @@ def test_out_of_range_value_names_the_key(override, key):
 
 
 def test_range_checks_run_for_directly_built_sections():
-    with pytest.raises(ConfigError, match=r"n_samples=1"):
-        GRPOConfig(n_samples=1)
+    with pytest.raises(ConfigError, match=r"group_size=1"):
+        TrainingConfig(group_size=1)
 
 
 def test_from_dict_builds_nested_sections_and_prefixes_keys():
-    grpo = from_dict(GRPOConfig, {"n_samples": 4, "loss": "gspo"})
-    assert grpo == GRPOConfig(n_samples=4, loss="gspo")
-    with pytest.raises(ConfigError, match=r"unknown key 'rl.grpo.nope'"):
-        from_dict(GRPOConfig, {"nope": 1}, where="rl.grpo")
+    loss = from_dict(LossConfig, {"name": "gspo", "kl_coef": 0.01})
+    assert loss == LossConfig(name="gspo", kl_coef=0.01)
+    with pytest.raises(ConfigError, match=r"unknown key 'rl.loss.nope'"):
+        from_dict(LossConfig, {"nope": 1}, where="rl.loss")
 
 
 # ---------------------------------------------------------------- inheritance, alias, round trip
 def test_defaults_key_inherits_from_a_sibling_yaml_merged_deeply(tmp_path):
     (tmp_path / "base.yaml").write_text(
-        "seed: 5\ngrpo: {n_samples: 4, beta: 0.1}\nservices: {trainer: {with_gpus: true}}\n"
+        "seed: 5\ntrainer: {loss: {name: grpo, kl_coef: 0.1}}\n"
+        "services: {trainer: {with_gpus: true}}\n"
     )
     (tmp_path / "child.yaml").write_text(
-        "defaults: base.yaml\ngrpo: {n_samples: 6}\nservices: {trainer: {procs: 3}}\n"
-        "training: {backend: titan}\n"
+        "defaults: base.yaml\ntrainer: {loss: {name: gspo}}\nservices: {trainer: {procs: 3}}\n"
     )
     cfg = load_config(tmp_path / "child.yaml")
     assert cfg.seed == 5
-    assert cfg.grpo.n_samples == 6 and cfg.grpo.beta == pytest.approx(0.1)
+    assert cfg.trainer.loss == LossConfig(name="gspo", kl_coef=0.1)
     assert cfg.services.trainer == TrainerPlacement(procs=3, with_gpus=True)
 
 
@@ -258,24 +277,26 @@ def test_resume_shortcut_sets_checkpoint_resume():
 def test_dump_then_load_round_trips(tmp_path):
     cfg = load_config(
         AGENT_DIR / "qwen3_8b_code_exec.yaml",
-        ["model.tiny.hidden_size=64", "rewards.components={tool_use: 0.1}", "training.lr=3e-4"],
+        ["model.tiny.hidden_size=64", "rewards.components={tool_use: 0.1}", "trainer.lr=3e-4"],
     )
     path = dump_yaml(cfg, tmp_path / "run" / "config.yaml")
     assert load_config(path) == cfg
 
 
-def test_generator_config_carries_the_engine_settings():
+def test_the_engine_args_carry_the_generator_section_and_the_runs_model():
+    from forge_agent.generator.engine import engine_args
+
     cfg = load_config(AGENT_DIR / "qwen3_8b_code_exec.yaml")
-    gen = cfg.generator_config("/models/qwen3-8b")
-    assert gen.model == "/models/qwen3-8b"
-    assert gen.tensor_parallel_size == 2 and gen.max_model_len == 8192
-    assert gen.dtype == "bfloat16" and not gen.enforce_eager
+    args = engine_args(cfg.generator, "/models/qwen3-8b", cfg.model.dtype, cfg.seed)
+    assert args["model"] == "/models/qwen3-8b"
+    assert args["tensor_parallel_size"] == 2 and args["max_model_len"] == 8192
+    assert args["dtype"] == "bfloat16" and not args["enforce_eager"]
 
 
 def test_a_sharded_trainer_is_set_by_procs_alone():
     """`services.trainer.procs: 2` shards the hf trainer with FSDP2 (and titan's likewise)."""
     for backend in ("hf", "titan"):
-        cfg = load_config(None, ["services.trainer.procs=2", f"training.backend={backend}"])
+        cfg = load_config(None, ["services.trainer.procs=2", f"trainer.backend={backend}"])
         assert cfg.services.trainer.procs == 2
 
 
@@ -288,3 +309,21 @@ def test_a_generator_replica_has_no_procs_key():
 def test_a_cpu_device_with_gpu_services_is_an_error():
     with pytest.raises(ConfigError, match=r"device=.cpu. .*with_gpus"):
         load_config(None, ["device=cpu", "services.trainer.with_gpus=true"])
+
+
+def test_a_loss_preset_stands_unless_a_key_is_set():
+    assert load_config(None, ["trainer.loss.name=grpo"]).trainer.loss.kl_coef == 0.04
+    cfg = load_config(None, ["trainer.loss.name=gspo", "trainer.loss.clip_eps_high=5e-4"])
+    assert (cfg.trainer.loss.clip_eps_low, cfg.trainer.loss.clip_eps_high) == (3e-4, 5e-4)
+
+
+def test_one_class_per_component():
+    """The run's sections are the components' own config classes (no mirrors)."""
+    from forge_agent.advantages import AdvantageConfig
+    from forge_agent.generator.engine import GeneratorConfig
+    from forge_agent.rollout.engine import RolloutConfig
+    from forge_agent.trainer.core import TrainerConfig
+
+    cfg = AgentConfig()
+    assert type(cfg.generator) is GeneratorConfig and type(cfg.rollout) is RolloutConfig
+    assert type(cfg.trainer) is TrainerConfig and type(cfg.advantages) is AdvantageConfig

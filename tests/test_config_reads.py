@@ -2,6 +2,9 @@
 
 The run is the real stack on CPU (tiny model, a short warm start, two GRPO steps with an
 evaluation, a checkpoint and a plot); reads are recorded on the config's own dataclasses.
+The `trainer` and `generator` sections travel whole to actors in other processes, where reads
+are not recorded: the test replays, in this process, the code those actors run on them
+(`build_trainer` + one train step; the engine's environment and arguments).
 """
 
 from __future__ import annotations
@@ -14,7 +17,25 @@ from forge_agent.config import load_config
 from tests.config_reads import record_reads
 
 # Read when the config is built, not later: documented, not dead.
-READ_AT_BUILD = {"resume": "a shortcut that sets checkpoint.resume in AgentConfig.__post_init__"}
+READ_AT_BUILD = {
+    "resume": "a shortcut that sets checkpoint.resume in AgentConfig.__post_init__",
+    "trainer.loss.name": "the preset LossConfig.__post_init__ fills the loss fields from",
+}
+
+
+def replay_actor_reads(cfg) -> None:
+    """What the trainer and generator actors do with their sections (see the module doc)."""
+    from forge_agent.generator.engine import engine_args, engine_environ
+    from forge_agent.trainer.actor import build_trainer
+    from forge_agent.warm_start import policy_model
+    from tests.helpers import random_trajectories
+
+    path = str(policy_model(cfg))
+    run = {"device": cfg.device, "dtype": cfg.model.dtype, "seed": cfg.seed}
+    trainer = build_trainer(cfg.trainer, path, 1, **run)
+    trainer.train_step(random_trajectories(trainer.model.config.vocab_size))
+    engine_environ(cfg.generator)
+    engine_args(cfg.generator, path, cfg.model.dtype, cfg.seed)
 
 
 @pytest.fixture(scope="module")
@@ -31,8 +52,8 @@ def short_run_reads(tmp_path_factory):
             "warm_start.num_demos=16",
             "training.steps=2",
             "training.groups_per_step=1",
-            "grpo.n_samples=4",
-            "grpo.filter_zero_variance=false",
+            "training.group_size=4",
+            "advantages.drop_zero_variance=false",
             "services.env.num_replicas=2",
             "eval.every=2",
             "eval.num_tasks=2",
@@ -54,6 +75,7 @@ def short_run_reads(tmp_path_factory):
             summary = asyncio.run(controller.train(cfg))
         finally:
             controller.dump_yaml = dump
+        replay_actor_reads(cfg)
     return summary, recorder
 
 

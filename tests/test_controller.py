@@ -27,7 +27,7 @@ def _short_overrides(model: Path, out: Path) -> list[str]:
         "warm_start.enabled=false",
         f"output_dir={out}",
         "training.groups_per_step=2",
-        "grpo.n_samples=4",
+        "training.group_size=4",
         "rollout.max_concurrent_episodes=16",
         "services.env.num_replicas=4",
         "eval.num_tasks=4",

@@ -43,15 +43,10 @@ def _batch(vocab: int, n: int, seed: int) -> list[Trajectory]:
     return out
 
 
-def _config(model) -> TrainerConfig:
+def _config() -> TrainerConfig:
     # small rows and micro-batches: several micro-batches, a different count on each rank
     return TrainerConfig(
-        model=str(model),
-        lr=1e-3,
-        loss=LossConfig(aggregation="token_mean"),
-        row_tokens=48,
-        microbatch_tokens=96,
-        seed=0,
+        lr=1e-3, loss=LossConfig(aggregation="token_mean"), row_tokens=48, microbatch_tokens=96
     )
 
 
@@ -68,7 +63,7 @@ def scenario(policy_model_path, tmp_path_factory):
     vocab = AutoConfig.from_pretrained(policy_model_path).vocab_size
     first, second = _batch(vocab, 7, seed=1), _batch(vocab, 7, seed=2)
     ckpt = tmp_path_factory.mktemp("fsdp") / "step_1"
-    one = Trainer(_config(policy_model_path))
+    one = Trainer(_config(), str(policy_model_path))
     ref = {"m1": one.train_step(first)}
     ref["w1"] = {k: v.clone() for k, v in one.state_dict().items()}
     ref["m2"] = one.train_step(second)
@@ -78,7 +73,12 @@ def scenario(policy_model_path, tmp_path_factory):
         procs, store_procs = spawn_test_procs(2), spawn_test_procs(1)
         store = await MonarchWeightStore.spawn(store_procs, name=f"ws_fsdp_{int(resume)}")
         actor = procs.spawn(
-            "trainer", TrainerActor, _config(policy_model_path), store, "hf", None, _free_port()
+            "trainer",
+            TrainerActor,
+            _config(),
+            str(policy_model_path),
+            store,
+            master_port=_free_port(),
         )
         into = {k: torch.empty_like(v) for k, v in ref["w1"].items()}
         got: dict = {}

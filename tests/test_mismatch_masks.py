@@ -79,7 +79,7 @@ def test_mis_in_the_policy_loss_with_ppo_clip():
 
 
 def test_one_correction_at_a_time():
-    with pytest.raises(ValueError, match=r"choose one sampler-mismatch correction"):
+    with pytest.raises(ValueError, match=r"expected one sampler-mismatch correction"):
         LossConfig(tis_cap=2.0, icepop_bounds=(0.5, 5.0))
     assert LossConfig(mis_cap=2.0).correction == "mis"
     assert LossConfig().correction == "none"
@@ -95,9 +95,9 @@ def test_config_selects_a_correction_and_names_a_bad_one():
     from forge_agent.config import load_config
     from forge_agent.typed_config import ConfigError
 
-    cfg = load_config(None, ["grpo.icepop_bounds=[0.5, 5.0]"])
-    assert cfg.grpo.icepop_bounds == [0.5, 5.0]
-    with pytest.raises(ConfigError, match=r"^grpo\.icepop_bounds="):
-        load_config(None, ["grpo.icepop_bounds=[5.0, 0.5]"])
-    with pytest.raises(ConfigError, match=r"^grpo\.mis_cap="):
-        load_config(None, ["grpo.tis_cap=2.0", "grpo.mis_cap=2.0"])
+    cfg = load_config(None, ["trainer.loss.icepop_bounds=[0.5, 5.0]"])
+    assert cfg.trainer.loss.icepop_bounds == (0.5, 5.0)
+    with pytest.raises(ConfigError, match=r"^trainer\.loss\.icepop_bounds="):
+        load_config(None, ["trainer.loss.icepop_bounds=[5.0, 0.5]"])
+    with pytest.raises(ConfigError, match=r"^trainer\.loss\.mis_cap="):
+        load_config(None, ["trainer.loss.tis_cap=2.0", "trainer.loss.mis_cap=2.0"])

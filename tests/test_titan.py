@@ -86,11 +86,10 @@ def test_titan_trainer_loads_an_hf_folder_and_matches_transformers_logprobs(tmp_
         )
         for n in (5, 9, 12)
     ]
-    cfg = TrainerConfig(model=str(tmp_path), row_tokens=32)
-    titan = TitanTrainer(cfg)
-    for got, want in zip(
-        titan.compute_logprobs(trajs), Trainer(cfg).compute_logprobs(trajs), strict=True
-    ):
+    cfg = TrainerConfig(row_tokens=32)
+    titan = TitanTrainer(cfg, str(tmp_path))
+    hf = Trainer(cfg, str(tmp_path))
+    for got, want in zip(titan.compute_logprobs(trajs), hf.compute_logprobs(trajs), strict=True):
         torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
     back = titan.state_dict()
     for k, v in hf.state_dict().items():
@@ -111,7 +110,7 @@ def test_titan_train_step_needs_a_gpu():
 
     with tempfile.TemporaryDirectory() as d:
         hf_tiny().save_pretrained(d)
-        trainer = TitanTrainer(TrainerConfig(model=d, lr=1e-2, dtype="float32"))
+        trainer = TitanTrainer(TrainerConfig(lr=1e-2), d, dtype="float32")
         good = Trajectory(
             "t",
             "g",

@@ -185,8 +185,8 @@ def test_trainer_actor_trains_and_pushes_weights_to_the_store(trainer_procs, tmp
 
     async def run():
         store = await MonarchWeightStore.spawn(trainer_procs, name="ws_trainer_test")
-        cfg = TrainerConfig(model=str(tmp_path / "policy"), lr=1e-2)
-        actor = trainer_procs.spawn("trainer", TrainerActor, cfg, store)
+        cfg = TrainerConfig(lr=1e-2)
+        actor = trainer_procs.spawn("trainer", TrainerActor, cfg, str(tmp_path / "policy"), store)
         assert await actor.setup.call_one() == 0
         metrics = await actor.train_step.call_one(random_trajs(4))
         version = await actor.push_weights.call_one()

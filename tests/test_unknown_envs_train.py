@@ -26,12 +26,12 @@ def _short(policy: Path, out: Path) -> list[str]:
         f"output_dir={out}",
         "training.steps=2",
         "training.groups_per_step=2",
-        "grpo.n_samples=4",
+        "training.group_size=4",
         # The shared model was warm-started on other envs, so the env's own outcome may be
         # the same for a whole group; a small length reward gives every group variance, so
         # two steps always update the weights, and no step waits for a varied group.
-        "grpo.filter_zero_variance=false",
-        "grpo.truncated=keep",
+        "advantages.drop_zero_variance=false",
+        "advantages.truncated=keep",
         "rewards.components={tests.user_envs:shorter_is_better: 0.1}",
         "rollout.max_turns=3",
         "rollout.max_new_tokens_per_turn=32",

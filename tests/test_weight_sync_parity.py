@@ -39,7 +39,7 @@ def _fixed_trajectories(tokenizer) -> list[Trajectory]:
 def test_after_a_weight_sync_generator_logprobs_equal_the_trainers(
     generator, policy_model_path, tiny_tokenizer
 ):
-    trainer = Trainer(TrainerConfig(model=str(policy_model_path), lr=1e-3))
+    trainer = Trainer(TrainerConfig(lr=1e-3), str(policy_model_path))
     original = {k: v.clone() for k, v in trainer.state_dict().items()}
     trajs = _fixed_trajectories(tiny_tokenizer)
     before = [lp.clone() for lp in trainer.compute_logprobs(trajs)]

@@ -93,7 +93,7 @@ async def bench_direct(
     """The baseline: ``VLLMEngine`` in this process, awaited directly."""
     from forge_agent.generator import GeneratorConfig, VLLMEngine
 
-    engine = VLLMEngine(GeneratorConfig(model=model_path))
+    engine = VLLMEngine(GeneratorConfig(), model_path)
     with Timer() as start:
         await engine.start()
     try:
@@ -115,7 +115,7 @@ def bench_actor(
 
     procs = this_host().spawn_procs(per_host={"procs": 1})
     try:
-        gen = procs.spawn("generator", Generator, GeneratorConfig(model=model_path))
+        gen = procs.spawn("generator", Generator, GeneratorConfig(), model_path)
         with Timer() as start:
             gen.setup.call_one().get()
         try:

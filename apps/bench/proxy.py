@@ -130,7 +130,7 @@ async def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     from forge_agent.models.tiny import load_tokenizer
     from forge_agent.rollout import ChatRenderer
 
-    engine = VLLMEngine(GeneratorConfig(model=args.model))
+    engine = VLLMEngine(GeneratorConfig(), args.model)
     await engine.start()
     renderer = ChatRenderer(load_tokenizer(args.model))
     server = EndpointServer(engine.generate, renderer, engine.max_model_len)

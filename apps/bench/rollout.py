@@ -236,7 +236,7 @@ async def bench(model_path: str, n: int, concurrency: int, repeats: int) -> list
     from forge_agent.rollout import ChatRenderer
 
     renderer = ChatRenderer(load_tokenizer(model_path))
-    engine = VLLMEngine(GeneratorConfig(model=model_path, max_model_len=1024))
+    engine = VLLMEngine(GeneratorConfig(max_model_len=1024), model_path)
     await engine.start()
     arms = {"async": run_async, "lockstep": run_lockstep}
     rows = []

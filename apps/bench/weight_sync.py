@@ -212,7 +212,7 @@ async def bench_engine(store, hidden: int, layers: int, repeats: int) -> dict:
     tokenizer.save_pretrained(folder)
     sd = {k: v.detach().clone() for k, v in model.state_dict().items()}
     n = nbytes(sd)
-    engine = VLLMEngine(GeneratorConfig(model=str(folder), max_model_len=256, max_num_seqs=4))
+    engine = VLLMEngine(GeneratorConfig(max_model_len=256, max_num_seqs=4), str(folder))
     await engine.start()
     version, puts, before, after = 0, [], [], []
     try:

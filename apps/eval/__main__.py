@@ -99,7 +99,7 @@ async def run_eval(cfg: AgentConfig, model_path: Path | str, out: Path) -> EvalR
         load_tokenizer(model_path),
         RendererConfig(kind=cfg.model.renderer, enable_thinking=cfg.model.enable_thinking),
     )
-    engine = VLLMEngine(cfg.generator_config(model_path))
+    engine = VLLMEngine(cfg.generator, str(model_path), dtype=cfg.model.dtype, seed=cfg.seed)
     pool = EnvPool(
         cfg.env.id,
         size=cfg.services.env.num_replicas,

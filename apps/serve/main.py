@@ -27,7 +27,7 @@ from forge_agent.rollout import ChatRenderer
 async def serve(args: argparse.Namespace) -> None:
     from forge_agent.models.tiny import load_tokenizer
 
-    engine = VLLMEngine(GeneratorConfig(model=args.model, max_model_len=args.max_model_len))
+    engine = VLLMEngine(GeneratorConfig(max_model_len=args.max_model_len), args.model)
     await engine.start()
     try:
         config = EndpointConfig(

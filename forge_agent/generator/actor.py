@@ -26,14 +26,18 @@ class StateDictSource(Protocol):
 class Generator(Actor):
     """A vLLM engine serving token-id prompts, with versioned in-place weight updates."""
 
-    def __init__(self, config: GeneratorConfig) -> None:
+    def __init__(
+        self, config: GeneratorConfig, model: str, *, dtype: str = "auto", seed: int = 0
+    ) -> None:
         self.config = config
+        self.model = model
+        self.run = {"dtype": dtype, "seed": seed}
         self.engine: VLLMEngine | None = None
 
     @endpoint
     async def setup(self) -> dict[str, Any]:
         """Start the engine; returns its context length and vocabulary size."""
-        self.engine = VLLMEngine(self.config)
+        self.engine = VLLMEngine(self.config, self.model, **self.run)
         await self.engine.start()
         return {"max_model_len": self.engine.max_model_len, "vocab_size": self.engine.vocab_size}
 

@@ -42,12 +42,10 @@ class GeneratorError(Exception):
 
 @dataclass
 class GeneratorConfig:
-    """How to start the engine. `model` is a Hugging Face folder or hub name."""
+    """How to start the engine (the model it serves, its dtype and seed are `VLLMEngine`'s
+    arguments: the run's)."""
 
-    model: str = ""
-    dtype: str = "auto"  # "float32" on CPU, "bfloat16" on GPU
     max_model_len: int = 2048
-    seed: int = 0
     enforce_eager: bool = True
     tensor_parallel_size: int = 1
     gpu_memory_utilization: float = 0.85
@@ -55,6 +53,19 @@ class GeneratorConfig:
     enable_prefix_caching: bool = True
     max_num_seqs: int = 128
     engine_kwargs: dict[str, Any] = field(default_factory=dict)  # passed to AsyncEngineArgs
+
+    def __post_init__(self) -> None:
+        from forge_agent.typed_config import check_field
+
+        check_field(self.max_model_len >= 16, "max_model_len", self.max_model_len, "an int >= 16")
+        check_field(
+            0.0 < self.gpu_memory_utilization <= 1.0,
+            "gpu_memory_utilization",
+            self.gpu_memory_utilization,
+            "a fraction in (0, 1]",
+        )
+        for key in ("tensor_parallel_size", "cpu_kv_cache_gb", "max_num_seqs"):
+            check_field(getattr(self, key) >= 1, key, getattr(self, key), "an int >= 1")
 
 
 @dataclass
@@ -75,13 +86,46 @@ def _on_cpu() -> bool:
     return not torch.cuda.is_available()
 
 
+def engine_environ(config: GeneratorConfig) -> dict[str, str]:
+    """The environment vLLM reads at import, from `config` (set where the user has not)."""
+    environ = {"VLLM_LOGGING_LEVEL": "WARNING"}  # INFO logs per request and reload drown a run
+    if _on_cpu():
+        environ["VLLM_CPU_KVCACHE_SPACE"] = str(config.cpu_kv_cache_gb)
+    return environ
+
+
+def engine_args(config: GeneratorConfig, model: str, dtype: str, seed: int) -> dict[str, Any]:
+    """The keyword arguments of vLLM's `AsyncEngineArgs` for `config` serving `model`."""
+    if dtype == "auto":
+        dtype = "float32" if _on_cpu() else "bfloat16"
+    return dict(
+        model=model,
+        dtype=dtype,
+        max_model_len=config.max_model_len,
+        seed=seed,
+        enforce_eager=config.enforce_eager,
+        tensor_parallel_size=config.tensor_parallel_size,
+        gpu_memory_utilization=config.gpu_memory_utilization,
+        enable_prefix_caching=config.enable_prefix_caching,
+        max_num_seqs=config.max_num_seqs,
+        worker_extension_cls="forge_agent.generator.worker_ext.WeightSyncExtension",
+        disable_log_stats=True,
+        **config.engine_kwargs,
+    )
+
+
 class VLLMEngine:
     """An `AsyncLLM` with token-id prompts, logprobs and versioned weight reload."""
 
-    def __init__(self, config: GeneratorConfig) -> None:
-        if not config.model:
-            raise GeneratorError("GeneratorConfig.model is empty: give a model folder or hub name")
+    def __init__(
+        self, config: GeneratorConfig, model: str, *, dtype: str = "auto", seed: int = 0
+    ) -> None:
+        """`model`: a Hugging Face folder or hub name; `dtype` "auto": float32 on CPU,
+        bfloat16 on GPU; `seed`: the engine's sampling seed."""
+        if not model:
+            raise GeneratorError("VLLMEngine: model is empty; give a model folder or hub name")
         self.config = config
+        self.model, self.dtype, self.seed = str(model), dtype, seed
         self.version = 0
         self._llm: Any = None
         self._ids = itertools.count()
@@ -102,37 +146,18 @@ class VLLMEngine:
 
     async def start(self) -> None:
         """Start the engine (slow: tens of seconds on CPU)."""
-        # vLLM reads these when it is imported: set them here, in the generator's process,
-        # only where the user has not (INFO logs per request and per reload drown the run).
-        os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
-        if _on_cpu():
-            os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(self.config.cpu_kv_cache_gb))
+        # vLLM reads these when it is imported: set them here, in the generator's process.
+        for key, value in engine_environ(self.config).items():
+            os.environ.setdefault(key, value)
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
 
-        cfg = self.config
-        dtype = cfg.dtype
-        if dtype == "auto":
-            dtype = "float32" if _on_cpu() else "bfloat16"
-        args = AsyncEngineArgs(
-            model=cfg.model,
-            dtype=dtype,
-            max_model_len=cfg.max_model_len,
-            seed=cfg.seed,
-            enforce_eager=cfg.enforce_eager,
-            tensor_parallel_size=cfg.tensor_parallel_size,
-            gpu_memory_utilization=cfg.gpu_memory_utilization,
-            enable_prefix_caching=cfg.enable_prefix_caching,
-            max_num_seqs=cfg.max_num_seqs,
-            worker_extension_cls="forge_agent.generator.worker_ext.WeightSyncExtension",
-            disable_log_stats=True,
-            **cfg.engine_kwargs,
-        )
+        args = AsyncEngineArgs(**engine_args(self.config, self.model, self.dtype, self.seed))
         self._llm = AsyncLLM.from_engine_args(args)
         from forge_agent.generator.reaper import watch_engine
 
         self._reaper = watch_engine()  # engine processes die with this process, even on SIGKILL
-        self._hf_shapes = _expected_shapes(cfg.model)
+        self._hf_shapes = _expected_shapes(self.model)
         self.vocab_size = self._llm.model_config.get_vocab_size()
         self.max_model_len = self._llm.model_config.max_model_len
 

@@ -1,12 +1,13 @@
 """`TrainerActor`: the `Trainer` as a Monarch actor.
 
     procs = this_host().spawn_procs(per_host={"procs": 1})
-    trainer = procs.spawn("trainer", TrainerActor, TrainerConfig(model=path), weight_store)
+    trainer = procs.spawn("trainer", TrainerActor, TrainerConfig(), path, weight_store)
     await trainer.setup.call_one()
     metrics = await trainer.train_step.call_one(trajectories)
     version = await trainer.push_weights.call_one()          # -> weight store
 
-The constructor takes plain data (a config and, optionally, a picklable weight-store client);
+The constructor takes plain data (a config, the model folder and, optionally, a picklable
+weight-store client);
 `setup` loads the model, so load errors surface to the caller.
 """
 
@@ -16,8 +17,7 @@ from typing import Any
 
 from monarch.actor import Actor, endpoint
 
-from forge_agent.config import titan_degrees
-from forge_agent.trainer.core import Trainer, TrainerConfig
+from forge_agent.trainer.core import Trainer, TrainerConfig, titan_degrees
 from forge_agent.types import Trajectory
 
 
@@ -28,17 +28,18 @@ class TrainerActor(Actor):
     def __init__(
         self,
         cfg: TrainerConfig,
+        model: str,
         weight_store: Any = None,
-        backend: str = "hf",
-        titan: dict[str, Any] | None = None,
+        *,
+        device: str = "auto",
+        dtype: str = "auto",
+        seed: int = 0,
         master_port: int = 29500,
     ) -> None:
-        if backend not in ("hf", "titan"):
-            raise ValueError(f"trainer backend must be 'hf' or 'titan', got {backend!r}")
         self.cfg = cfg
+        self.model = model
         self.weight_store = weight_store
-        self.backend = backend
-        self.titan = dict(titan or {})
+        self.run = {"device": device, "dtype": dtype, "seed": seed}
         self.master_port = master_port
         self.rank = 0
         self.trainer: Trainer | None = None
@@ -56,19 +57,10 @@ class TrainerActor(Actor):
         the Monarch rank before the device mesh is built. With several procs the hf backend
         shards the transformers model with FSDP2 (`FSDPTrainer`), titan with torchtitan.
         """
-        if self.backend == "titan":
-            from forge_agent.trainer.titan import TitanTrainer
-
+        world = _mesh_size()
+        if world > 1 or self.cfg.backend == "titan":
             self.rank, world = _join_process_group(self.master_port)
-            tp, _ = titan_degrees(self.titan, world)
-            self.trainer = TitanTrainer(self.cfg, tensor_parallel_degree=tp)
-        elif _mesh_size() > 1:
-            from forge_agent.trainer.fsdp import FSDPTrainer
-
-            self.rank, _ = _join_process_group(self.master_port)
-            self.trainer = FSDPTrainer(self.cfg)
-        else:
-            self.trainer = Trainer(self.cfg)
+        self.trainer = build_trainer(self.cfg, self.model, world, **self.run)
         return self.trainer.policy_version
 
     @endpoint
@@ -105,6 +97,27 @@ class TrainerActor(Actor):
     @endpoint
     async def load_checkpoint(self, path: str) -> Any:
         return self._t().load_checkpoint(path)
+
+
+def build_trainer(cfg: TrainerConfig, model: str, world: int = 1, **run: Any) -> Trainer:
+    """The trainer `cfg.backend` names for one rank of `world`: `Trainer` (hf, one rank),
+    `FSDPTrainer` (hf, several ranks) or `TitanTrainer` (`cfg.titan` degrees). `run`: the
+    run's device, dtype and seed (see `Trainer`)."""
+    if cfg.backend == "titan":
+        from forge_agent.trainer.titan import TitanTrainer
+
+        tp, _ = titan_degrees(cfg.titan, world)
+        return TitanTrainer(cfg, model, tensor_parallel_degree=tp, **run)
+    if cfg.titan:
+        raise ValueError(
+            f"trainer.titan={cfg.titan!r} is set but trainer.backend is {cfg.backend!r}; "
+            "set trainer.backend=titan or drop trainer.titan"
+        )
+    if world > 1:
+        from forge_agent.trainer.fsdp import FSDPTrainer
+
+        return FSDPTrainer(cfg, model, **run)
+    return Trainer(cfg, model, **run)
 
 
 def _mesh_size() -> int:

@@ -34,29 +34,74 @@ from forge_agent.types import Trajectory
 
 @dataclass
 class TrainerConfig:
-    """Everything the trainer needs, as plain data (so an actor can receive it)."""
+    """The trainer's settings, as plain data (so an actor can receive it).
 
-    model: str = ""  # Hugging Face folder (or hub id) for AutoModelForCausalLM
-    device: str = "auto"  # "auto": cuda when available, else cpu
-    dtype: str = "auto"  # "auto": bfloat16 on cuda, float32 on cpu
-    attn_implementation: str = "sdpa"  # "sdpa" | "eager" | "flash_attention_2"
+    The model it trains, the device, dtype and seed are the run's (``Trainer``'s arguments).
+    `backend`: "hf" (transformers; FSDP2 when the trainer mesh has several procs) or "titan"
+    (torchtitan; `titan` holds its parallelism degrees: ``tensor_parallel_degree``,
+    ``data_parallel_shard_degree``, -1 = the rest); the actor picks the class from them.
+    """
+
+    backend: Literal["hf", "titan"] = "hf"
+    titan: dict[str, Any] = field(default_factory=dict)
+    attn_implementation: Literal["sdpa", "eager", "flash_attention_2"] = "sdpa"
     lr: float = 1e-5
     betas: tuple[float, float] = (0.9, 0.999)
     weight_decay: float = 0.0
-    max_grad_norm: float | None = 1.0
+    max_grad_norm: float | None = 1.0  # null: no clipping
     loss: LossConfig = field(default_factory=LossConfig)
     packing: bool = True
     row_tokens: int = 4096  # max tokens per packed row
     microbatch_tokens: int = 16384  # token budget of one forward/backward
     compute_entropy: bool = True  # entropy metric (and bonus when loss.entropy_coef > 0)
     gradient_checkpointing: bool = False
-    seed: int = 0
-    initial_version: int = 0
 
     def __post_init__(self) -> None:
-        if isinstance(self.loss, dict):  # from YAML / plain dicts
+        from forge_agent.typed_config import check_field
+
+        if isinstance(self.loss, dict):  # from plain dicts
             self.loss = LossConfig(**self.loss)
         self.betas = tuple(self.betas)  # type: ignore[assignment]
+        check_field(self.lr > 0.0, "lr", self.lr, "a float > 0")
+        check_field(self.weight_decay >= 0.0, "weight_decay", self.weight_decay, "a float >= 0")
+        norm = self.max_grad_norm
+        check_field(norm is None or norm > 0, "max_grad_norm", norm, "a float > 0 or null")
+        for key in ("row_tokens", "microbatch_tokens"):
+            check_field(getattr(self, key) >= 1, key, getattr(self, key), "an int >= 1")
+        check_field(
+            self.row_tokens <= self.microbatch_tokens,
+            "row_tokens",
+            self.row_tokens,
+            f"an int <= microbatch_tokens ({self.microbatch_tokens})",
+        )
+
+
+TITAN_KEYS = ("tensor_parallel_degree", "data_parallel_shard_degree")
+
+
+def titan_degrees(titan: dict[str, Any], world: int) -> tuple[int, int]:
+    """(tensor parallel, FSDP shard) degrees of ``trainer.titan`` for ``world`` trainer procs.
+
+    ``data_parallel_shard_degree`` -1 means "the rest": ``world // tensor_parallel_degree``.
+    """
+    unknown = sorted(set(titan) - set(TITAN_KEYS))
+    if unknown:
+        raise ValueError(f"trainer.titan: unknown key(s) {unknown}; expected {list(TITAN_KEYS)}")
+    tp = int(titan.get("tensor_parallel_degree", 1))
+    dp = int(titan.get("data_parallel_shard_degree", -1))
+    if tp < 1 or world % tp:
+        raise ValueError(
+            f"trainer.titan.tensor_parallel_degree={tp} does not divide the "
+            f"{world} trainer procs (services.trainer.procs)"
+        )
+    if dp == -1:
+        dp = world // tp
+    if dp * tp != world:
+        raise ValueError(
+            f"trainer.titan.data_parallel_shard_degree={dp} x tensor_parallel_degree={tp} != "
+            f"{world} trainer procs (services.trainer.procs); use -1 for the rest"
+        )
+    return tp, dp
 
 
 def _resolve_device(name: str) -> torch.device:
@@ -146,22 +191,30 @@ class Trainer:
     def __init__(
         self,
         cfg: TrainerConfig,
-        model: nn.Module | None = None,
+        model: str | Path | nn.Module,
+        *,
+        device: str = "auto",
+        dtype: str = "auto",
+        seed: int = 0,
         tokenizer: Any = None,
         ref_model: nn.Module | None = None,
     ) -> None:
+        """`model`: a Hugging Face folder (or hub id) for AutoModelForCausalLM, or a module.
+        `device` "auto": cuda when available, else cpu; `dtype` "auto": bfloat16 on cuda,
+        float32 on cpu."""
         self.cfg = cfg
-        torch.manual_seed(cfg.seed)
-        self.device = _resolve_device(cfg.device)
-        self.dtype = _resolve_dtype(cfg.dtype, self.device)
-        if model is None:
-            if not cfg.model:
-                raise ValueError("TrainerConfig.model is empty and no model was passed")
-            model = self._load_model(cfg.model)
-            if tokenizer is None and (Path(cfg.model) / "tokenizer_config.json").exists():
+        torch.manual_seed(seed)
+        self.device = _resolve_device(device)
+        self.dtype = _resolve_dtype(dtype, self.device)
+        self.model_path = "" if isinstance(model, nn.Module) else str(model)
+        if not isinstance(model, nn.Module):
+            if not self.model_path:
+                raise ValueError("Trainer: model is empty; give a model folder or a module")
+            model = self._load_model(self.model_path)
+            if tokenizer is None and (Path(self.model_path) / "tokenizer_config.json").exists():
                 from transformers import AutoTokenizer
 
-                tokenizer = AutoTokenizer.from_pretrained(cfg.model)
+                tokenizer = AutoTokenizer.from_pretrained(self.model_path)
         self.model = self._place(model)
         self.model.train()
         if cfg.gradient_checkpointing and hasattr(self.model, "gradient_checkpointing_enable"):
@@ -180,7 +233,7 @@ class Trainer:
             self.model.parameters(), lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay
         )
         self.step = 0
-        self.policy_version = cfg.initial_version
+        self.policy_version = 0
 
     # -- model construction (backends override) -----------------------------------------------
 

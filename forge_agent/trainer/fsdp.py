@@ -50,13 +50,13 @@ class FSDPTrainer(Trainer):
     set) before construction.
     """
 
-    def __init__(self, cfg: TrainerConfig, **kwargs: Any) -> None:
+    def __init__(self, cfg: TrainerConfig, model: Any, **kwargs: Any) -> None:
         if not dist.is_initialized():
             dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
         self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
         self._loss_scale = float(self.world_size)  # undo FSDP's average over ranks
         self._idle = False
-        super().__init__(cfg, **kwargs)
+        super().__init__(cfg, model, **kwargs)
 
     # -- model ----------------------------------------------------------------------------------
 
@@ -72,7 +72,7 @@ class FSDPTrainer(Trainer):
         return model
 
     def _reference_copy(self) -> nn.Module:
-        return self._place(self._load_model(self.cfg.model))
+        return self._place(self._load_model(self.model_path))
 
     # -- data parallelism -----------------------------------------------------------------------
 
@@ -131,7 +131,7 @@ class FSDPTrainer(Trainer):
         weights = self.state_dict()
         optimizer = self._full_optimizer_state()
         if self.rank == 0:
-            hf = AutoModelForCausalLM.from_pretrained(self.cfg.model, dtype=self.dtype)
+            hf = AutoModelForCausalLM.from_pretrained(self.model_path, dtype=self.dtype)
             hf.load_state_dict(weights)
             path.mkdir(parents=True, exist_ok=True)
             torch.save(optimizer, path / _OPTIMIZER_FILE)  # before COMPLETE is written
@@ -159,7 +159,7 @@ class FSDPTrainer(Trainer):
         from forge_agent.trainer.checkpoint import load_checkpoint
 
         path = Path(path)
-        hf = AutoModelForCausalLM.from_pretrained(self.cfg.model, dtype=self.dtype)
+        hf = AutoModelForCausalLM.from_pretrained(self.model_path, dtype=self.dtype)
         state = load_checkpoint(path, hf, None)
         options = StateDictOptions(full_state_dict=True)
         set_model_state_dict(self.model, hf.state_dict(), options=options)

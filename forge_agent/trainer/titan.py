@@ -125,16 +125,18 @@ def titan_logits(model: nn.Module, mb: MicroBatch) -> torch.Tensor:
 class TitanTrainer(Trainer):
     """`Trainer` on torchtitan's Qwen3 with FSDP2/TP when several ranks run it.
 
-    `cfg.model` must be an HF Qwen3 folder; weights go in and come out in the HF layout.
+    `model` must be an HF Qwen3 folder; weights go in and come out in the HF layout.
     `tensor_parallel_degree` splits each rank group for TP; the rest is FSDP.
     """
 
-    def __init__(self, cfg: TrainerConfig, tensor_parallel_degree: int = 1, **kwargs: Any):
+    def __init__(
+        self, cfg: TrainerConfig, model: Any, tensor_parallel_degree: int = 1, **kwargs: Any
+    ):
         self.rank = int(os.environ.get("RANK", "0"))
         self.world_size = int(os.environ.get("WORLD_SIZE", "1"))
         self.tp = tensor_parallel_degree
         self._loss_scale = float(self.world_size // self.tp)  # FSDP averages over dp ranks
-        super().__init__(cfg, **kwargs)
+        super().__init__(cfg, model, **kwargs)
 
     def _load_model(self, path: str) -> nn.Module:
         from safetensors.torch import load_file
