@@ -164,7 +164,9 @@ class Controller:
         # 2. actors: weight store, trainer, generator replicas, reward service
         self.placement = Placement(cfg.services, cfg.generator.tensor_parallel_size)
         self.store = await make_weight_store(cfg.weight_store, self.placement.spawn("store", 1))
-        model = {"dtype": cfg.model.dtype, "seed": cfg.seed}  # what the components share
+        # Each actor gets its own config section plus what the run shares: the policy folder,
+        # its dtype and the seed.
+        shared = {"dtype": cfg.model.dtype, "seed": cfg.seed}
         self.trainer = self.placement.trainer_procs().spawn(
             "trainer",
             TrainerActor,
@@ -173,11 +175,12 @@ class Controller:
             self.store,
             device=cfg.device,
             master_port=_free_port(),
-            **model,
+            **shared,
         )
         for i in range(cfg.services.generator.num_replicas):
             procs = self.placement.generator_procs(i)
-            gen = procs.spawn("generator", Generator, cfg.generator, str(self.policy_path), **model)
+            policy = str(self.policy_path)
+            gen = procs.spawn("generator", Generator, cfg.generator, policy, **shared)
             self.generators.append(gen)
         rubric = functools.partial(
             build_rubric, dict(cfg.rewards.components), cfg.rollout.max_total_tokens
