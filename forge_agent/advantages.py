@@ -48,7 +48,7 @@ class AdvantageConfig:
     def __post_init__(self) -> None:
         from forge_agent.typed_config import check_field
 
-        check_field(self.eps > 0.0, "eps", self.eps, "a float > 0")
+        check_field(self.eps >= 0.0, "eps", self.eps, "a float >= 0")
         check_field(self.min_group_size >= 1, "min_group_size", self.min_group_size, "an int >= 1")
 
 
