@@ -53,6 +53,7 @@ def short_run_reads(tmp_path_factory):
             "training.steps=2",
             "training.groups_per_step=1",
             "training.group_size=4",
+            "trainer.loss.kl_coef=0.01",  # the KL term runs (it reads kl_estimator)
             "advantages.drop_zero_variance=false",
             "services.env.num_replicas=2",
             "eval.every=2",
