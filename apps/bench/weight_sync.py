@@ -215,6 +215,7 @@ async def bench_engine(store, hidden: int, layers: int, repeats: int) -> dict:
     engine = VLLMEngine(GeneratorConfig(max_model_len=256, max_num_seqs=4), str(folder))
     await engine.start()
     version, puts, before, after = 0, [], [], []
+    phases: dict[str, list[dict]] = {"before": [], "after": []}  # inside vLLM's worker
     try:
         for i in range(repeats + 1):
             for path in ("before", "after"):
@@ -229,6 +230,7 @@ async def bench_engine(store, hidden: int, layers: int, repeats: int) -> dict:
                 if i:  # the first round warms pages and the engine up
                     puts.append(t1 - t0)
                     (before if path == "before" else after).append(time.perf_counter() - t1)
+                    phases[path].append(engine.last_reload[0])
         probe = await engine.generate(list(range(1, 9)))
         assert probe.token_ids, "the engine stopped generating after the reloads"
     finally:
@@ -243,6 +245,9 @@ async def bench_engine(store, hidden: int, layers: int, repeats: int) -> dict:
         "after_s": statistics.median(after),
         "memcpy_s": memcpy_s,
     }
+    for path, rows in phases.items():  # where the time goes inside the worker
+        keys = ("read_s", "reload_s", "reprepare_s")
+        row[f"{path}_worker"] = {k: statistics.median(r[k] for r in rows) for k in keys}
     row["before_vs_memcpy"] = memcpy_s / row["before_s"]
     row["after_vs_memcpy"] = memcpy_s / row["after_s"]
     row["speedup"] = row["before_s"] / row["after_s"]
@@ -251,6 +256,13 @@ async def bench_engine(store, hidden: int, layers: int, repeats: int) -> dict:
         f"{row['before_s']:.3f}s ({row['before_vs_memcpy']:.2f}x memcpy) | after "
         f"{row['after_s']:.3f}s ({row['after_vs_memcpy']:.2f}x memcpy) | memcpy "
         f"{memcpy_s:.4f}s | put {row['put_s']:.3f}s | speedup {row['speedup']:.2f}x",
+        flush=True,
+    )
+    w = row["after_worker"]
+    print(
+        f"  after, inside vLLM's worker: read {w['read_s']:.4f}s | reload_weights "
+        f"{w['reload_s']:.4f}s | re-prepare embeddings {w['reprepare_s']:.4f}s | rest (RPC, "
+        f"gate, prefix-cache reset) {row['after_s'] - sum(w.values()):.4f}s",
         flush=True,
     )
     return row

@@ -143,6 +143,8 @@ class VLLMEngine:
         self._reaper: Any = None
         self._busy_s = 0.0  # seconds with at least one request in the engine
         self._busy_since: float | None = None
+        # per vLLM worker: tensors loaded and seconds reading / reloading / re-preparing
+        self.last_reload: list[dict[str, float]] = []
 
     async def start(self) -> None:
         """Start the engine (slow: tens of seconds on CPU)."""
@@ -334,7 +336,9 @@ class VLLMEngine:
         async def reload() -> None:
             path = _write_shared(state_dict, version)
             try:
-                await self._llm.collective_rpc("forge_reload_weights", args=(str(path),))
+                self.last_reload = await self._llm.collective_rpc(
+                    "forge_reload_weights", args=(str(path),)
+                )
             finally:
                 path.unlink(missing_ok=True)
 
@@ -352,7 +356,9 @@ class VLLMEngine:
 
         async def reload() -> None:
             args = (view.path, view.nbytes, [list(m) for m in view.metas])
-            await self._llm.collective_rpc("forge_reload_weights_shared", args=args)
+            self.last_reload = await self._llm.collective_rpc(
+                "forge_reload_weights_shared", args=args
+            )
 
         return await self._swap(view.version, reload, abort_in_flight, resume_in_flight)
 

@@ -19,43 +19,58 @@ class WeightSyncExtension:
         model = self.model_runner.get_model()  # type: ignore[attr-defined]
         return {n: (list(p.shape), str(p.dtype)) for n, p in model.named_parameters()}
 
-    def forge_reload_weights(self, path: str) -> int:
+    def forge_reload_weights(self, path: str) -> dict[str, float]:
         """Load the checkpoint-format tensors of the safetensors file at `path` into the running
-        model; returns how many were loaded. (vLLM's RPC decodes untyped arguments, so tensors
-        travel as a file in shared memory rather than as RPC arguments.)
+        model. (vLLM's RPC decodes untyped arguments, so tensors travel as a file in shared
+        memory rather than as RPC arguments.) Returns `_forge_load`'s counts and timings."""
+        import time
+
+        from safetensors.torch import load_file
+
+        started = time.perf_counter()
+        weights = load_file(path, device="cpu")
+        return self._forge_load(weights, time.perf_counter() - started)
+
+    def forge_reload_weights_shared(self, path: str, nbytes: int, metas: list) -> dict[str, float]:
+        """Load a weight-store version in place from its shared-memory file: the tensors are
+        views of the mapped file (`forge_agent.weight_layout.map_shared_view`), copied once,
+        into the model's parameters. Returns `_forge_load`'s counts and timings."""
+        import time
+
+        from forge_agent.weight_layout import map_shared_view
+
+        started = time.perf_counter()
+        weights = map_shared_view(path, nbytes, metas)
+        return self._forge_load(weights, time.perf_counter() - started)
+
+    def _forge_load(self, weights: dict[str, Any], read_s: float) -> dict[str, float]:
+        """Reload `weights` (checkpoint names) in place through vLLM's `reload_weights`, which
+        re-runs each layer's weight processing (on the CPU build: the oneDNN repacking of every
+        linear layer). Returns the tensor count and the seconds spent reading the weights,
+        reloading them, and re-preparing tied embeddings.
 
         On the CPU build the embedding method keeps a packed copy of the LM head; with tied
         embeddings the reload writes `embed_tokens` only, so the LM head's packed copy would go
-        stale. Re-preparing every embedding-method layer after the reload fixes both cases.
+        stale: re-preparing every embedding-method layer after the reload fixes it.
         """
         import logging
-
-        from safetensors.torch import load_file
+        import time
 
         # Rotary embeddings have no checkpoint tensors; vLLM warns about them on every reload.
         logging.getLogger("vllm.model_executor.model_loader.reload.layerwise").setLevel(
             logging.ERROR
         )
-        weights = load_file(path, device="cpu")
+        started = time.perf_counter()
         self.model_runner.reload_weights(weights_iterator=iter(weights.items()))  # type: ignore[attr-defined]
+        loaded = time.perf_counter()
         self._forge_reprepare_embedding_layers()
-        return len(weights)
-
-    def forge_reload_weights_shared(self, path: str, nbytes: int, metas: list) -> int:
-        """Load a weight-store version in place from its shared-memory file: the tensors are
-        views of the mapped file (`forge_agent.weight_layout.map_shared_view`), copied once,
-        into the model's parameters. Returns how many were loaded."""
-        import logging
-
-        from forge_agent.weight_layout import map_shared_view
-
-        logging.getLogger("vllm.model_executor.model_loader.reload.layerwise").setLevel(
-            logging.ERROR
-        )
-        weights = map_shared_view(path, nbytes, metas)
-        self.model_runner.reload_weights(weights_iterator=iter(weights.items()))  # type: ignore[attr-defined]
-        self._forge_reprepare_embedding_layers()
-        return len(weights)
+        done = time.perf_counter()
+        return {
+            "tensors": float(len(weights)),
+            "read_s": read_s,
+            "reload_s": loaded - started,
+            "reprepare_s": done - loaded,
+        }
 
     def _forge_reprepare_embedding_layers(self) -> None:
         from vllm.model_executor.layers.vocab_parallel_embedding import (
