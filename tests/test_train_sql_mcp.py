@@ -50,11 +50,10 @@ def test_sql_mcp_trains_and_its_traces_show_mcp_tool_calls(sql_policy, tmp_path)
             # a small length reward gives every group variance, so both steps update weights.
             "grpo.filter_zero_variance=false",
             "grpo.truncated=keep",
-            # a cooler policy writes the ~60-token query without a stray token
-            "grpo.temperature=0.6",
             "rewards.components={tests.user_envs:shorter_is_better: 0.1}",
             # one read_query call (about 64 tokens in the tiny tokenizer), then the number
             "rollout.max_turns=2",
+            "rollout.temperature=0.6",  # cooler: the ~60-token query without a stray token
             "rollout.max_new_tokens_per_turn=80",
             "rollout.max_total_tokens=400",
             "rollout.max_concurrent_episodes=8",
