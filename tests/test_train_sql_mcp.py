@@ -45,11 +45,11 @@ def test_sql_mcp_trains_and_its_traces_show_mcp_tool_calls(sql_policy, tmp_path)
             "env.kwargs={}",
             "training.steps=2",
             "training.groups_per_step=2",
-            "grpo.n_samples=4",
+            "training.group_size=4",
             # The env's exact-match outcome may be the same for a whole group of a tiny model;
             # a small length reward gives every group variance, so both steps update weights.
-            "grpo.filter_zero_variance=false",
-            "grpo.truncated=keep",
+            "advantages.drop_zero_variance=false",
+            "advantages.truncated=keep",
             "rewards.components={tests.user_envs:shorter_is_better: 0.1}",
             # one read_query call (about 64 tokens in the tiny tokenizer), then the number
             "rollout.max_turns=2",
