@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from forge_agent.config import AgentConfig, dump_yaml
+from forge_agent.step_profile import PhaseClock
 from forge_agent.types import Group, Status, Trajectory
 
 logger = logging.getLogger(__name__)
@@ -103,6 +104,7 @@ class Controller:
         self.resumed_from: dict[str, Any] | None = None
         self._gate = asyncio.Event()
         self._gate.set()
+        self.profile = PhaseClock()  # per-step phases (profile/* metrics)
 
     # ------------------------------------------------------------------ setup
     async def _trainer_call(self, endpoint: Any, *args: Any) -> Any:
@@ -118,7 +120,7 @@ class Controller:
         from forge_agent.metrics import MetricLogger
         from forge_agent.models.tiny import load_tokenizer
         from forge_agent.placement import Placement
-        from forge_agent.replay import ReplayBuffer
+        from forge_agent.replay import ReplayBuffer, ZeroSignalWatch
         from forge_agent.rewards.actor import RewardActor
         from forge_agent.rollout import ChatRenderer, RendererConfig, RolloutEngine, SessionRouter
         from forge_agent.tasks import TaskStream, load_tasks
@@ -206,20 +208,24 @@ class Controller:
         generate: Any = SessionRouter(self.generators)
         if self.generate_wrapper is not None:
             generate = self.generate_wrapper(generate)
+        generate = self.profile.timed_generate(generate)
+        envs = self.profile.timed_envs(self.pool)
         self.traces = TraceWriter(self.out / "traces.jsonl")
         rollout_cfgs = [episodes, replace(episodes, temperature=cfg.eval.temperature)]
         if cfg.env.id.startswith("agent:"):  # agent programs talk to an OpenAI endpoint
             from forge_agent.endpoint.agents import start_agent_engines
 
             self.endpoint, engines = await start_agent_engines(
-                generate, self.pool, renderer, max_len, rollout_cfgs
+                generate, envs, renderer, max_len, rollout_cfgs
             )
             self.engine, self.eval_engine = engines
         else:
             self.engine, self.eval_engine = (
-                RolloutEngine(generate, self.pool, renderer, c) for c in rollout_cfgs
+                RolloutEngine(generate, envs, renderer, c) for c in rollout_cfgs
             )
         self.buffer = ReplayBuffer(cfg.training.replay_capacity, cfg.training.max_policy_lag)
+        gps = cfg.training.groups_per_step
+        self.zero_signal = ZeroSignalWatch(warn_after=4 * gps, fail_after=25 * gps)
         self.metrics = MetricLogger.from_config(cfg.metrics, self.out, cfg.training.steps)
         self.decode = load_token_decoder(self.policy_path)
         if cfg.checkpoint.resume:
@@ -245,27 +251,29 @@ class Controller:
 
     # ------------------------------------------------------------------ rollout loop
     async def _produce(self) -> None:
-        """Start groups while the gate is open and the buffer wants more; score and filter
-        each as it finishes."""
+        """Start the groups the buffer admits (`ReplayBuffer.room`: on-policy, exactly those
+        the next step needs) while the gate is open; score and filter each as it finishes."""
         cfg = self.cfg
         max_groups = max(1, cfg.rollout.max_concurrent_episodes // cfg.training.group_size)
-        want = cfg.training.groups_per_step * (1 + cfg.training.max_policy_lag)
         running: set[asyncio.Task] = set()
         try:
             while True:
-                await self._gate.wait()
-                if len(running) < max_groups and len(self.buffer) + len(running) < want:
+                while not self._gate.is_set():  # a wake-up may come after the gate re-closed
+                    await self._gate.wait()
+                room = self.buffer.room(len(running), cfg.training.groups_per_step)
+                if len(running) < max_groups and room > 0:
                     task, seed = next(self.tasks)
                     running.add(asyncio.create_task(self._one_group(task, seed)))
                     continue
-                if running:
-                    done, running = await asyncio.wait(
-                        running, timeout=0.5, return_when=asyncio.FIRST_COMPLETED
-                    )
-                    for t in done:
-                        t.result()
-                else:
-                    await asyncio.sleep(0.05)
+                # wait for a group to finish or the buffer to change (a take, a new version)
+                changed = asyncio.ensure_future(self.buffer.changed())
+                done, _ = await asyncio.wait(
+                    running | {changed}, timeout=1.0, return_when=asyncio.FIRST_COMPLETED
+                )
+                changed.cancel()
+                for t in done - {changed}:
+                    running.discard(t)
+                    t.result()
         finally:
             for t in running:
                 t.cancel()
@@ -277,7 +285,8 @@ class Controller:
 
         group = await self.engine.run_group(task, seed, self.cfg.training.group_size)
         try:
-            scored, reward_metrics = await self.rewards.score.choose(group.trajectories)
+            with self.profile.phase("reward"):
+                scored, reward_metrics = await self.rewards.score.choose(group.trajectories)
         except Exception as exc:  # the whole reward service failed: mark, do not crash
             self.counts["reward_service_error"] += 1
             logger.warning("reward scoring failed for %s: %s", group.task_id, exc)
@@ -292,6 +301,7 @@ class Controller:
         for name, value in stats.as_metrics().items():
             record(name, value, "sum")
         self.counts["groups_produced"] += 1
+        self.zero_signal.observe(bool(kept), [t.reward for t in group.trajectories])
         if kept:
             await self.buffer.put(Group(task_id=group.task_id, trajectories=kept))
         else:
@@ -325,6 +335,7 @@ class Controller:
         evals: list[dict[str, float]] = []
         if cfg.eval.every > 0:
             evals.append(await self._evaluate())
+        self.profile.start()
         producer = asyncio.create_task(self._produce())
         try:
             while self.step < cfg.training.steps:
@@ -333,13 +344,14 @@ class Controller:
                 lags = check_token_lags(batch, self.version, cfg.training.max_policy_lag)
                 if cfg.training.max_policy_lag == 0:
                     self._gate.clear()  # on-policy: no rollouts while the policy changes
-                with self.timing.measure("trainer_busy"):
+                with self.timing.measure("trainer_busy"), self.profile.phase("train"):
                     metrics = await self._trainer_call(self.trainer.train_step, batch)
                 self.step += 1
                 self.version = int(metrics.get("train/policy_version", self.version + 1))
                 await self.buffer.set_version(self.version)
                 if self.step % cfg.training.sync_interval == 0:
-                    await self._sync_weights()
+                    with self.profile.phase("weight_sync"):
+                        await self._sync_weights()
                 self._gate.set()
                 for name, value in metrics.items():
                     record(name, value)
@@ -350,9 +362,13 @@ class Controller:
                 if cfg.eval.every > 0 and (
                     self.step % cfg.eval.every == 0 or self.step == cfg.training.steps
                 ):
-                    evals.append(await self._evaluate())
+                    with self.profile.phase("eval"):
+                        evals.append(await self._evaluate())
                 if cfg.checkpoint.every > 0 and self.step % cfg.checkpoint.every == 0:
-                    await self._save_checkpoint()
+                    with self.profile.phase("checkpoint"):
+                        await self._save_checkpoint()
+                for name, value in self.profile.step_metrics().items():
+                    record(name, value, "last")
                 self.history.append(self.metrics.flush(self.step))
                 if cfg.metrics.plot_every and self.step % cfg.metrics.plot_every == 0:
                     self._plot()
@@ -368,6 +384,7 @@ class Controller:
             "policy_version": self.version,
             "wall_s": time.monotonic() - started,
             "timing": self.timing.fractions(generator_busy, len(self.generators)),
+            "profile": self.profile.summary(),
             "evals": evals,
             "counts": dict(self.counts),
             "policy_path": str(self.policy_path),

@@ -11,12 +11,22 @@ trainer (`take`). Waits: `put` waits while the buffer is full; `take` waits unti
 groups are there. Groups too old for the current policy are evicted (and counted) whenever the
 buffer is looked at, and an evicted or taken group frees its slot at once, so the two loops
 cannot deadlock: a full buffer of stale groups empties on the next `take`.
+
+Admission (`room`): how many groups the rollout loop may start now. On-policy (n = 0) it starts
+exactly the groups the next step needs, and none between the trainer taking a batch and the
+policy moving on, so no group is sampled that the trainer cannot use (`evicted` stays 0). In
+async mode (n > 0) it keeps up to `groups_per_step * (1 + n)` buffered or running; groups that
+age past the bound are evicted: that is the bound working, counted in `evicted`.
+`ZeroSignalWatch` bounds the other way a run can sample without training: every group filtered
+for equal rewards.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 from forge_agent.types import Group, Trajectory
@@ -66,9 +76,27 @@ class ReplayBuffer:
         self.current_version = 0  # the newest policy version the buffer has been told of
         self.evicted = 0
         self.evicted_trajectories = 0
+        self._served_version = -1  # the policy version the last batch was taken for
 
     def __len__(self) -> int:
         return len(self._groups)
+
+    async def changed(self) -> None:
+        """Wait until the buffer changes: a group put or taken, or a new policy version."""
+        async with self._changed:
+            await self._changed.wait()
+
+    def room(self, running: int, groups_per_step: int) -> int:
+        """How many more groups the rollout loop may start now (`running`: groups in flight).
+
+        On-policy (lag 0): `groups_per_step` minus what is buffered or running, and 0 once the
+        batch for the current version has been taken (until `set_version` moves it on): a group
+        started then would be sampled by a policy the trainer is replacing, then evicted.
+        Async (lag n): up to `groups_per_step * (1 + n)` buffered or running."""
+        if self.max_policy_lag == 0 and self._served_version >= self.current_version:
+            return 0
+        want = groups_per_step * (1 + self.max_policy_lag)
+        return max(0, want - len(self._groups) - running)
 
     def is_fresh(self, group: Group, current_version: int) -> bool:
         """True when every sampled token of `group` is within the bound for `current_version`."""
@@ -114,6 +142,7 @@ class ReplayBuffer:
                 self._changed.notify_all()  # eviction may have freed slots
                 if len(self._groups) >= n:
                     batch = [self._groups.popleft() for _ in range(n)]
+                    self._served_version = self.current_version
                     self._changed.notify_all()
                     return batch
                 await self._changed.wait()
@@ -147,3 +176,40 @@ class ReplayBuffer:
             dropped = self._groups.popleft()
             self.evicted += 1
             self.evicted_trajectories += len(dropped.trajectories)
+
+
+class ZeroSignalWatch:
+    """Counts groups dropped in a row for equal rewards (`grpo.filter_zero_variance`): such a
+    group carries no learning signal, and a run whose every group is dropped samples forever
+    without a step. `observe` warns (through `warn`) after `warn_after` such groups in a row and
+    at every doubling, and raises after `fail_after`, naming the cause."""
+
+    def __init__(
+        self, warn_after: int, fail_after: int, warn: Callable[[str], None] | None = None
+    ) -> None:
+        self.warn_after = warn_after
+        self.fail_after = fail_after
+        self.warn = warn or logging.getLogger(__name__).warning
+        self.in_a_row = 0
+        self._next_warning = warn_after
+
+    def _message(self, rewards: list[float]) -> str:
+        last = ", ".join(f"{r:g}" for r in sorted(set(rewards))[:3])
+        return (
+            f"{self.in_a_row} groups in a row had equal rewards (last group: {last}) and were "
+            "dropped by grpo.filter_zero_variance=true, so no step can be trained. The reward "
+            "may be constant (check the env's reward and the warm start), or raise "
+            "grpo.n_samples, or set grpo.filter_zero_variance=false."
+        )
+
+    def observe(self, kept: bool, rewards: list[float]) -> None:
+        """Record one finished group; `kept`: it survived the filter; `rewards`: its rewards."""
+        if kept:
+            self.in_a_row, self._next_warning = 0, self.warn_after
+            return
+        self.in_a_row += 1
+        if self.in_a_row >= self.fail_after:
+            raise RuntimeError(self._message(rewards))
+        if self.in_a_row >= self._next_warning:
+            self.warn(self._message(rewards))
+            self._next_warning *= 2

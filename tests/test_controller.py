@@ -78,6 +78,13 @@ def test_short_run_trains_syncs_and_writes_metrics_and_traces(faulty_run, policy
     assert [e["step"] for e in summary["evals"]] == [0, 3]
 
 
+def test_on_policy_run_generates_no_group_it_cannot_train(faulty_run):
+    summary, out = faulty_run
+    metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert summary["counts"]["replay_evicted"] == 0
+    assert [m["metrics"]["replay/evicted_stale"] for m in metrics] == [0, 0, 0]
+
+
 def test_killed_env_worker_is_counted_and_survived(faulty_run):
     assert faulty_run[0]["counts"].get("status/env_error", 0) > 0
 

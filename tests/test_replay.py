@@ -214,3 +214,44 @@ def test_a_batch_over_the_bound_is_refused_before_training():
     assert check_token_lags(batch[:1], 5, max_policy_lag=1) == [1, 0]
     with pytest.raises(RuntimeError, match=r"sampled 3 versions before policy 5.*lag=2"):
         check_token_lags(batch, 5, max_policy_lag=2)
+
+
+def test_on_policy_admission_starts_only_what_the_next_step_trains():
+    """Lag 0: room for exactly one step's groups, none after the batch is taken until the
+    policy moves on (a group started then would be sampled by the outgoing policy)."""
+
+    async def run():
+        buf = ReplayBuffer(capacity=8, max_policy_lag=0)
+        rooms = [buf.room(running=0, groups_per_step=2), buf.room(running=1, groups_per_step=2)]
+        await buf.put(_group("a", [0]))
+        await buf.put(_group("b", [0]))
+        rooms.append(buf.room(running=0, groups_per_step=2))
+        await buf.take(2, current_version=0)
+        rooms.append(buf.room(running=0, groups_per_step=2))  # trainer stepping: closed
+        await buf.set_version(1)
+        rooms.append(buf.room(running=0, groups_per_step=2))
+        return rooms, buf.evicted
+
+    assert _run(run()) == ([2, 1, 0, 0, 2], 0)
+
+
+def test_async_admission_keeps_lag_plus_one_steps_in_flight():
+    buf = ReplayBuffer(capacity=8, max_policy_lag=2)
+    assert buf.room(running=0, groups_per_step=2) == 6
+    assert buf.room(running=5, groups_per_step=2) == 1
+
+
+def test_groups_that_never_carry_signal_are_named_then_stop_the_run():
+    from forge_agent.replay import ZeroSignalWatch
+
+    warnings: list[str] = []
+    watch = ZeroSignalWatch(warn_after=2, fail_after=9, warn=warnings.append)
+    watch.observe(False, [0.0, 0.0])
+    watch.observe(True, [0.0, 1.0])  # a kept group resets the count
+    for _ in range(4):
+        watch.observe(False, [1.0, 1.0])
+    assert len(warnings) == 2  # after 2 in a row, then at 4
+    assert "grpo.filter_zero_variance" in warnings[0] and "equal rewards" in warnings[0]
+    with pytest.raises(RuntimeError, match="9 groups in a row had equal rewards"):
+        for _ in range(5):
+            watch.observe(False, [1.0, 1.0])

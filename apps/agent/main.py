@@ -4,33 +4,44 @@ With no arguments this runs the embedded CPU default (apps/agent/default.yaml): 
 model, a short supervised warm start, then GRPO on the calculator env, evaluating on held-out
 tasks as it goes. Outputs land in `output_dir`: metrics.jsonl, curves.png, traces.jsonl,
 traces.html, checkpoints/ and summary.json.
+
+The console shows the project's own lines (setup stages, warm start, evals, the progress bar,
+the summary); third-party logs (vLLM, torch, Triton, Monarch) go to `output_dir/run.log`.
+`--verbose` shows them on the console instead.
 """
 
 from __future__ import annotations
 
 import asyncio
-import logging
 import os
 import sys
+from pathlib import Path
 
 
 def main(argv: list[str] | None = None) -> int:
     from forge_agent.config import ConfigError, parse_cli
 
-    argv = sys.argv[1:] if argv is None else argv
+    argv = list(sys.argv[1:] if argv is None else argv)
+    verbose = "--verbose" in argv
+    argv = [a for a in argv if a != "--verbose"]
     try:
         cfg = parse_cli(argv)
     except ConfigError as exc:
         print(f"config error: {exc}", file=sys.stderr)
         return 2
-    logging.basicConfig(level=os.environ.get("FORGE_AGENT_LOG", "WARNING"))
+    from forge_agent.console import run_console
     from forge_agent.controller import train
 
-    try:
-        summary = asyncio.run(train(cfg))
-    except (KeyboardInterrupt, asyncio.CancelledError):
-        print("stopped: actors, env workers and sandboxes were shut down", file=sys.stderr)
-        return 130
+    level = os.environ.get("FORGE_AGENT_LOG", "WARNING")
+    log = Path(cfg.output_dir) / "run.log"
+    with run_console(log, verbose=verbose, level=level):
+        if not verbose:
+            print(f"[setup] third-party logs: {log} (--verbose shows them here)", flush=True)
+        try:
+            summary = asyncio.run(train(cfg))
+        except (KeyboardInterrupt, asyncio.CancelledError):
+            print("stopped: actors, env workers and sandboxes were shut down", file=sys.stderr)
+            return 130
     evals = summary["evals"]
     if evals:
         first, last = evals[0], evals[-1]
@@ -38,6 +49,21 @@ def main(argv: list[str] | None = None) -> int:
             f"held-out reward: {first.get('eval/reward/mean', 0):.3f} at step {first['step']}"
             f" -> {last.get('eval/reward/mean', 0):.3f} at step {last['step']}"
         )
+    profile = summary.get("profile")
+    if profile and profile["steps"]:
+        phases = profile["phases"].items()
+        print(
+            f"{profile['step_s']:.2f} s per step: "
+            + ", ".join(f"{k} {v['s_per_step']:.2f}" for k, v in phases if v["s_per_step"] >= 0.005)
+        )
+    evicted = summary["counts"].get("replay_evicted", 0)
+    if cfg.training.max_policy_lag > 0:
+        print(
+            f"replay: {evicted} groups evicted by the staleness bound "
+            f"(training.max_policy_lag={cfg.training.max_policy_lag})"
+        )
+    elif evicted:
+        print(f"replay: {evicted} groups generated on-policy were not trained on", file=sys.stderr)
     print(
         f"done: {summary['steps']} steps in {summary['wall_s']:.0f}s; outputs in {cfg.output_dir}"
     )
