@@ -25,6 +25,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 PROJECT_LOGGER = "forge_agent"
+# progress bars third-party libraries draw on stderr (loading a dataset, a hub download)
+QUIET_ENV = {"HF_DATASETS_DISABLE_PROGRESS_BARS": "1", "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
 
 
 def _terminal_stream(fd: int) -> io.TextIOWrapper:
@@ -48,6 +50,9 @@ def run_console(
         yield log_path
         return
     log_path.parent.mkdir(parents=True, exist_ok=True)
+    saved_env = {k: os.environ.get(k) for k in QUIET_ENV}
+    for key, value in QUIET_ENV.items():
+        os.environ.setdefault(key, value)
     sys.stdout.flush()
     sys.stderr.flush()
     log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
@@ -88,6 +93,11 @@ def run_console(
         for stream in (terminal_out, terminal_err):
             with contextlib.suppress(Exception):
                 stream.close()
+        for key, old in saved_env.items():
+            if old is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = old
 
 
 __all__ = ["run_console"]

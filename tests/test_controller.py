@@ -151,6 +151,23 @@ def _vllm_pids() -> set[int]:
     }
 
 
+# the lines the project itself prints on a run's console (setup, warm start, evals, resume, the
+# progress line, the summary); everything else is a third-party line
+_PROJECT_LINES = (
+    *("[setup]", "[warm start]", "[fresh run]", "[eval]", "[resume]", "[WARNING]", "[SIG"),
+    *("step ", "held-out reward", "done:", "replay:", "stopped:"),
+)
+
+
+def _third_party_lines(console: str) -> list[str]:
+    lines = [line.strip() for line in console.splitlines() if line.strip()]
+    return [
+        line
+        for line in lines
+        if not line.startswith(_PROJECT_LINES) and " s per step: " not in line
+    ]
+
+
 def _run_main(args: list[str], log: Path) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
     return subprocess.Popen(
@@ -197,6 +214,9 @@ def test_run_killed_mid_training_resumes_from_its_checkpoint(policy_model_path, 
     log = (tmp_path / "second.log").read_text()
     step = int(saved[-1].split("_")[1])
     assert f"[resume] {saved[-1]}: step {step}, policy version {step}" in log
+    # quiet by default: vLLM, torch, Triton and Monarch logs go to run.log, not the console
+    assert _third_party_lines(log) == []
+    assert "EngineCore" in (out / "run.log").read_text()
     summary = json.loads((out / "summary.json").read_text())
     assert summary["steps"] == 4 and summary["policy_version"] == 4
     assert summary["resumed_from"]["step"] == step
