@@ -239,7 +239,7 @@ class VLLMEngine:
         """One engine request: (final output or None, version, interrupted by an update,
         prompt logprobs or None)."""
         from vllm import SamplingParams
-        from vllm.inputs import TokensPrompt
+        from vllm.inputs import tokens_input
 
         params = SamplingParams(
             max_tokens=max_tokens,
@@ -263,9 +263,8 @@ class VLLMEngine:
         self._drained.clear()
         final = None
         try:
-            async for out in self._llm.generate(
-                TokensPrompt(prompt_token_ids=ids), params, request_id=request_id
-            ):
+            # an engine input (already token ids), not a raw prompt: vLLM deprecated raw prompts
+            async for out in self._llm.generate(tokens_input(ids), params, request_id=request_id):
                 final = out
                 self._progress[request_id] = len(out.outputs[0].token_ids)
         finally:
