@@ -49,7 +49,7 @@ class GeneratorConfig:
     enforce_eager: bool = True
     tensor_parallel_size: int = 1
     gpu_memory_utilization: float = 0.85
-    cpu_kv_cache_gb: int = 1  # VLLM_CPU_KVCACHE_SPACE on the CPU build
+    cpu_kv_cache_gb: float = 1.0  # KV cache size on the CPU build (GiB; fractions allowed)
     enable_prefix_caching: bool = True
     max_num_seqs: int = 128
     engine_kwargs: dict[str, Any] = field(default_factory=dict)  # passed to AsyncEngineArgs
@@ -64,8 +64,9 @@ class GeneratorConfig:
             self.gpu_memory_utilization,
             "a fraction in (0, 1]",
         )
-        for key in ("tensor_parallel_size", "cpu_kv_cache_gb", "max_num_seqs"):
+        for key in ("tensor_parallel_size", "max_num_seqs"):
             check_field(getattr(self, key) >= 1, key, getattr(self, key), "an int >= 1")
+        check_field(self.cpu_kv_cache_gb > 0, "cpu_kv_cache_gb", self.cpu_kv_cache_gb, "GiB > 0")
 
 
 @dataclass
@@ -88,10 +89,7 @@ def _on_cpu() -> bool:
 
 def engine_environ(config: GeneratorConfig) -> dict[str, str]:
     """The environment vLLM reads at import, from `config` (set where the user has not)."""
-    environ = {"VLLM_LOGGING_LEVEL": "WARNING"}  # INFO logs per request and reload drown a run
-    if _on_cpu():
-        environ["VLLM_CPU_KVCACHE_SPACE"] = str(config.cpu_kv_cache_gb)
-    return environ
+    return {"VLLM_LOGGING_LEVEL": "WARNING"}  # INFO logs per request and reload drown a run
 
 
 def engine_args(config: GeneratorConfig, model: str, dtype: str, seed: int) -> dict[str, Any]:
@@ -110,7 +108,7 @@ def engine_args(config: GeneratorConfig, model: str, dtype: str, seed: int) -> d
         max_num_seqs=config.max_num_seqs,
         worker_extension_cls="forge_agent.generator.worker_ext.WeightSyncExtension",
         disable_log_stats=True,
-        **config.engine_kwargs,
+        **{**_cpu_kv_cache(config.cpu_kv_cache_gb), **config.engine_kwargs},
     )
 
 
@@ -388,6 +386,15 @@ class VLLMEngine:
             finally:
                 self._open.set()
         return self.version
+
+
+def _cpu_kv_cache(gib: float) -> dict[str, Any]:
+    """The CPU build's KV cache size as an engine argument (`kv_cache_memory_bytes`, which
+    takes fractions of a GiB, unlike the VLLM_CPU_KVCACHE_SPACE variable; a user's variable
+    still wins). Nothing on GPUs, where `gpu_memory_utilization` sizes it."""
+    if not _on_cpu() or os.environ.get("VLLM_CPU_KVCACHE_SPACE"):
+        return {}
+    return {"kv_cache_memory_bytes": int(gib * 2**30)}
 
 
 def _write_shared(state_dict: dict[str, torch.Tensor], version: int) -> Path:
