@@ -4,7 +4,7 @@ One `train_step(trajectories)` is one optimizer step:
 
     micro-batches = pack(trajectories)                  # no padding waste, see packing.py
     for mb in micro-batches:                            # gradient accumulation to a token budget
-        logp, H = policy(mb)                            # current logprobs and entropy [B, T]
+        logp, H = policy(mb, at=loss tokens)            # current logprobs and entropy [B, T]
         ref = reference(mb) if kl_coef else None        # frozen reference policy
         loss = policy_loss(cfg.loss, logp, sampler_logp, A, mask, ...)   # batch-normalised
         loss.backward()
@@ -156,6 +156,39 @@ def logprobs_from_logits(
     return logp, ent
 
 
+def hf_logprobs_at(
+    model: nn.Module,
+    mb: MicroBatch,
+    targets: torch.Tensor,
+    entropy: Literal["none", "metric", "grad"] = "none",
+    attn_implementation: str = "sdpa",
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """`logprobs_from_logits` for the `targets` tokens only (`[B, T]` bool; 0 elsewhere): the
+    decoder runs on every token, the LM head only at the positions that predict a target.
+    In RL most tokens are prompt and tool output (no loss), so this skips most of the LM
+    head's work and of the `[R, L, V]` logits' memory."""
+    kwargs: dict[str, Any] = {"input_ids": mb.input_ids, "position_ids": mb.position_ids}
+    if attn_implementation == "eager":
+        kwargs["attention_mask"] = mb.attention_mask("additive", next(model.parameters()).dtype)
+    elif not attn_implementation.startswith("flash"):
+        kwargs["attention_mask"] = mb.attention_mask("bool")
+    hidden = model.get_decoder()(**kwargs, use_cache=False).last_hidden_state  # [R, L, H]
+    flat = mb.gather_index[targets]  # [N] positions of the target tokens in [R * L]
+    h = hidden.reshape(-1, hidden.shape[-1])[flat - 1]  # [N, H] the positions predicting them
+    logits = model.get_output_embeddings()(h).float()  # [N, V]
+    lse = torch.logsumexp(logits, dim=-1)  # [N]
+    nxt = mb.input_ids.reshape(-1)[flat]  # [N]
+    logp = torch.zeros(targets.shape, dtype=logits.dtype, device=logits.device)
+    logp[targets] = logits.gather(-1, nxt[:, None]).squeeze(-1) - lse
+    ent = None
+    if entropy != "none":
+        with torch.set_grad_enabled(entropy == "grad" and torch.is_grad_enabled()):
+            lg = logits if entropy == "grad" else logits.detach()
+            ent = torch.zeros_like(logp)
+            ent[targets] = lse - (lg.softmax(-1) * lg).sum(-1)
+    return logp, ent
+
+
 def token_logprobs(
     model: nn.Module,
     mb: MicroBatch,
@@ -267,20 +300,35 @@ class Trainer:
 
     # -- forward helpers ----------------------------------------------------------------------
 
+    # The LM head only where a loss token is predicted (`hf_logprobs_at`); backends whose
+    # model must run as one module (FSDP's root, torchtitan) keep full logits.
+    _head_at_targets: bool = True
+
     def _logprobs(
-        self, model: nn.Module, mb: MicroBatch, entropy: Literal["none", "metric", "grad"]
+        self,
+        model: nn.Module,
+        mb: MicroBatch,
+        entropy: Literal["none", "metric", "grad"],
+        targets: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Per-token logprobs `[B, T]` of `model` on a micro-batch (backends override
-        `_logits`)."""
+        """Per-token logprobs `[B, T]` of `model` on a micro-batch; with `targets` (`[B, T]`
+        bool) only those tokens' (0 elsewhere). Backends override `_logits`."""
+        if targets is not None and self._head_at_targets and hasattr(model, "get_decoder"):
+            return hf_logprobs_at(model, mb, targets, entropy, self.attn_implementation)
         return logprobs_from_logits(self._logits(model, mb), mb, entropy)
 
     def _logits(self, model: nn.Module, mb: MicroBatch) -> torch.Tensor:
         return hf_logits(model, mb, self.attn_implementation)  # [R, L, V]
 
     def _pack(self, trajectories: Sequence[Trajectory]) -> list[MicroBatch]:
-        return pack_trajectories(
-            trajectories, self.cfg.row_tokens, self.cfg.microbatch_tokens, self.cfg.packing
-        )
+        """Micro-batches of packed rows. Without flash attention a row's block-diagonal mask is
+        dense, so attention costs the square of the row's length whatever it holds: rows are
+        then no longer than the longest trajectory (short episodes share a row only up to
+        that length; apps/bench/train_step.py measures it)."""
+        row = self.cfg.row_tokens
+        if not self.attn_implementation.startswith("flash") and trajectories:
+            row = min(row, max(len(t.token_ids) for t in trajectories))
+        return pack_trajectories(trajectories, row, self.cfg.microbatch_tokens, self.cfg.packing)
 
     def _masks(self, trajs: Sequence[Trajectory], mb: MicroBatch) -> torch.Tensor:
         T = mb.valid.shape[1]
@@ -342,7 +390,8 @@ class Trainer:
             ent_mode = "none"
             if want_entropy:
                 ent_mode = "grad" if cfg.loss.entropy_coef else "metric"
-            logp, ent = self._logprobs(self.model, mb, ent_mode)
+            targets = mask > 0  # the tokens the loss reads
+            logp, ent = self._logprobs(self.model, mb, ent_mode, targets)
             T = logp.shape[1]
             n_mb = float(mask.sum())
             if sft:
@@ -354,7 +403,7 @@ class Trainer:
                 ref = None
                 if cfg.loss.kl_coef:
                     with torch.no_grad():
-                        ref, _ = self._logprobs(self.ref_model, mb, "none")
+                        ref, _ = self._logprobs(self.ref_model, mb, "none", targets)
                 loss, metrics = policy_loss(
                     cfg.loss,
                     logp,

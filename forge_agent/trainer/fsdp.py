@@ -50,6 +50,8 @@ class FSDPTrainer(Trainer):
     set) before construction.
     """
 
+    _head_at_targets = False  # the sharded model runs as one module
+
     def __init__(self, cfg: TrainerConfig, model: Any, **kwargs: Any) -> None:
         if not dist.is_initialized():
             dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")

@@ -129,6 +129,8 @@ class TitanTrainer(Trainer):
     `tensor_parallel_degree` splits each rank group for TP; the rest is FSDP.
     """
 
+    _head_at_targets = False  # the sharded model runs as one module
+
     def __init__(
         self, cfg: TrainerConfig, model: Any, tensor_parallel_degree: int = 1, **kwargs: Any
     ):
