@@ -49,7 +49,7 @@ class GeneratorConfig:
     enforce_eager: bool = True
     tensor_parallel_size: int = 1
     gpu_memory_utilization: float = 0.85
-    cpu_kv_cache_gb: float = 1.0  # KV cache size on the CPU build (GiB; fractions allowed)
+    cpu_kv_cache_gb: float = 0.25  # KV cache size on the CPU build (GiB; fractions allowed)
     enable_prefix_caching: bool = True
     max_num_seqs: int = 128
     engine_kwargs: dict[str, Any] = field(default_factory=dict)  # passed to AsyncEngineArgs
