@@ -157,6 +157,7 @@ class Controller:
 
         # 1. model (+ warm start)
         self.policy_path = policy_model(cfg)
+        print(f"[setup] policy: {self.policy_path}", flush=True)
         self.tokenizer = load_tokenizer(self.policy_path)
         renderer = ChatRenderer(
             self.tokenizer,
@@ -194,12 +195,18 @@ class Controller:
         results = await asyncio.gather(*setups)
         gen_info = results[2]
         logger.info("actors ready in %.1fs: %s", time.monotonic() - started, gen_info)
+        print(
+            f"[setup] actors ready in {time.monotonic() - started:.0f}s: "
+            f"{len(self.generators)} vLLM generator(s), {cfg.services.trainer.procs} trainer "
+            f"rank(s), reward, weight store; {cfg.services.env.count()} env workers",
+            flush=True,
+        )
         max_len = int(gen_info["max_model_len"])
 
         # 3. envs, rollout engines, data, buffer, metrics, traces
         self.pool = EnvPool(
             cfg.env.id,
-            size=cfg.services.env.num_replicas,
+            size=cfg.services.env.count(),
             step_timeout_s=cfg.env.step_timeout_s,
             reset_timeout_s=cfg.env.reset_timeout_s,
             env_kwargs=dict(cfg.env.kwargs),

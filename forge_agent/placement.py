@@ -52,6 +52,26 @@ class Replicas:
 
 
 @dataclass
+class EnvWorkers:
+    """Env worker processes: each runs one episode at a time, so their number bounds the
+    episodes in flight. 0 (default): ``per_core`` per core this process may use."""
+
+    num_replicas: int = 0
+    per_core: int = 8
+
+    def __post_init__(self) -> None:
+        _check(self.num_replicas >= 0, "num_replicas", self.num_replicas, "an int >= 0 (0: auto)")
+        _check(self.per_core >= 1, "per_core", self.per_core, "an int >= 1")
+
+    def count(self) -> int:
+        """The number of env workers to start."""
+        import os
+
+        auto = self.per_core * len(os.sched_getaffinity(0))
+        return self.num_replicas or auto
+
+
+@dataclass
 class PlacementConfig:
     """Placement of each service: trainer ranks, generator replicas, reward actors and env
     workers (``env.num_replicas`` env worker processes)."""
@@ -59,7 +79,7 @@ class PlacementConfig:
     generator: GeneratorPlacement = field(default_factory=GeneratorPlacement)
     trainer: TrainerPlacement = field(default_factory=TrainerPlacement)
     reward: Replicas = field(default_factory=Replicas)
-    env: Replicas = field(default_factory=lambda: Replicas(num_replicas=8))
+    env: EnvWorkers = field(default_factory=EnvWorkers)
 
 
 class Placement:

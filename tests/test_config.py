@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -29,7 +30,8 @@ def test_no_path_and_no_overrides_gives_the_dataclass_defaults():
     cfg = load_config(None, [])
     assert cfg == AgentConfig()
     assert cfg.model.name == "tiny"
-    assert cfg.services.env.num_replicas == 8  # env workers
+    assert cfg.services.env.num_replicas == 0  # env workers: 8 per core
+    assert cfg.services.env.count() == 8 * len(os.sched_getaffinity(0))
     assert cfg.services.generator.num_replicas == 1
 
 
