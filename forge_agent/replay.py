@@ -179,7 +179,7 @@ class ReplayBuffer:
 
 
 class ZeroSignalWatch:
-    """Counts groups dropped in a row for equal rewards (`grpo.filter_zero_variance`): such a
+    """Counts groups dropped in a row for equal rewards (`advantages.drop_zero_variance`): such a
     group carries no learning signal, and a run whose every group is dropped samples forever
     without a step. `observe` warns (through `warn`) after `warn_after` such groups in a row and
     at every doubling, and raises after `fail_after`, naming the cause."""
@@ -197,9 +197,9 @@ class ZeroSignalWatch:
         last = ", ".join(f"{r:g}" for r in sorted(set(rewards))[:3])
         return (
             f"{self.in_a_row} groups in a row had equal rewards (last group: {last}) and were "
-            "dropped by grpo.filter_zero_variance=true, so no step can be trained. The reward "
+            "dropped by advantages.drop_zero_variance=true, so no step can be trained. The reward "
             "may be constant (check the env's reward and the warm start), or raise "
-            "grpo.n_samples, or set grpo.filter_zero_variance=false."
+            "training.group_size, or set advantages.drop_zero_variance=false."
         )
 
     def observe(self, kept: bool, rewards: list[float]) -> None:

@@ -28,7 +28,7 @@ def async_run(request, policy_model_path, tmp_path_factory):
             f"training.max_policy_lag={lag}",
             # every group trains: with the warm-started test policy most groups have equal
             # rewards, and a run that drops them barely runs ahead of the trainer (flaky lag)
-            "grpo.filter_zero_variance=false",
+            "advantages.drop_zero_variance=false",
             "training.steps=4",
             "eval.every=0",
             "checkpoint.every=0",

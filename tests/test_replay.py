@@ -251,7 +251,7 @@ def test_groups_that_never_carry_signal_are_named_then_stop_the_run():
     for _ in range(4):
         watch.observe(False, [1.0, 1.0])
     assert len(warnings) == 2  # after 2 in a row, then at 4
-    assert "grpo.filter_zero_variance" in warnings[0] and "equal rewards" in warnings[0]
+    assert "advantages.drop_zero_variance" in warnings[0] and "equal rewards" in warnings[0]
     with pytest.raises(RuntimeError, match="9 groups in a row had equal rewards"):
         for _ in range(5):
             watch.observe(False, [1.0, 1.0])
