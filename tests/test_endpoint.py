@@ -223,6 +223,35 @@ def test_bad_requests_are_refused_with_the_field_named_and_record_nothing(genera
     assert shown == traj.logprobs[span[0] : span[1]]
 
 
+def test_expired_session_key_is_401_and_records_nothing(renderer):
+    """A key past `session_ttl_s` is refused before anything is sampled (the request never
+    reaches a generator, so none is started: `generate` raises if it is called)."""
+
+    async def never_called(prompt_ids, sampling, session):
+        raise AssertionError("an expired key reached the generator")
+
+    messages = [{"role": "user", "content": "What is 2 + 2?"}]
+
+    async def run():
+        config = EndpointConfig(session_ttl_s=60.0)
+        async with EndpointServer(never_called, renderer, MAX_MODEL_LEN, config) as server:
+            expired, live = server.open_session("old"), server.open_session("new")
+            expired.created -= 61.0  # opened 61 s ago
+            async with _client(server, expired.key) as client:
+                with pytest.raises(openai.AuthenticationError) as refused:
+                    await client.chat.completions.create(model="p", messages=messages)
+            async with _client(server, live.key) as client:  # the server goes on serving
+                models = [m.id async for m in client.models.list()]
+            return refused.value, models, len(server.endpoint.sessions), expired.trajectory
+
+    refused, models, open_sessions, recorded = asyncio.run(run())
+    assert refused.status_code == 401 and refused.body["code"] == "invalid_api_key"
+    assert "expired" in refused.body["message"]
+    assert models == [EndpointConfig().model_name]
+    assert open_sessions == 1  # the expired session was dropped, the live one kept
+    assert recorded.token_ids == [] and recorded.num_sampled == 0
+
+
 def test_generator_failure_is_503_and_the_session_goes_on(generator, renderer):
     gen = RecordingGenerate(generator)
     task = generate_tasks(1, seed=9)[0]

