@@ -17,16 +17,16 @@ exactly the groups the next step needs, and none between the trainer taking a ba
 policy moving on, so no group is sampled that the trainer cannot use (`evicted` stays 0). In
 async mode (n > 0) it keeps up to `groups_per_step * (1 + n)` buffered or running; groups that
 age past the bound are evicted: that is the bound working, counted in `evicted`.
-`ZeroSignalWatch` bounds the other way a run can sample without training: every group filtered
-for equal rewards.
+`ZeroSignalWatch` bounds the other way a run can sample without training: every group dropped
+by the advantage filters (equal rewards, or too few members left after failures).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections import deque
-from collections.abc import Callable
+from collections import Counter, deque
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from forge_agent.types import Group, Trajectory
@@ -179,10 +179,11 @@ class ReplayBuffer:
 
 
 class ZeroSignalWatch:
-    """Counts groups dropped in a row for equal rewards (`advantages.drop_zero_variance`): such a
-    group carries no learning signal, and a run whose every group is dropped samples forever
-    without a step. `observe` warns (through `warn`) after `warn_after` such groups in a row and
-    at every doubling, and raises after `fail_after`, naming the cause."""
+    """Counts groups dropped in a row by the advantage filters: such a group carries no learning
+    signal, and a run whose every group is dropped samples forever without a step. `observe`
+    warns (through `warn`) after `warn_after` such groups in a row and at every doubling, and
+    raises after `fail_after`, naming why the groups were dropped (equal rewards, or members lost
+    to env/generator/reward failures) and what to change."""
 
     def __init__(
         self, warn_after: int, fail_after: int, warn: Callable[[str], None] | None = None
@@ -191,23 +192,40 @@ class ZeroSignalWatch:
         self.fail_after = fail_after
         self.warn = warn or logging.getLogger(__name__).warning
         self.in_a_row = 0
+        self.reasons: Counter[str] = Counter()  # dropped trajectories by reason, this streak
         self._next_warning = warn_after
 
     def _message(self, rewards: list[float]) -> str:
         last = ", ".join(f"{r:g}" for r in sorted(set(rewards))[:3])
-        return (
-            f"{self.in_a_row} groups in a row had equal rewards (last group: {last}) and were "
-            "dropped by advantages.drop_zero_variance=true, so no step can be trained. The reward "
-            "may be constant (check the env's reward and the warm start), or raise "
-            "training.group_size, or set advantages.drop_zero_variance=false."
+        why = ", ".join(f"{k} {v}" for k, v in self.reasons.most_common()) or "zero_variance"
+        head = (
+            f"{self.in_a_row} groups in a row were dropped by the advantage filters, so no step "
+            f"can be trained (trajectories dropped: {why}; last group's rewards: {last}). "
+        )
+        failed = self.reasons["infra_failure"] + self.reasons["small_group"]
+        if failed > self.reasons["zero_variance"]:
+            return head + (
+                "Most were lost to env, generator or reward failures: see the status/* and "
+                "reward error counts and traces.jsonl; advantages.min_group_size sets how many "
+                "good members a group needs."
+            )
+        return head + (
+            "Their members had equal rewards: the reward may be constant (check the env's "
+            "reward and the warm start), or raise training.group_size, or set "
+            "advantages.drop_zero_variance=false."
         )
 
-    def observe(self, kept: bool, rewards: list[float]) -> None:
-        """Record one finished group; `kept`: it survived the filter; `rewards`: its rewards."""
+    def observe(
+        self, kept: bool, rewards: list[float], dropped: Mapping[str, int] | None = None
+    ) -> None:
+        """Record one finished group; `kept`: it survived the filters; `rewards`: its rewards;
+        `dropped`: its trajectories the filters dropped, by reason (`AdvantageStats.dropped`)."""
         if kept:
             self.in_a_row, self._next_warning = 0, self.warn_after
+            self.reasons.clear()
             return
         self.in_a_row += 1
+        self.reasons.update(dropped or {"zero_variance": len(rewards)})
         if self.in_a_row >= self.fail_after:
             raise RuntimeError(self._message(rewards))
         if self.in_a_row >= self._next_warning:

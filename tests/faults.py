@@ -57,10 +57,14 @@ class FaultyCalculatorEnv(CalculatorEnv):
 
 
 def flaky_reward(traj: Trajectory) -> float:
-    """A user reward function that raises on some trajectories."""
-    if _bucket(traj.group_id + str(len(traj.token_ids)), 5) == 0:
+    """A user reward function that raises on some trajectories. Otherwise its value is keyed on
+    the trajectory's length, so a group's survivors almost always differ: with half the tool
+    calls failing, the answers are almost all wrong, and a reward that only scored them left
+    most groups without signal (a CI run dropped 50 in a row and stopped)."""
+    key = traj.group_id + str(len(traj.token_ids))
+    if _bucket(key, 5) == 0:
         raise ValueError("flaky reward function failed")
-    return float(traj.tool_call_count > 0)
+    return (len(traj.token_ids) % 7) / 7
 
 
 class FlakyGenerate:

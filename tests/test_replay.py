@@ -246,12 +246,27 @@ def test_groups_that_never_carry_signal_are_named_then_stop_the_run():
 
     warnings: list[str] = []
     watch = ZeroSignalWatch(warn_after=2, fail_after=9, warn=warnings.append)
-    watch.observe(False, [0.0, 0.0])
+    watch.observe(False, [0.0, 0.0], {"zero_variance": 2})
     watch.observe(True, [0.0, 1.0])  # a kept group resets the count
     for _ in range(4):
-        watch.observe(False, [1.0, 1.0])
+        watch.observe(False, [1.0, 1.0], {"zero_variance": 2})
     assert len(warnings) == 2  # after 2 in a row, then at 4
     assert "advantages.drop_zero_variance" in warnings[0] and "equal rewards" in warnings[0]
-    with pytest.raises(RuntimeError, match="9 groups in a row had equal rewards"):
+    assert "zero_variance 8" in warnings[1]  # 4 groups of 2
+    with pytest.raises(RuntimeError, match="9 groups in a row were dropped"):
         for _ in range(5):
-            watch.observe(False, [1.0, 1.0])
+            watch.observe(False, [1.0, 1.0], {"zero_variance": 2})
+
+
+def test_groups_lost_to_failures_are_blamed_on_the_failures_not_the_reward():
+    from forge_agent.replay import ZeroSignalWatch
+
+    watch = ZeroSignalWatch(warn_after=100, fail_after=3)
+    watch.observe(False, [0.0, 0.1, 0.0, 0.1], {"infra_failure": 3, "small_group": 1})
+    watch.observe(False, [0.0, 0.0], {"zero_variance": 2})
+    with pytest.raises(RuntimeError) as err:
+        watch.observe(False, [0.1, 0.0], {"infra_failure": 2, "small_group": 1})
+    message = str(err.value)
+    assert "infra_failure 5, small_group 2, zero_variance 2" in message
+    assert "env, generator or reward failures" in message
+    assert "drop_zero_variance=false" not in message
