@@ -308,9 +308,7 @@ class Controller:
         for name, value in stats.as_metrics().items():
             record(name, value, "sum")
         self.counts["groups_produced"] += 1
-        self.zero_signal.observe(
-            bool(kept), [t.reward for t in group.trajectories], stats.dropped
-        )
+        self.zero_signal.observe(bool(kept), [t.reward for t in group.trajectories], stats.dropped)
         if kept:
             await self.buffer.put(Group(task_id=group.task_id, trajectories=kept))
         else:
