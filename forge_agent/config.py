@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, ClassVar, Literal, TypeVar
 
 from forge_agent import typed_config
 from forge_agent.advantages import AdvantageConfig
@@ -194,6 +194,28 @@ class CheckpointConfig:
 @dataclass
 class AgentConfig:
     """A whole training run. The defaults are the CPU default (tiny model, calculator env)."""
+
+    # milestone 1's keys, before the one-schema change: an old config fails naming the new key
+    RENAMED: ClassVar[dict[str, str]] = {
+        "grpo.n_samples": "training.group_size",
+        "grpo.loss": "trainer.loss.name",
+        "grpo.clip_low": "trainer.loss.clip_eps_low",
+        "grpo.clip_high": "trainer.loss.clip_eps_high",
+        "grpo.beta": "trainer.loss.kl_coef",
+        "grpo.tis_cap": "trainer.loss.tis_cap",
+        "grpo.mis_cap": "trainer.loss.mis_cap",
+        "grpo.icepop_bounds": "trainer.loss.icepop_bounds",
+        "grpo.advantage": "advantages.estimator",
+        "grpo.filter_zero_variance": "advantages.drop_zero_variance",
+        "grpo.truncated": "advantages.truncated",
+        "training.lr": "trainer.lr",
+        "training.weight_decay": "trainer.weight_decay",
+        "training.grad_clip": "trainer.max_grad_norm",
+        "training.token_budget": "trainer.microbatch_tokens",
+        "training.entropy_coef": "trainer.loss.entropy_coef",
+        "training.backend": "trainer.backend",
+        "training.titan": "trainer.titan",
+    }
 
     seed: int = 0
     output_dir: str = "runs/default"

@@ -229,12 +229,32 @@ def _default_of(f: dataclasses.Field) -> Any:
     return None
 
 
+def _check_renamed(schema: Any, keys: Sequence[str]) -> None:
+    """A key the schema renamed (its ``RENAMED`` class attribute: old dotted key -> new) fails
+    naming where it went, not only as unknown."""
+    renamed = getattr(schema, "RENAMED", {})
+    for key in keys:
+        if key in renamed:
+            raise ConfigError(f"unknown key '{key}': it was renamed '{renamed[key]}'")
+
+
+def _dotted_keys(data: Mapping[str, Any], where: str = "") -> list[str]:
+    keys = []
+    for key, value in data.items():
+        keys.append(_join(where, str(key)))
+        if isinstance(value, Mapping):
+            keys.extend(_dotted_keys(value, _join(where, str(key))))
+    return keys
+
+
 def from_dict(cls: type[T], data: Mapping[str, Any] | None, where: str = "") -> T:
     """Build the dataclass ``cls`` (and its nested sections) from a mapping, checking it.
 
     Unknown keys, wrong types and values outside a ``Literal`` raise ``ConfigError`` naming the
     full key (prefixed by ``where``) and what is allowed. Missing keys keep their defaults.
     """
+    if data and not where:
+        _check_renamed(cls, _dotted_keys(data))
     return _coerce(cls, {} if data is None else data, where)
 
 
@@ -319,6 +339,10 @@ def apply_override(data: dict[str, Any], override: str, schema: Any) -> dict[str
     parts = key.split(".")
     if any(not p for p in parts):
         raise ConfigError(f"override {override!r}: empty key part in {key!r}")
+    try:
+        _check_renamed(schema, [key])
+    except ConfigError as err:
+        raise ConfigError(f"override {override!r}: {err}") from None
     node, cls, where = data, schema, ""
     for i, part in enumerate(parts):
         last = i == len(parts) - 1

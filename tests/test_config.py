@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -170,8 +171,31 @@ def test_unknown_key_in_a_yaml_file_is_an_error(tmp_path):
 
 
 def test_unknown_top_level_section_is_an_error():
-    with pytest.raises(ConfigError, match=r"unknown key 'grpo'.*allowed keys at the top level"):
+    with pytest.raises(ConfigError, match=r"unknown key 'ppo'.*allowed keys at the top level"):
+        load_config(None, ["ppo.n_samples=4"])
+
+
+def test_a_renamed_key_names_its_new_key_in_an_override_and_in_a_yaml_file(tmp_path):
+    with pytest.raises(ConfigError, match=r"it was renamed .training.group_size."):
         load_config(None, ["grpo.n_samples=4"])
+    path = tmp_path / "old.yaml"
+    path.write_text("seed: 1\ntraining:\n  lr: 0.001\ngrpo:\n  loss: gspo\n")
+    with pytest.raises(ConfigError, match=r"'training.lr': it was renamed 'trainer.lr'"):
+        load_config(path)
+    # every new name exists in the schema
+    for new in AgentConfig.RENAMED.values():
+        load_config(None, [f"{new}={_value_of(new)}"])
+
+
+def _value_of(key: str):
+    import dataclasses
+
+    node = AgentConfig()
+    for part in key.split("."):
+        node = getattr(node, part)
+    if dataclasses.is_dataclass(node) or isinstance(node, dict):
+        return "{}"
+    return "null" if node is None else json.dumps(list(node) if isinstance(node, tuple) else node)
 
 
 def test_unknown_tiny_model_key_lists_the_tiny_model_fields():
