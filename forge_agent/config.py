@@ -27,6 +27,7 @@ from typing import Any, ClassVar, Literal, TypeVar
 from forge_agent import typed_config
 from forge_agent.advantages import AdvantageConfig
 from forge_agent.generator.engine import GeneratorConfig
+from forge_agent.host_placement import HostsConfig
 from forge_agent.losses import LossConfig
 from forge_agent.metrics import MetricsConfig
 from forge_agent.placement import PlacementConfig
@@ -50,6 +51,7 @@ __all__ = [
     "EnvConfig",
     "EvalConfig",
     "GeneratorConfig",
+    "HostsConfig",
     "LossConfig",
     "MetricsConfig",
     "ModelConfig",
@@ -223,6 +225,7 @@ class AgentConfig:
     resume: bool = False  # shortcut for checkpoint.resume
     model: ModelConfig = field(default_factory=ModelConfig)
     services: PlacementConfig = field(default_factory=PlacementConfig)
+    hosts: HostsConfig = field(default_factory=HostsConfig)  # which host each service runs on
     generator: GeneratorConfig = field(default_factory=lambda: GeneratorConfig(max_model_len=1024))
     env: EnvConfig = field(default_factory=EnvConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)

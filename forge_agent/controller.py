@@ -115,8 +115,8 @@ class Controller:
         return next(iter(values.values()))
 
     async def setup(self) -> None:
-        from forge_agent.env import EnvPool
         from forge_agent.generator import Generator
+        from forge_agent.host_placement import resolve_host_meshes
         from forge_agent.metrics import MetricLogger
         from forge_agent.models.tiny import load_tokenizer
         from forge_agent.placement import Placement
@@ -128,9 +128,10 @@ class Controller:
         from forge_agent.traces import TraceWriter
         from forge_agent.trainer.actor import TrainerActor
         from forge_agent.warm_start import policy_model
-        from forge_agent.weight_store import make_weight_store
 
         cfg = self.cfg
+        # other hosts first: joining them picks this process's Monarch transport (TCP)
+        meshes = await resolve_host_meshes(cfg.hosts)
         self.out.mkdir(parents=True, exist_ok=True)
         if not cfg.checkpoint.resume:
             self._clear_previous_outputs()
@@ -164,9 +165,12 @@ class Controller:
             RendererConfig(kind=cfg.model.renderer, enable_thinking=cfg.model.enable_thinking),
         )
 
-        # 2. actors: weight store, trainer, generator replicas, reward service
-        self.placement = Placement(cfg.services, cfg.generator.tensor_parallel_size)
-        self.store = await make_weight_store(cfg.weight_store, self.placement.spawn("store", 1))
+        # 2. actors: weight store, trainer, generator replicas, reward service, each on its
+        # host mesh (this host unless `hosts` names another; see forge_agent/host_placement)
+        self.placement = Placement(
+            cfg.services, cfg.generator.tensor_parallel_size, hosts=cfg.hosts, host_meshes=meshes
+        )
+        self.store = await self.placement.weight_store(cfg.weight_store)
         # Each actor gets its own config section plus what the run shares: the policy folder,
         # its dtype and the seed.
         shared = {"dtype": cfg.model.dtype, "seed": cfg.seed}
@@ -189,6 +193,7 @@ class Controller:
             build_rubric, dict(cfg.rewards.components), cfg.rollout.max_total_tokens
         )
         self.rewards = self.placement.reward_procs().spawn("reward", RewardActor, rubric)
+        self.pool = await self.placement.env_pool(cfg.env)  # env workers, on the env's host
         started = time.monotonic()
         setups = [self.trainer.setup.call(), self.rewards.setup.call()]
         setups += [g.setup.call_one() for g in self.generators]
@@ -198,19 +203,12 @@ class Controller:
         print(
             f"[setup] actors ready in {time.monotonic() - started:.0f}s: "
             f"{len(self.generators)} vLLM generator(s), {cfg.services.trainer.procs} trainer "
-            f"rank(s), reward, weight store; {cfg.services.env.count()} env workers",
+            f"rank(s), reward, weight store; {self.pool.size} env workers",
             flush=True,
         )
         max_len = int(gen_info["max_model_len"])
 
-        # 3. envs, rollout engines, data, buffer, metrics, traces
-        self.pool = EnvPool(
-            cfg.env.id,
-            size=cfg.services.env.count(),
-            step_timeout_s=cfg.env.step_timeout_s,
-            reset_timeout_s=cfg.env.reset_timeout_s,
-            env_kwargs=dict(cfg.env.kwargs),
-        )
+        # 3. rollout engines, data, buffer, metrics, traces
         episodes = replace(cfg.rollout, max_model_len=min(cfg.rollout.max_model_len, max_len))
         generate: Any = SessionRouter(self.generators)
         if self.generate_wrapper is not None:
@@ -527,9 +525,8 @@ class Controller:
         if self.store is not None and hasattr(self.store, "close"):
             with contextlib.suppress(Exception):
                 await self.store.close()
-        for mesh in reversed(self.placement.meshes if self.placement else []):
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(mesh.stop(), 30)
+        if self.placement is not None:
+            await self.placement.stop()
 
 
 def _free_port() -> int:

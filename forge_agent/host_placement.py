@@ -13,7 +13,8 @@
 With `kind: slurm` or `kind: kubernetes`, `nodes` maps each mesh name to a node count and the
 meshes come from Monarch's own launchers (`monarch.job.SlurmJob` / `KubernetesJob`, see
 `forge_agent.launchers`). A service not named in `services` stays on this machine (`local`).
-Weights cross hosts through `forge_agent.weight_relay` (`weights_backend`: gloo or nccl).
+Weights cross hosts through `forge_agent.weight_relay` (`weights_backend`: gloo or nccl); env
+workers on another host run in an `EnvPoolActor` there (`forge_agent.env.remote_pool`).
 """
 
 from __future__ import annotations
@@ -57,6 +58,14 @@ class HostsConfig:
             _check(bool(self.nodes), "nodes", self.nodes, "mesh name -> node count")
             for name, n in self.nodes.items():
                 _check(isinstance(n, int) and n >= 1, f"nodes.{name}", n, "an int >= 1")
+        trainer = self.services.get("trainer", LOCAL)
+        if self.kind == "workers" and trainer in self.workers:
+            _check(
+                len(self.workers[trainer]) == 1,
+                f"workers.{trainer}",
+                self.workers[trainer],
+                "one address: the trainer's ranks share one host",
+            )
         known = set(self.mesh_names()) | {LOCAL}
         for service, mesh in self.services.items():
             _check(service in SERVICES, "services", service, f"one of {list(SERVICES)}")

@@ -1,12 +1,17 @@
-"""Placement: which local processes (and GPUs) each service of a run gets.
+"""Placement: which processes (and GPUs), on which host, each service of a run gets.
 
     placement = Placement(cfg.services, gpus_per_generator=cfg.generator.tensor_parallel_size)
     trainer_procs = placement.trainer_procs()        # services.trainer.procs procs, 1 GPU each
     generator_procs = placement.generator_procs(0)   # 1 proc seeing tensor_parallel_size GPUs
 
+    # several hosts (forge_agent.host_placement): each service on its host mesh
+    placement = Placement(cfg.services, hosts=cfg.hosts, host_meshes=await resolve_host_meshes(...))
+
 Every proc that runs on GPUs gets its own, disjoint ``CUDA_VISIBLE_DEVICES``, set by the proc's
-bootstrap before anything in it touches CUDA. GPUs are handed out in the order services are
-spawned; asking for more than the host has is an error naming each service's share.
+bootstrap before anything in it touches CUDA. GPUs are handed out per host mesh in the order
+services are spawned; asking for more than a host has is an error naming each service's share.
+Services that ``hosts.services`` does not name (and every service with ``hosts.kind: local``)
+run on this host. A generator mesh of several hosts takes the replicas in turn, one host each.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import functools
 from dataclasses import dataclass, field
 from typing import Any
 
+from forge_agent.host_placement import LOCAL, SERVICES, HostsConfig
 from forge_agent.typed_config import check_field as _check
 
 
@@ -94,56 +100,190 @@ class Placement:
         cfg: PlacementConfig,
         gpus_per_generator: int = 1,
         gpu_count: int | None = None,
+        hosts: HostsConfig | None = None,
+        host_meshes: dict[str, Any] | None = None,
     ) -> None:
         self.cfg = cfg
         self.gpus_per_generator = gpus_per_generator
-        self.gpu_count = gpu_count
+        self.gpu_count = gpu_count  # per host
+        self.hosts = hosts or HostsConfig()
+        self.host_meshes = dict(host_meshes or {})
+        missing = sorted({self.hosts.mesh_of(s) for s in SERVICES} - {LOCAL, *self.host_meshes})
+        if missing:
+            raise ValueError(f"placement: no host mesh named {missing} was resolved")
         self.meshes: list[Any] = []
+        self.named: dict[str, Any] = {}  # the latest mesh spawned under each name
         self.given: list[tuple[str, list[str]]] = []  # (mesh name, devices of each proc)
-        self._next_gpu = 0
+        self._next_gpu: dict[str, int] = {}  # per host mesh
+
+    def mesh_of(self, service: str) -> str:
+        """The host mesh ``service`` runs on ("local": this host)."""
+        return self.hosts.mesh_of(service)
 
     def trainer_procs(self) -> Any:
         """The trainer's mesh: ``trainer.procs`` procs, one GPU each with ``with_gpus``."""
         t = self.cfg.trainer
-        return self.spawn("trainer", t.procs, 1 if t.with_gpus else 0)
+        return self.spawn("trainer", t.procs, 1 if t.with_gpus else 0, service="trainer")
 
     def generator_procs(self, replica: int) -> Any:
         """Generator replica ``replica``'s mesh: one proc (``gpus_per_generator`` GPUs)."""
         g = self.cfg.generator
-        return self.spawn(f"generator{replica}", 1, self.gpus_per_generator if g.with_gpus else 0)
+        gpus = self.gpus_per_generator if g.with_gpus else 0
+        return self.spawn(f"generator{replica}", 1, gpus, service="generator", host=replica)
 
     def reward_procs(self) -> Any:
         """The reward service's mesh: ``reward.num_replicas`` CPU procs."""
-        return self.spawn("reward", self.cfg.reward.num_replicas)
+        return self.spawn("reward", self.cfg.reward.num_replicas, service="reward")
 
-    def spawn(self, name: str, procs: int, gpus_per_proc: int = 0) -> Any:
-        """A mesh of ``procs`` local procs, each given its own next ``gpus_per_proc`` GPUs."""
-        from monarch.actor import this_host
-
+    def spawn(
+        self,
+        name: str,
+        procs: int,
+        gpus_per_proc: int = 0,
+        service: str | None = None,
+        host: int | None = None,
+    ) -> Any:
+        """A mesh of ``procs`` procs per host of ``service``'s host mesh (this host when
+        None), each given its own next ``gpus_per_proc`` GPUs of its host; ``host`` i: on
+        host i (modulo the mesh's size) only."""
+        host_name = self.mesh_of(service) if service else LOCAL
+        hosts = self._host(host_name, host)
         bootstrap = None
         if gpus_per_proc:
-            devices = [self._take_gpus(name, gpus_per_proc) for _ in range(procs)]
+            devices = [self._take_gpus(name, host_name, gpus_per_proc) for _ in range(procs)]
             self.given.append((name, devices))
             bootstrap = functools.partial(_set_visible_devices, tuple(devices))
-        mesh = this_host().spawn_procs(per_host={"procs": procs}, name=name, bootstrap=bootstrap)
+        mesh = hosts.spawn_procs(per_host={"procs": procs}, name=name, bootstrap=bootstrap)
         self.meshes.append(mesh)
+        self.named[name] = mesh
         return mesh
 
-    def _take_gpus(self, name: str, n: int) -> str:
+    def _host(self, host_name: str, host: int | None) -> Any:
+        if host_name == LOCAL:
+            from monarch.actor import this_host
+
+            return this_host()
+        mesh = self.host_meshes[host_name]
+        return mesh if host is None or len(mesh) == 1 else mesh.slice(hosts=host % len(mesh))
+
+    def host_count(self, service: str) -> int:
+        """How many hosts ``service``'s mesh has (1 for this host)."""
+        name = self.mesh_of(service)
+        return 1 if name == LOCAL else len(self.host_meshes[name])
+
+    def _take_gpus(self, name: str, host_name: str, n: int) -> str:
         if self.gpu_count is None:
             import torch
 
             self.gpu_count = torch.cuda.device_count()
-        if self._next_gpu + n > self.gpu_count:
+        first = self._next_gpu.get(host_name, 0)
+        if first + n > self.gpu_count:
             shares = ", ".join(f"{m}: {len(d)} x {d[0].count(',') + 1}" for m, d in self.given)
+            where = "this host" if host_name == LOCAL else f"host mesh {host_name!r}"
             raise RuntimeError(
-                f"placement: {name} needs {n} more GPU(s) but this host has {self.gpu_count} "
-                f"and {self._next_gpu} are already given ({shares or 'none'}); lower "
+                f"placement: {name} needs {n} more GPU(s) but {where} has "
+                f"{self.gpu_count} and {first} are already given ({shares or 'none'}); lower "
                 "services.*.with_gpus / procs / num_replicas or generator.tensor_parallel_size"
             )
-        first = self._next_gpu
-        self._next_gpu += n
+        self._next_gpu[host_name] = first + n
         return ",".join(str(d) for d in range(first, first + n))
+
+    async def weight_store(self, cfg: Any) -> Any:
+        """The run's weight store (``cfg``: a ``WeightStoreConfig``) on the trainer's host.
+
+        When the generators run on other hosts than the trainer, a
+        ``forge_agent.weight_relay.CrossHostWeightStore``: the same versioned put/get, each
+        version broadcast (``hosts.weights_backend``: gloo or NCCL) to one store per host, from
+        which that host's generators read through shared memory."""
+        from forge_agent.weight_store import make_weight_store
+
+        trainer, gen = self.mesh_of("trainer"), self.mesh_of("generator")
+        if trainer == gen and self.host_count("generator") == 1:
+            return await make_weight_store(cfg, self.spawn("store", 1, service="trainer"))
+        from forge_agent.weight_relay import CrossHostWeightStore
+
+        _check(
+            cfg.backend == "monarch",
+            "weight_store.backend",
+            cfg.backend,
+            f"'monarch' when the trainer ({trainer}) and generators ({gen}) are on other hosts",
+        )
+        home = self.spawn("store", 1, service="trainer")
+        n = self.host_count("generator")
+        others = {
+            f"{gen}{i if n > 1 else ''}": self.spawn(f"store{i}", 1, service="generator", host=i)
+            for i in range(n)
+        }
+        return await CrossHostWeightStore.spawn(
+            (trainer, home),
+            others,
+            self.address_of(trainer),
+            backend=self.hosts.weights_backend,
+            max_versions=cfg.max_versions,
+            put_timeout_s=cfg.put_timeout_s,
+        )
+
+    def address_of(self, host_name: str) -> str:
+        """The address other hosts reach host mesh ``host_name``'s (first) host by."""
+        import socket
+
+        from forge_agent.worker import parse_address
+
+        if host_name != LOCAL and self.hosts.kind == "workers":
+            return parse_address(self.hosts.workers[host_name][0])[0]
+        if host_name == LOCAL and self.hosts.client_address:
+            host = self.hosts.client_address.removeprefix("tcp://").rsplit(":", 1)[0]
+            if host not in ("", "0.0.0.0", "*"):
+                return host.strip("[]")
+        if host_name == LOCAL:
+            return socket.gethostname()
+        raise ValueError(
+            f"placement: the trainer's host mesh {host_name!r} comes from a {self.hosts.kind} "
+            "job; cross-host weights need the trainer on a `workers` mesh or on this host"
+        )
+
+    async def env_pool(self, env: Any) -> Any:
+        """The run's env workers (``env``: the run's ``EnvConfig``): an ``EnvPool`` of
+        subprocesses of this process, or, with ``hosts.services.env`` naming a host mesh, a
+        pool inside an ``EnvPoolActor`` on that mesh's first host (``RemoteEnvs``)."""
+        w = self.cfg.env
+        if self.mesh_of("env") == LOCAL:
+            from forge_agent.env import EnvPool
+
+            return EnvPool(
+                env.id,
+                size=w.count(),
+                step_timeout_s=env.step_timeout_s,
+                reset_timeout_s=env.reset_timeout_s,
+                env_kwargs=dict(env.kwargs),
+            )
+        from forge_agent.env.remote_pool import EnvPoolActor, RemoteEnvs
+
+        actor = self.spawn("env", 1, service="env", host=0).spawn(
+            "env_pool",
+            EnvPoolActor,
+            env.id,
+            w.num_replicas,
+            w.per_core,
+            env.step_timeout_s,
+            env.reset_timeout_s,
+            dict(env.kwargs),
+        )
+        return await RemoteEnvs.start(actor)
+
+    async def stop(self) -> None:
+        """Stop every proc this placement started, then release the host meshes (their
+        workers stay up for the next run)."""
+        import asyncio
+        import contextlib
+
+        for mesh in reversed(self.meshes):
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(mesh.stop(), 30)
+        self.meshes.clear()
+        for host in self.host_meshes.values():
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(host.stop(), 30)
 
 
 def _set_visible_devices(devices: tuple[str, ...]) -> None:

@@ -29,6 +29,7 @@ from typing import Any, Literal
 import torch
 from monarch.actor import Actor, endpoint
 
+from forge_agent.weight_layout import SharedView
 from forge_agent.weight_store import (
     MonarchWeightStore,
     StateDict,
@@ -155,7 +156,8 @@ class CrossHostWeightStore:
     """Versioned store whose versions reach every host of the run (see module docstring).
 
     `put` (trainer host only) stores the version on the trainer's host and broadcasts it to the
-    others; `get`, `versions` and `drop` act on the trainer host's store (`drop` on all)."""
+    others; `get` and `shared_view` read the caller's own host's store; `versions` is the
+    trainer host's; `drop` acts on all. Picklable: hand it to the trainer and generators."""
 
     def __init__(
         self,
@@ -168,6 +170,7 @@ class CrossHostWeightStore:
         self.home, self.hosts = home, hosts
         self.sender, self.receivers = sender, receivers
         self.put_timeout_s = put_timeout_s
+        self._local: MonarchWeightStore | None = None
 
     @classmethod
     async def spawn(
@@ -243,10 +246,36 @@ class CrossHostWeightStore:
                 f" on hosts {sorted(tasks[t] for t in pending)}"
             )
 
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_local": None}
+
+    async def local(self) -> MonarchWeightStore:
+        """The store on the caller's host (found by hostname: each host's store reads and
+        writes its own host's shared memory); `WeightStoreError` on a host without one."""
+        if self._local is None:
+            here = socket.gethostname()
+            for store in self.hosts.values():
+                host, _, _ = await store.actor.host.call_one()
+                if host == here:
+                    self._local = store
+                    break
+            else:
+                raise WeightStoreError(
+                    f"no weight store on host {here!r}: the run's stores are on hosts "
+                    f"{sorted(self.hosts)} (the trainer's and the generators')"
+                )
+        return self._local
+
     async def get(
         self, version: int | None = None, into: Mapping[str, torch.Tensor] | None = None
     ) -> StateDict:
-        return await self.home.get(version, into)
+        """`version` (latest when None) from the caller's host's store."""
+        return await (await self.local()).get(version, into)
+
+    async def shared_view(self, version: int | None = None) -> SharedView | None:
+        """Where `version` lies in the caller's host's shared memory (a generator's in-place
+        reload reads it there)."""
+        return await (await self.local()).shared_view(version)
 
     async def versions(self) -> list[int]:
         return await self.home.versions()

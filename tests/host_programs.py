@@ -4,6 +4,8 @@ the pytest process already uses the local one. Each prints one JSON line.
 
     actors CLIENT_ADDR WORKER...       one proc + HostInfo actor on each worker; where they ran
     attach CLIENT_ADDR TIMEOUT WORKER...  a placement naming the workers; the error and time
+    train CLIENT_ADDR OUT MODEL TRAIN GEN ENV   a short run, trainer / generator / env workers
+                                       (and reward) each on its own worker; what it saw
 """
 
 from __future__ import annotations
@@ -49,11 +51,79 @@ async def attach(client: str, timeout_s: float, workers: list[str]) -> dict:
     return {"error": error, "elapsed_s": time.monotonic() - started}
 
 
+async def train(client: str, out: str, model: str, train: str, gen: str, env: str) -> dict:
+    from forge_agent.config import load_config
+    from forge_agent.controller import Controller
+    from forge_agent.generator import SamplingConfig
+    from forge_agent.hosts import HostInfo
+    from forge_agent.types import Trajectory
+
+    overrides = [
+        f"model.name={model}",
+        "warm_start.enabled=false",
+        f"output_dir={out}",
+        "training.steps=2",
+        "training.groups_per_step=1",
+        "training.group_size=4",
+        "rollout.max_concurrent_episodes=8",
+        "services.env.num_replicas=4",
+        "eval.every=0",
+        "checkpoint.every=0",
+        "metrics.console=false",
+        # the tiny policy rarely solves a task; a length reward gives every group a signal
+        "rewards.components={tests.host_programs:sampled_length: 1.0}",
+        "hosts.kind=workers",
+        f"hosts.client_address={client}",
+        f"hosts.workers={{train: [{train}], gen: [{gen}], env: [{env}]}}",
+        "hosts.services={trainer: train, generator: gen, env: env, reward: env}",
+    ]
+    controller = Controller(load_config(None, overrides))
+    try:
+        await controller.setup()
+        where = {
+            name: await mesh.spawn("where", HostInfo).describe.call_one()
+            for name, mesh in controller.placement.named.items()
+            if name in ("trainer", "generator0", "env", "reward")
+        }
+        start = await _prompt_logprobs(controller.generators[0], SamplingConfig)
+        summary = await controller.run()
+        # after the last cross-host sync: the generator serves the trainer's weights
+        ids = list(range(5, 40))
+        got = await _prompt_logprobs(controller.generators[0], SamplingConfig, ids)
+        n = len(ids)
+        traj = Trajectory("t", "g", ids, [0] * n, [0.0] * n, [-1] * n)
+        (want,) = await controller.trainer.compute_logprobs.call_one([traj])
+        return {
+            "summary": {k: summary[k] for k in ("steps", "policy_version", "counts")},
+            "generator_version": await controller.generators[0].version.call_one(),
+            "where": where,
+            "env_pool": controller.pool.where,
+            "max_abs_diff": max(abs(a - b) for a, b in zip(got, want[1:], strict=True)),
+            "changed": max(abs(a - b) for a, b in zip(got, start, strict=True)),
+            "store": type(controller.store).__name__,
+        }
+    finally:
+        await controller.shutdown()
+
+
+def sampled_length(trajectory) -> float:
+    """A reward that differs between episodes: sampled tokens / 100 (test runs only)."""
+    return trajectory.num_sampled / 100
+
+
+async def _prompt_logprobs(generator, sampling_cls, ids=None) -> list[float]:
+    ids = ids or list(range(5, 40))
+    sampling = sampling_cls(max_tokens=1, prompt_logprobs=True)
+    return (await generator.generate.call_one(ids, sampling)).prompt_logprobs[1:]
+
+
 def main() -> None:
     cmd, client, *rest = sys.argv[1:]
     if cmd == "actors":
         shutdown = "--shutdown" in rest
         out = asyncio.run(actors(client, [w for w in rest if w != "--shutdown"], shutdown))
+    elif cmd == "train":
+        out = asyncio.run(train(client, *rest))
     elif cmd == "attach":
         out = asyncio.run(attach(client, float(rest[0]), rest[1:]))
     else:

@@ -55,7 +55,8 @@ def test_default_yaml_writes_out_every_key_with_its_default_value():
 
 
 FREE_FORM = {"model.tiny", "env.kwargs", "env.fields", "generator.engine_kwargs", "trainer.titan"}
-FREE_FORM |= {"rewards.components"}
+FREE_FORM |= {"rewards.components", "hosts.workers", "hosts.nodes", "hosts.services"}
+FREE_FORM |= {"hosts.slurm"}
 
 
 @pytest.mark.parametrize("name", SHIPPED)
