@@ -42,18 +42,27 @@ GenerateWrapper = Callable[[Any], Any]
 
 
 # ----------------------------------------------------------------------------- rewards
-def build_rubric(weights: dict[str, float], max_total_tokens: int = 512) -> Any:
-    """The run's rubric: the env outcome (weight 1) plus the configured extra components.
+AGENT_REWARD = "agent_reward"
+"""The rubric component that runs an agent program's own reward (`env.id=agent:...`)."""
 
-    A component is a built-in name (`tool_use`, `length_penalty`, `thinking_format`) or the
-    import path of a user reward function, `module:function` (sync or async, takes a
-    `Trajectory`, returns a float).
+
+def build_rubric(
+    weights: dict[str, float], max_total_tokens: int = 512, agent_reward: str | None = None
+) -> Any:
+    """The run's rubric: the outcome (weight 1) plus the configured extra components.
+
+    The outcome is the env's own reward (`env_outcome`) or, for an agent program, its reward
+    function `agent_reward` ("module:fn", called as `fn(task, result, transcript)`): run
+    here, in the reward actors, like every other component. An extra component is a built-in
+    name (`tool_use`, `length_penalty`, `thinking_format`) or the import path of a user reward
+    function, `module:function` (sync or async, takes a `Trajectory`, returns a float).
     """
     from forge_agent.rewards import (
         RewardComponent,
         Rubric,
         env_outcome,
         length_penalty,
+        program_reward,
         thinking_format,
         tool_use,
     )
@@ -63,13 +72,16 @@ def build_rubric(weights: dict[str, float], max_total_tokens: int = 512) -> Any:
         "length_penalty": lambda: length_penalty(max_total_tokens, max_total_tokens // 4),
         "thinking_format": thinking_format,
     }
-    components = [RewardComponent("env_outcome", env_outcome(), 1.0)]
+    if agent_reward:
+        fn = program_reward(_import_reward(agent_reward, "env.kwargs.reward"))
+        components = [RewardComponent(AGENT_REWARD, fn, 1.0, timeout_s=60.0)]
+    else:
+        components = [RewardComponent("env_outcome", env_outcome(), 1.0)]
     for name, weight in weights.items():
         if name in builtins:
             fn = builtins[name]()
         elif ":" in name:
-            module, _, attr = name.partition(":")
-            fn = getattr(importlib.import_module(module), attr)
+            fn = _import_reward(name, "rewards.components")
         else:
             raise ValueError(
                 f"rewards.components: unknown reward {name!r}; use one of "
@@ -77,6 +89,15 @@ def build_rubric(weights: dict[str, float], max_total_tokens: int = 512) -> Any:
             )
         components.append(RewardComponent(name, fn, float(weight), timeout_s=30.0))
     return Rubric(components)
+
+
+def _import_reward(path: str, key: str) -> Any:
+    """The function `module:attr` names; an error names the config key and the path."""
+    module, _, attr = path.partition(":")
+    try:
+        return getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError, ValueError) as exc:
+        raise ValueError(f"{key}: cannot import reward {path!r}: {exc}") from exc
 
 
 # ----------------------------------------------------------------------------- controller
@@ -189,8 +210,9 @@ class Controller:
             policy = str(self.policy_path)
             gen = procs.spawn("generator", Generator, cfg.generator, policy, **shared)
             self.generators.append(gen)
+        agent_reward = cfg.env.kwargs.get("reward") if cfg.env.id.startswith("agent:") else None
         rubric = functools.partial(
-            build_rubric, dict(cfg.rewards.components), cfg.rollout.max_total_tokens
+            build_rubric, dict(cfg.rewards.components), cfg.rollout.max_total_tokens, agent_reward
         )
         self.rewards = self.placement.reward_procs().spawn("reward", RewardActor, rubric)
         self.pool = await self.placement.env_pool(cfg.env)  # env workers, on the env's host
@@ -450,7 +472,11 @@ class Controller:
         try:
             with self.timing.measure("eval"):
                 report = await evaluate(
-                    self.eval_engine, self.eval_tasks, self.cfg.eval.k, seed=self.cfg.seed
+                    self.eval_engine,
+                    self.eval_tasks,
+                    self.cfg.eval.k,
+                    seed=self.cfg.seed,
+                    score=self._score_agent_outcome if self.endpoint is not None else None,
                 )
         finally:
             self._gate.set()
@@ -462,6 +488,21 @@ class Controller:
         print(f"[eval] step {self.step}: {_eval_line(metrics)}", flush=True)
         # wall_s: seconds of training so far, evaluation excluded (time-to-reward comparisons)
         return {"step": self.step, "wall_s": self.timing.loop_seconds(), **metrics}
+
+    async def _score_agent_outcome(self, trajectories: list[Trajectory]) -> list[Trajectory]:
+        """Eval episodes of an agent program get its own reward from a reward actor (the
+        program's env gives none); shaping components are left out, as for env outcomes."""
+        from forge_agent.metrics import record
+
+        try:
+            scored, metrics = await self.rewards.score.choose(trajectories, [AGENT_REWARD])
+        except Exception as exc:  # the reward service failed: the episodes stay unscored
+            self.counts["reward_service_error"] += 1
+            logger.warning("scoring eval episodes failed: %s", exc)
+            return trajectories
+        for name, value in metrics.items():  # e.g. eval/reward/agent_reward/correct
+            record(f"eval/{name}", value)
+        return list(scored)
 
     async def _generator_busy(self) -> float:
         """The replicas' busy seconds so far, summed."""
@@ -574,4 +615,4 @@ async def train(cfg: AgentConfig, generate_wrapper: GenerateWrapper | None = Non
         await controller.shutdown()
 
 
-__all__ = ["Controller", "Status", "build_rubric", "train"]
+__all__ = ["AGENT_REWARD", "Controller", "Status", "build_rubric", "train"]

@@ -17,7 +17,7 @@ import asyncio
 import math
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -32,6 +32,8 @@ DEFAULT_PASS_THRESHOLD = 1.0 - 1e-9
 
 ProgressFn = Callable[[int, int], None]
 """Called as `progress(episodes_done, episodes_total)` after each finished episode."""
+ScoreFn = Callable[[list[Trajectory]], Awaitable[list[Trajectory]]]
+"""Scores one group's trajectories (e.g. through a reward actor); returns them scored."""
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -190,9 +192,11 @@ async def evaluate(
     seed: int = 0,
     progress: ProgressFn | None = None,
     pass_threshold: float = DEFAULT_PASS_THRESHOLD,
+    score: ScoreFn | None = None,
 ) -> EvalReport:
     """Run `k` episodes of every task (one group per task, env seed `seed + task index`) and
-    aggregate them into an `EvalReport`.
+    aggregate them into an `EvalReport`. Rewards are the episodes' own, or `score`'s when
+    given (an agent program's reward runs in a reward actor).
 
     Sampling is seeded from `seed` too, so the same policy on the same tasks gives the same
     report (up to the generator's numerics): checkpoints are compared on the same noise.
@@ -212,15 +216,16 @@ async def evaluate(
         if progress is not None:
             progress(done, total)
 
+    async def one_group(i: int, task: dict[str, Any]) -> Group:
+        group = await engine.run_group(task, seed + i, k, sampling_seed=_sampling_seed(seed, i, k))
+        if score is None:
+            return group
+        return Group(task_id=group.task_id, trajectories=list(await score(group.trajectories)))
+
     engine.on_trajectory = on_trajectory
     started = time.monotonic()
     try:
-        groups = await asyncio.gather(
-            *(
-                engine.run_group(task, seed + i, k, sampling_seed=_sampling_seed(seed, i, k))
-                for i, task in enumerate(tasks)
-            )
-        )
+        groups = await asyncio.gather(*(one_group(i, task) for i, task in enumerate(tasks)))
     finally:
         engine.on_trajectory = previous
     return EvalReport.from_groups(groups, k, pass_threshold, time.monotonic() - started)

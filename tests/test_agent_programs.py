@@ -1,19 +1,24 @@
 """Agent programs (the real `openai` client in env worker processes) as episodes of the
-rollout engine, against the real vLLM CPU engine: groups, rewards, statuses."""
+rollout engine, against the real vLLM CPU engine: groups, statuses, and rewards computed by a
+real reward actor (as a training run scores them)."""
 
 from __future__ import annotations
 
 import asyncio
+import functools
 
 import pytest
 
 from envs.calculator import generate_tasks
+from envs.calculator.env import extract_answer
+from forge_agent.controller import AGENT_REWARD, build_rubric
 from forge_agent.endpoint import EndpointServer
 from forge_agent.endpoint.agents import AgentRolloutEngine, agent_env_spec
 from forge_agent.env import EnvPool
 from forge_agent.generator import GeneratorConfig
 from forge_agent.rollout import ChatRenderer, RolloutConfig
 from forge_agent.types import Status
+from tests.helpers import spawn_test_procs
 
 
 def _generate(generator):
@@ -39,14 +44,39 @@ def _run(generator, tiny_tokenizer, program: str, group_size: int, reset_timeout
     return asyncio.run(run())
 
 
+def _score_in_reward_actor(trajectories):
+    """Score as the controller does for `env.id=agent:...`: its rubric in a reward actor."""
+    from forge_agent.rewards.actor import RewardActor
+
+    procs = spawn_test_procs(1)
+    try:
+        rubric = functools.partial(build_rubric, {}, 512, "tests.endpoint_agents:calculator_reward")
+        actor = procs.spawn("reward", RewardActor, rubric)
+        actor.setup.call().get()
+        return actor.score.choose(trajectories).get()
+    finally:
+        procs.stop().get()
+
+
 def test_agent_program_groups_are_recorded_and_scored(generator, tiny_tokenizer):
     group, again, open_sessions = _run(generator, tiny_tokenizer, "calculator_agent", 4)
     assert open_sessions == 0  # every episode's key was closed
     assert len(group.trajectories) == 4
-    for traj in [*group.trajectories, again]:
+    for traj in [*group.trajectories, again]:  # the engine runs no reward: the actor does
+        assert traj.reward == 0.0 and not traj.reward_components, traj.reward_components
+    scored, metrics = _score_in_reward_actor([*group.trajectories, again])
+    expected = []
+    for traj in scored:
+        given = extract_answer(str(traj.info["result"] or ""))
+        right = given is not None and int(given) == int(traj.info["task"]["answer"])
+        expected.append(float(right))
+    assert [t.reward for t in scored] == expected
+    for traj, value in zip(scored, expected, strict=True):
+        assert traj.info["reward_breakdown"] == {f"{AGENT_REWARD}/correct": value}
+    assert metrics[f"reward/{AGENT_REWARD}/correct"] == pytest.approx(sum(expected) / 5)
+    for traj in scored:
         assert traj.status == Status.OK, traj.info
-        assert set(traj.reward_components) == {"correct"}
-        assert traj.reward in (0.0, 1.0)
+        assert traj.info["result"] is not None and traj.info["task"]["task_id"]
         assert traj.turn_spans and traj.num_sampled > 0
         n = len(traj.token_ids)
         assert len(traj.loss_mask) == len(traj.logprobs) == len(traj.versions) == n

@@ -10,6 +10,7 @@ import json
 import shlex
 from pathlib import Path
 
+import pytest
 import torch
 from safetensors.torch import load_file
 
@@ -42,7 +43,9 @@ def test_docs_agent_program_trains(policy_model_path, tmp_path):
         "rewards.components={tests.user_envs:shorter_is_better: 0.1}",
         "rollout.max_concurrent_episodes=8",
         "services.env.num_replicas=4",
-        "eval.every=0",
+        "eval.every=2",  # before and after training, through the reward actor
+        "eval.num_tasks=2",
+        "eval.k=2",
         "checkpoint.every=2",
         "metrics.console=false",
     ]
@@ -59,8 +62,16 @@ def test_docs_agent_program_trains(policy_model_path, tmp_path):
     traces = [json.loads(line) for line in (out / "traces.jsonl").read_text().splitlines()]
     assert len(traces) >= 2 * 2 * 4
     assert {t["status"] for t in traces} == {"ok"}, {t["status"] for t in traces}
-    for t in traces:
-        assert "correct" in t["reward_components"]
+    for t in traces:  # the page's reward ran in the reward actor: its dict is in the breakdown
+        assert set(t["info"]["reward_breakdown"]) == {"agent_reward/correct", "shorter_is_better"}
+        parts = t["info"]["reward_breakdown"]
+        assert t["reward"] == pytest.approx(
+            parts["agent_reward/correct"] + 0.1 * parts["shorter_is_better"]
+        )
         sampled = [i for i, m in enumerate(t["loss_mask"]) if m]
         assert sampled and all(t["versions"][i] >= 0 for i in sampled)
     assert max(v for t in traces for v in t["versions"]) >= 1  # later episodes: new weights
+    metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    evals = [m for m in metrics if "eval/reward/agent_reward/correct" in m["metrics"]]
+    assert len(evals) == 2, [sorted(m["metrics"]) for m in metrics]  # eval episodes scored by the actor
+    assert [e["eval/episodes"] for e in summary["evals"]] == [4.0, 4.0]

@@ -185,6 +185,22 @@ def test_evaluate_runs_k_episodes_per_task_and_reports_progress(tiny_tokenizer):
     assert engine.on_trajectory == seen.append  # and is restored afterwards
 
 
+def test_evaluate_takes_rewards_from_score_when_given(tiny_tokenizer):
+    """An agent program's eval episodes carry no env reward; `score` (a reward actor in a
+    run) gives them theirs, and the report counts those."""
+    from forge_agent.rewards import RewardComponent, Rubric
+
+    rubric = Rubric([RewardComponent("judge", lambda t: float(t.task_id == "wrong"))])
+
+    async def score(trajectories):
+        await rubric.score_all(trajectories)
+        return trajectories
+
+    engine = _engine(tiny_tokenizer, ScriptedPolicy(tiny_tokenizer, "4056"))
+    report = asyncio.run(evaluate(engine, TASKS, k=2, score=score))
+    assert [(r.task_id, r.passed) for r in report.per_task] == [("right", 0), ("wrong", 2)]
+
+
 def test_evaluate_seeds_sampling_so_reruns_see_the_same_noise(tiny_tokenizer):
     first, second = ScriptedPolicy(tiny_tokenizer, "1"), ScriptedPolicy(tiny_tokenizer, "1")
     asyncio.run(evaluate(_engine(tiny_tokenizer, first), TASKS, k=2, seed=4))

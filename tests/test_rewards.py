@@ -15,6 +15,7 @@ from forge_agent.rewards import (
     extract_boxed,
     length_penalty,
     model_judge,
+    program_reward,
     reward_metrics,
     thinking_format,
     tool_use,
@@ -102,6 +103,40 @@ def test_rubric_weights_components_and_reports_each():
     assert reward_metrics([res])["reward/user"] == pytest.approx(0.4)
 
 
+def test_a_dict_reward_is_summed_and_each_entry_is_in_the_breakdown():
+    rubric = Rubric([RewardComponent("agent", lambda t: {"correct": 1.0, "style": -0.25}, 2.0)])
+    t = traj()
+    (res,) = asyncio.run(rubric.score_all([t]))
+    assert res.total == pytest.approx(2.0 * 0.75) and t.reward == pytest.approx(1.5)
+    assert t.info["reward_breakdown"] == {"agent/correct": 1.0, "agent/style": -0.25}
+    assert reward_metrics([res])["reward/agent/style"] == -0.25
+
+
+def test_only_scores_the_named_components_and_rejects_unknown_names():
+    rubric = Rubric([RewardComponent("a", lambda t: 1.0), RewardComponent("b", lambda t: 5.0)])
+    t = traj()
+    asyncio.run(rubric.score_all([t], only=["a"]))
+    assert t.reward == 1.0 and t.info["reward_breakdown"] == {"a": 1.0}
+    with pytest.raises(ValueError, match=r"unknown reward components \['c'\]"):
+        asyncio.run(rubric.score_all([t], only=["c"]))
+
+
+def test_program_reward_calls_the_users_fn_with_task_result_and_transcript():
+    seen = []
+
+    def reward(task, result, transcript):
+        seen.append((task, result, transcript))
+        return float(result == task["answer"])
+
+    fn = program_reward(reward)
+    t = traj("12", info={"task": {"answer": "12"}, "result": "12"})
+    assert fn(t) == 1.0
+    assert fn(traj(info={"task": {"answer": "12"}, "result": "13"})) == 0.0
+    assert seen[0] == ({"answer": "12"}, "12", t.messages)
+    with pytest.raises(KeyError, match="not an agent-program episode"):
+        fn(traj())
+
+
 def test_async_model_judge_component_is_awaited():
     async def judge(prompt: str) -> str:
         await asyncio.sleep(0)
@@ -181,3 +216,27 @@ def test_reward_actor_replicas_score_trajectories(reward_procs):
     assert [t.reward for t in scored] == pytest.approx([0.75, 0.0, 0.0])
     assert "KeyError" in scored[2].info["reward_errors"]["answer"]
     assert metrics["reward/errors/answer"] == 1.0
+
+
+def test_reward_actor_runs_an_agent_programs_reward(reward_procs):
+    """The controller's rubric for `env.id=agent:...` in a real reward actor: the user's
+    `reward(task, result, transcript)` runs there and its dict lands in the breakdown."""
+    import functools
+
+    from forge_agent.controller import AGENT_REWARD, build_rubric
+    from forge_agent.rewards.actor import RewardActor
+
+    rubric = functools.partial(build_rubric, {}, 512, "tests.endpoint_agents:calculator_reward")
+    actor = reward_procs.spawn("agent_reward", RewardActor, rubric)
+    names = actor.setup.call().get()
+    assert [v for _, v in names.items()] == [[AGENT_REWARD]] * 2
+    task = {"task_id": "t", "prompt": "What is 3 * 4?", "answer": "12"}
+    trajs = [
+        traj("12", info={"task": task, "result": "12"}),
+        traj("13", info={"task": task, "result": "The answer is 13."}),
+        traj("", info={"task": task, "result": None}),
+    ]
+    scored, metrics = actor.score.choose(trajs, [AGENT_REWARD]).get()
+    assert [t.reward for t in scored] == [1.0, 0.0, 0.0]
+    assert scored[0].info["reward_breakdown"] == {f"{AGENT_REWARD}/correct": 1.0}
+    assert metrics[f"reward/{AGENT_REWARD}/correct"] == pytest.approx(1 / 3)

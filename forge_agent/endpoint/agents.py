@@ -11,7 +11,9 @@ One episode (`AgentRolloutEngine.run_episode`):
     env worker: reset(task + {base_url, key}) -> agent(task, client) runs to the end there
         (every request it makes is sampled by the generator and recorded by the session)
     endpoint.close_session(key) -> token-exact trajectory (ids, mask, logprobs, versions, segments)
-    env worker: step(transcript) -> reward(task, result, transcript) -> reward components
+        + info["task"], info["result"]; traj.messages is the recorded transcript
+    reward actor: reward(task, result, transcript) -> reward and breakdown (the rubric's
+        `agent_reward` component, `forge_agent.rewards.program_reward`)
 
 The program runs in an env worker process (never in the controller's loop) under the pool's
 `reset_timeout_s` as its wall-time limit: a program past it is killed (`env_timeout`); one that
@@ -44,11 +46,12 @@ def agent_env_spec(
 
 class AgentProgramEnv:
     """Runs one agent program per episode in the env worker; `reset` runs the program to
-    its end, `step(transcript)` scores its result.
+    its end and returns its result. Its reward is not computed here: the reward actors run it.
 
     Args (`env.kwargs` in a config):
         program: the agent, "package.module:fn" (taken from the env id `agent:...`).
-        reward: the reward function, "package.module:fn".
+        reward: the reward function, "package.module:fn" (run by the reward actors; required
+            here so a run without one fails at its first episode, naming the key).
         tasks_from: the env id whose tasks the program solves (its `tasks(split, n, seed)`).
         tasks_kwargs: constructor arguments of that env.
         request_timeout_s: the HTTP timeout of the program's client.
@@ -68,12 +71,10 @@ class AgentProgramEnv:
                 "(called as reward(task, result, transcript) -> float | dict)"
             )
         self.agent = load_entry_point(program)
-        self.reward = load_entry_point(reward)
+        self.reward = reward
         self.tasks_from = tasks_from
         self.tasks_kwargs = dict(tasks_kwargs or {})
         self.request_timeout_s = request_timeout_s
-        self.task: dict[str, Any] = {}
-        self.result: Any = None
 
     def tasks(self, split: Any, n: int, seed: int) -> list[dict[str, Any]]:
         """The tasks of the `tasks_from` env (the program's own task source)."""
@@ -92,7 +93,7 @@ class AgentProgramEnv:
         import openai
 
         endpoint = task["_endpoint"]
-        self.task = {k: v for k, v in task.items() if k != "_endpoint"}
+        task = {k: v for k, v in task.items() if k != "_endpoint"}
         async with openai.AsyncOpenAI(
             base_url=endpoint["base_url"],
             api_key=endpoint["api_key"],
@@ -100,19 +101,15 @@ class AgentProgramEnv:
             timeout=self.request_timeout_s,
             http_client=loopback_http_client(self.request_timeout_s),
         ) as client:
-            self.result = await self.agent(self.task, client)
-        return [{"role": "result", "content": self.result}], []
+            result = await self.agent(task, client)
+        return [{"role": "result", "content": result}], []
 
     async def step(self, assistant_message: Message) -> StepResult:
-        transcript = assistant_message.get("messages", [])
-        score = self.reward(self.task, self.result, transcript)
-        if hasattr(score, "__await__"):
-            score = await score
-        rewards = score if isinstance(score, dict) else {"reward": float(score)}
-        return StepResult(messages=[], rewards={k: float(v) for k, v in rewards.items()}, done=True)
+        """Nothing to step: the program ran to its end in `reset`."""
+        return StepResult(messages=[], rewards={}, done=True)
 
     async def close(self) -> None:
-        self.task, self.result = {}, None
+        """Nothing to release: the program's client closed with its episode."""
 
 
 class AgentRolloutEngine(RolloutEngine):
@@ -149,20 +146,13 @@ class AgentRolloutEngine(RolloutEngine):
         traj.segment_starts = recorded.segment_starts
         traj.messages = recorded.messages
         traj.info.update(recorded.info)
-        traj.info["result"] = result
+        traj.info["task"] = dict(task)
+        traj.info["result"] = result  # the reward actors score task, result and transcript
         traj.status = status
         if error is not None:
             traj.info["error"] = error
-            return
-        if not traj.turn_spans:
+        elif not traj.turn_spans:
             traj.status, traj.info["error"] = Status.ENV_ERROR, "the agent made no request"
-            return
-        try:
-            scored = await env.step({"role": "transcript", "messages": recorded.messages})
-        except Exception as exc:
-            traj.status, traj.info["error"] = _status_of(exc), f"reward: {exc}"
-            return
-        self._record_step(traj, scored)
 
 
 def loopback_http_client(timeout_s: float = 120.0) -> Any:

@@ -2,12 +2,14 @@
 
 from forge_agent.rewards.functions import (
     RewardFn,
+    RewardValue,
     boxed_answer_match,
     env_outcome,
     extract_boxed,
     final_answer_text,
     length_penalty,
     model_judge,
+    program_reward,
     thinking_format,
     tool_use,
 )
@@ -23,6 +25,7 @@ __all__ = [
     "RewardComponent",
     "RewardFn",
     "RewardResult",
+    "RewardValue",
     "Rubric",
     "apply_result",
     "boxed_answer_match",
@@ -31,6 +34,7 @@ __all__ = [
     "final_answer_text",
     "length_penalty",
     "model_judge",
+    "program_reward",
     "reward_metrics",
     "thinking_format",
     "tool_use",

@@ -39,13 +39,14 @@ class RewardActor(Actor):
 
     @endpoint
     async def score(
-        self, trajectories: list[Trajectory]
+        self, trajectories: list[Trajectory], components: list[str] | None = None
     ) -> tuple[list[Trajectory], dict[str, float]]:
-        """Score the trajectories; returns them with `reward`/`info` filled in, plus metrics
-        (per-component means, error counts). The caller gets copies: use the returned ones."""
+        """Score the trajectories (with the named `components` only, default all); returns
+        them with `reward`/`info` filled in, plus metrics (per-component means, error counts).
+        The caller gets copies: use the returned ones."""
         if self.rubric is None:
             raise RuntimeError("RewardActor.score called before setup()")
-        results = await self.rubric.score_all(trajectories, apply=True)
+        results = await self.rubric.score_all(trajectories, apply=True, only=components)
         return trajectories, reward_metrics(results)
 
     @endpoint

@@ -1,17 +1,24 @@
 """Built-in reward functions: `fn(traj) -> float` (sync) or `async fn(traj) -> float`.
 
-Every function reads a finished `Trajectory` and returns a float; none mutates it. Build them
-with the factories below and combine them in a `Rubric`.
+Every function reads a finished `Trajectory` and returns a float (or named floats); none
+mutates it. Build them with the factories below and combine them in a `Rubric`.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
 
 from forge_agent.types import Message, Trajectory
 
-RewardFn = Callable[[Trajectory], "float | Awaitable[float]"]
+RewardValue = float | Mapping[str, float]
+"""A reward: one number, or named numbers that a `Rubric` sums and logs one by one."""
+RewardFn = Callable[[Trajectory], "RewardValue | Awaitable[RewardValue]"]
+ProgramRewardFn = Callable[
+    [dict[str, Any], Any, list[Message]], "RewardValue | Awaitable[RewardValue]"
+]
+"""An agent program's reward: `fn(task, result, transcript)`."""
 JudgeFn = Callable[[str], Awaitable["float | str"]]
 
 
@@ -51,6 +58,20 @@ def env_outcome(key: str | None = None) -> RewardFn:
         raise KeyError(f"env outcome {key!r} not in reward_components or info of {traj.task_id}")
 
     return env_outcome_reward
+
+
+def program_reward(fn: ProgramRewardFn) -> RewardFn:
+    """An agent program's reward, `fn(task, result, transcript) -> float | dict`, as a reward
+    function of its trajectory: the task and the program's result come from `traj.info`
+    ("task", "result", written by the agent rollout engine), the transcript is the
+    conversation the endpoint recorded (`traj.messages`)."""
+
+    def agent_program_reward(traj: Trajectory) -> RewardValue | Awaitable[RewardValue]:
+        if "task" not in traj.info:
+            raise KeyError(f"no 'task' in info of {traj.task_id}: not an agent-program episode")
+        return fn(traj.info["task"], traj.info.get("result"), list(traj.messages))
+
+    return agent_program_reward
 
 
 def tool_use(error_penalty: float = 0.5) -> RewardFn:

@@ -1,5 +1,8 @@
 """A weighted rubric of reward functions: total = sum_c w_c * r_c, with a per-component breakdown.
 
+A component may return named values (a dict, e.g. an agent program's reward): its r_c is their
+sum and the breakdown lists each as `"<component>/<name>"`.
+
 Failure policy (a reward function that raises or returns NaN/inf): the component is *excluded*
 from that trajectory's total (it contributes nothing; the other weights are not
 renormalised), the error is recorded as `traj.info["reward_errors"][name] = "Type: message"`,
@@ -15,10 +18,10 @@ import asyncio
 import inspect
 import math
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from forge_agent.rewards.functions import RewardFn
+from forge_agent.rewards.functions import RewardFn, RewardValue
 from forge_agent.types import Trajectory
 
 
@@ -62,39 +65,66 @@ class Rubric:
         self.components = list(components)
         self.failures: Counter[str] = Counter()
 
-    async def _one(self, comp: RewardComponent, traj: Trajectory) -> float | BaseException:
+    async def _one(
+        self, comp: RewardComponent, traj: Trajectory
+    ) -> dict[str, float] | BaseException:
+        """The component's values by breakdown name (its own name, or `name/key` for each
+        entry of a dict it returned), or the exception it failed with."""
         try:
             if comp.in_thread:
                 call = asyncio.to_thread(comp.fn, traj)
             else:
                 call = _as_coroutine(comp.fn, traj)
-            value = await asyncio.wait_for(call, comp.timeout_s)
-            value = float(value)  # type: ignore[arg-type]
-            if not math.isfinite(value):
-                raise ValueError(f"reward {comp.name!r} returned non-finite value {value}")
-            return value
+            value: RewardValue = await asyncio.wait_for(call, comp.timeout_s)  # type: ignore[arg-type]
+            if isinstance(value, Mapping):
+                values = {f"{comp.name}/{k}": float(v) for k, v in value.items()}
+            else:
+                values = {comp.name: float(value)}
+            for name, v in values.items():
+                if not math.isfinite(v):
+                    raise ValueError(f"reward {name!r} returned non-finite value {v}")
+            return values
         except Exception as e:
             return e
 
-    async def score(self, traj: Trajectory) -> RewardResult:
-        """Score one trajectory; async components run concurrently."""
-        values = await asyncio.gather(*(self._one(c, traj) for c in self.components))
+    def select(self, only: Collection[str] | None) -> list[RewardComponent]:
+        """The components named in `only` (all when None); an unknown name is an error."""
+        if only is None:
+            return self.components
+        unknown = sorted(set(only) - {c.name for c in self.components})
+        if unknown:
+            raise ValueError(
+                f"unknown reward components {unknown}; the rubric has "
+                f"{[c.name for c in self.components]}"
+            )
+        return [c for c in self.components if c.name in only]
+
+    async def score(self, traj: Trajectory, only: Collection[str] | None = None) -> RewardResult:
+        """Score one trajectory (with the components named in `only`, default all); async
+        components run concurrently."""
+        components = self.select(only)
+        values = await asyncio.gather(*(self._one(c, traj) for c in components))
         result = RewardResult(total=0.0)
-        for comp, value in zip(self.components, values, strict=True):
+        for comp, value in zip(components, values, strict=True):
             if isinstance(value, BaseException):
                 result.errors[comp.name] = f"{type(value).__name__}: {value}"
                 self.failures[comp.name] += 1
                 continue
-            result.components[comp.name] = value
-            result.total += comp.weight * value
+            result.components.update(value)
+            result.total += comp.weight * sum(value.values())
         return result
 
     async def score_all(
-        self, trajectories: Sequence[Trajectory], apply: bool = True
+        self,
+        trajectories: Sequence[Trajectory],
+        apply: bool = True,
+        only: Collection[str] | None = None,
     ) -> list[RewardResult]:
-        """Score many trajectories concurrently; with `apply`, write each result into its
-        trajectory (`reward`, `info["reward_breakdown"]`, `info["reward_errors"]`)."""
-        results = await asyncio.gather(*(self.score(t) for t in trajectories))
+        """Score many trajectories concurrently (with the components named in `only`, default
+        all); with `apply`, write each result into its trajectory (`reward`,
+        `info["reward_breakdown"]`, `info["reward_errors"]`)."""
+        self.select(only)  # an unknown name fails before any scoring
+        results = await asyncio.gather(*(self.score(t, only) for t in trajectories))
         if apply:
             for traj, res in zip(trajectories, results, strict=True):
                 apply_result(traj, res)
