@@ -11,6 +11,7 @@ Every benchmark prints a table and writes a JSON report; these keep the shapes t
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import platform
@@ -20,7 +21,16 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Timer", "machine_info", "measure", "percentile", "print_table", "summary", "write_json"]
+__all__ = [
+    "Timer",
+    "generation_args",
+    "machine_info",
+    "measure",
+    "percentile",
+    "print_table",
+    "summary",
+    "write_json",
+]
 
 
 class Timer:
@@ -102,6 +112,32 @@ def print_table(rows: Sequence[dict[str, Any]], columns: Sequence[tuple[str, str
     text = "\n".join(lines)
     print(text)
     return text
+
+
+def generation_args(
+    doc: str | None,
+    name: str,
+    max_tokens: int,
+    argv: Sequence[str] | None = None,
+    extra: Callable[[argparse.ArgumentParser], None] | None = None,
+) -> argparse.Namespace:
+    """The arguments of a benchmark that generates with a model: `--model` (default: the tiny
+    model, built if needed), `--max-tokens`, `--repeats` and `--out`
+    (bench_results/<name>.json), plus what `extra` adds; the description is `doc`'s first
+    line."""
+    parser = argparse.ArgumentParser(description=(doc or name).split("\n")[0])
+    parser.add_argument("--model", default=None, help="model folder (default: the tiny model)")
+    parser.add_argument("--max-tokens", type=int, default=max_tokens, help="new tokens/request")
+    parser.add_argument("--repeats", type=int, default=3, help="timed rounds per setting")
+    parser.add_argument("--out", default=f"bench_results/{name}.json", help="JSON output path")
+    if extra is not None:
+        extra(parser)
+    args = parser.parse_args(argv)
+    if args.model is None:
+        from forge_agent.models.tiny import ensure_tiny_model
+
+        args.model = str(ensure_tiny_model())
+    return args
 
 
 def machine_info() -> dict[str, Any]:

@@ -63,15 +63,15 @@ def test_docs_agent_program_trains(policy_model_path, tmp_path):
     assert len(traces) >= 2 * 2 * 4
     assert {t["status"] for t in traces} == {"ok"}, {t["status"] for t in traces}
     for t in traces:  # the page's reward ran in the reward actor: its dict is in the breakdown
-        assert set(t["info"]["reward_breakdown"]) == {"agent_reward/correct", "shorter_is_better"}
         parts = t["info"]["reward_breakdown"]
-        assert t["reward"] == pytest.approx(
-            parts["agent_reward/correct"] + 0.1 * parts["shorter_is_better"]
-        )
+        shaping = "tests.user_envs:shorter_is_better"
+        assert set(parts) == {"agent_reward/correct", shaping}
+        assert t["reward"] == pytest.approx(parts["agent_reward/correct"] + 0.1 * parts[shaping])
         sampled = [i for i, m in enumerate(t["loss_mask"]) if m]
         assert sampled and all(t["versions"][i] >= 0 for i in sampled)
     assert max(v for t in traces for v in t["versions"]) >= 1  # later episodes: new weights
     metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    # eval episodes were scored by the reward actor (before and after training)
     evals = [m for m in metrics if "eval/reward/agent_reward/correct" in m["metrics"]]
-    assert len(evals) == 2, [sorted(m["metrics"]) for m in metrics]  # eval episodes scored by the actor
+    assert len(evals) == 2, [sorted(m["metrics"]) for m in metrics]
     assert [e["eval/episodes"] for e in summary["evals"]] == [4.0, 4.0]

