@@ -102,3 +102,23 @@ def test_agent_program_failures_become_statuses(
     if program == "raising_agent":
         assert "the agent program broke" in group.trajectories[0].info["error"]
         assert group.trajectories[0].num_sampled > 0  # its one request was still recorded
+
+
+def test_programs_share_one_loopback_http_client_per_loop_until_one_closes_it():
+    """Episodes in one env worker reuse the loopback HTTP client (kept-alive connections); a
+    program that closes its openai client gets a fresh one next episode, not a dead one."""
+    from forge_agent.endpoint.agents import loopback_http_client, program_client
+
+    async def episodes():
+        shared = loopback_http_client()
+        assert loopback_http_client() is shared
+        client = program_client("http://127.0.0.1:9/v1", "key-2")
+        assert client.api_key == "key-2"
+        await client.close()  # as `async with client:` in a program does
+        assert shared.is_closed
+        fresh = loopback_http_client()
+        assert fresh is not shared and not fresh.is_closed
+        return fresh
+
+    one, other = asyncio.run(episodes()), asyncio.run(episodes())
+    assert one is not other  # a client is never shared across event loops

@@ -101,38 +101,34 @@ async def _client_session(
 ) -> tuple[list[float], int]:
     """One session as an agent program on the `openai` client (the client env workers give
     programs); returns (latencies, generated tokens)."""
-    import openai
-
-    from forge_agent.endpoint.agents import loopback_http_client
+    from forge_agent.endpoint.agents import program_client
 
     messages: list[dict[str, Any]] = [{"role": "user", "content": question}]
     lat, tokens = [], 0
-    async with openai.AsyncOpenAI(
-        base_url=base_url, api_key=key, max_retries=0, http_client=loopback_http_client()
-    ) as client:
-        for _ in range(turns):
-            t0 = time.perf_counter()
-            kwargs = {"model": "policy", "messages": messages, "max_tokens": max_tokens}
-            if stream:
-                content, used = "", 0
-                events = await client.chat.completions.create(
-                    **kwargs, stream=True, stream_options={"include_usage": True}
-                )
-                async for chunk in events:
-                    for choice in chunk.choices:
-                        content += choice.delta.content or ""
-                    if chunk.usage is not None:
-                        used = chunk.usage.completion_tokens
-            else:
-                response = await client.chat.completions.create(**kwargs)
-                content = response.choices[0].message.content or ""
-                used = response.usage.completion_tokens
-            lat.append(time.perf_counter() - t0)
-            tokens += used
-            messages += [
-                {"role": "assistant", "content": content},
-                {"role": "user", "content": "Check it again."},
-            ]
+    client = program_client(base_url, key)
+    for _ in range(turns):
+        t0 = time.perf_counter()
+        kwargs = {"model": "policy", "messages": messages, "max_tokens": max_tokens}
+        if stream:
+            content, used = "", 0
+            events = await client.chat.completions.create(
+                **kwargs, stream=True, stream_options={"include_usage": True}
+            )
+            async for chunk in events:
+                for choice in chunk.choices:
+                    content += choice.delta.content or ""
+                if chunk.usage is not None:
+                    used = chunk.usage.completion_tokens
+        else:
+            response = await client.chat.completions.create(**kwargs)
+            content = response.choices[0].message.content or ""
+            used = response.usage.completion_tokens
+        lat.append(time.perf_counter() - t0)
+        tokens += used
+        messages += [
+            {"role": "assistant", "content": content},
+            {"role": "user", "content": "Check it again."},
+        ]
     return lat, tokens
 
 
@@ -146,11 +142,17 @@ async def _client_sessions(
     return list(await asyncio.gather(*jobs))
 
 
+_CLIENT_LOOP: asyncio.AbstractEventLoop | None = None
+
+
 def _client_process_round(*args: Any) -> tuple[list[tuple[list[float], int]], float]:
     """`_client_sessions` in the client process (an env worker's stand-in); also returns the
     CPU seconds the clients took."""
+    global _CLIENT_LOOP
+    if _CLIENT_LOOP is None:  # one loop for the process's life, as an env worker keeps one
+        _CLIENT_LOOP = asyncio.new_event_loop()
     cpu = time.process_time()
-    results = asyncio.run(_client_sessions(*args))
+    results = _CLIENT_LOOP.run_until_complete(_client_sessions(*args))
     return results, time.process_time() - cpu
 
 
@@ -214,16 +216,16 @@ async def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     costs = ("server_cpu_s", "engine_cpu_s", "client_cpu_s", "generator_busy_s")
     acc = {
         (p, c): {"lat": [], "tokens": 0, "seconds": 0.0, **dict.fromkeys(costs, 0.0)}
-        for p in PATHS
-        for c in CONCURRENCY
+        for p in args.paths
+        for c in args.sessions
     }
     try:
-        for level in CONCURRENCY:  # warm-up, untimed
-            for path in PATHS:
+        for level in args.sessions:  # warm-up, untimed
+            for path in args.paths:
                 await _round(path, level, 50_000, engine, renderer, server, args, pool)
         for r in range(args.repeats):
-            for level in CONCURRENCY:
-                for path in PATHS:  # same questions on every path
+            for level in args.sessions:
+                for path in args.paths:  # same questions on every path
                     lat, tokens, seconds, cost = await _round(
                         path, level, r * 100, engine, renderer, server, args, pool
                     )
@@ -266,10 +268,14 @@ async def run(args: argparse.Namespace) -> list[dict[str, Any]]:
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    def turns(parser: argparse.ArgumentParser) -> None:
+    def options(parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--turns", type=int, default=2, help="requests per session")
+        parser.add_argument("--sessions", type=int, nargs="+", default=list(CONCURRENCY))
+        parser.add_argument("--paths", nargs="+", choices=PATHS, default=list(PATHS))
 
-    args = generation_args(__doc__, "proxy", max_tokens=48, argv=argv, extra=turns)
+    args = generation_args(__doc__, "proxy", max_tokens=48, argv=argv, extra=options)
+    if "direct" not in args.paths:
+        raise SystemExit("--paths must include 'direct' (the baseline of every ratio)")
     rows = asyncio.run(run(args))
     print_table(
         rows,
