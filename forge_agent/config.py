@@ -32,6 +32,7 @@ from forge_agent.losses import LossConfig
 from forge_agent.metrics import MetricsConfig
 from forge_agent.placement import PlacementConfig
 from forge_agent.rollout.engine import RolloutConfig
+from forge_agent.supervision import SupervisionConfig
 from forge_agent.trainer.core import TrainerConfig, titan_degrees
 from forge_agent.typed_config import (
     ConfigError,
@@ -241,6 +242,7 @@ class AgentConfig:
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     weight_store: WeightStoreConfig = field(default_factory=WeightStoreConfig)
+    supervision: SupervisionConfig = field(default_factory=SupervisionConfig)
 
     def __post_init__(self) -> None:
         if self.resume:

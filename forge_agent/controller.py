@@ -34,6 +34,7 @@ from typing import Any
 
 from forge_agent.config import AgentConfig, dump_yaml
 from forge_agent.step_profile import PhaseClock
+from forge_agent.supervision import ServiceFailed, ServiceRestarted
 from forge_agent.types import Group, Status, Trajectory
 
 logger = logging.getLogger(__name__)
@@ -126,6 +127,8 @@ class Controller:
         self._gate = asyncio.Event()
         self._gate.set()
         self.profile = PhaseClock()  # per-step phases (profile/* metrics)
+        self.epoch = 0  # advances when a restarted trainer goes back to a checkpoint
+        self._generator_info: dict[str, Any] = {}
 
     # ------------------------------------------------------------------ setup
     async def _trainer_call(self, endpoint: Any, *args: Any) -> Any:
@@ -136,18 +139,16 @@ class Controller:
         return next(iter(values.values()))
 
     async def setup(self) -> None:
-        from forge_agent.generator import Generator
         from forge_agent.host_placement import resolve_host_meshes
         from forge_agent.metrics import MetricLogger
         from forge_agent.models.tiny import load_tokenizer
         from forge_agent.placement import Placement
         from forge_agent.replay import ReplayBuffer, ZeroSignalWatch
-        from forge_agent.rewards.actor import RewardActor
         from forge_agent.rollout import ChatRenderer, RendererConfig, RolloutEngine, SessionRouter
+        from forge_agent.supervision import Service, install_fault_hook
         from forge_agent.tasks import TaskStream, load_tasks
         from forge_agent.trace_html import load_token_decoder
         from forge_agent.traces import TraceWriter
-        from forge_agent.trainer.actor import TrainerActor
         from forge_agent.warm_start import policy_model
 
         cfg = self.cfg
@@ -187,40 +188,48 @@ class Controller:
         )
 
         # 2. actors: weight store, trainer, generator replicas, reward service, each on its
-        # host mesh (this host unless `hosts` names another; see forge_agent/host_placement)
+        # host mesh (this host unless `hosts` names another; see forge_agent/host_placement),
+        # each a supervised service, replaced when its process dies or hangs
+        # (forge_agent/supervision)
+        install_fault_hook()
         self.placement = Placement(
             cfg.services, cfg.generator.tensor_parallel_size, hosts=cfg.hosts, host_meshes=meshes
         )
         self.store = await self.placement.weight_store(cfg.weight_store)
-        # Each actor gets its own config section plus what the run shares: the policy folder,
-        # its dtype and the seed.
-        shared = {"dtype": cfg.model.dtype, "seed": cfg.seed}
-        self.trainer = self.placement.trainer_procs().spawn(
+        sup = cfg.supervision
+        supervised = functools.partial(
+            Service,
+            default_deadline_s=sup.call_deadline_s,
+            max_restarts=sup.max_restarts,
+            restart_timeout_s=sup.restart_timeout_s,
+        )
+        self.trainer = supervised(
             "trainer",
-            TrainerActor,
-            cfg.trainer,
-            str(self.policy_path),
-            self.store,
-            device=cfg.device,
-            master_port=_free_port(),
-            **shared,
+            self._spawn_trainer,
+            deadlines={"train_step": sup.train_step_deadline_s},
+            on_restart=self._trainer_restarted,
         )
-        for i in range(cfg.services.generator.num_replicas):
-            procs = self.placement.generator_procs(i)
-            policy = str(self.policy_path)
-            gen = procs.spawn("generator", Generator, cfg.generator, policy, **shared)
-            self.generators.append(gen)
-        agent_reward = cfg.env.kwargs.get("reward") if cfg.env.id.startswith("agent:") else None
-        rubric = functools.partial(
-            build_rubric, dict(cfg.rewards.components), cfg.rollout.max_total_tokens, agent_reward
+        self.generators = [
+            supervised(
+                f"generator{i}",
+                functools.partial(self._spawn_generator, i),
+                deadlines={
+                    "generate": sup.generate_deadline_s,
+                    "update_weights": cfg.training.weight_sync_timeout_s,
+                },
+                on_restart=self._generator_restarted,
+            )
+            for i in range(cfg.services.generator.num_replicas)
+        ]
+        self.rewards = supervised(
+            "reward", self._spawn_reward, deadlines={"score": sup.reward_deadline_s}
         )
-        self.rewards = self.placement.reward_procs().spawn("reward", RewardActor, rubric)
         self.pool = await self.placement.env_pool(cfg.env)  # env workers, on the env's host
         started = time.monotonic()
-        setups = [self.trainer.setup.call(), self.rewards.setup.call()]
-        setups += [g.setup.call_one() for g in self.generators]
-        results = await asyncio.gather(*setups)
-        gen_info = results[2]
+        await asyncio.gather(
+            self.trainer.start(), self.rewards.start(), *(g.start() for g in self.generators)
+        )
+        gen_info = self._generator_info
         logger.info("actors ready in %.1fs: %s", time.monotonic() - started, gen_info)
         print(
             f"[setup] actors ready in {time.monotonic() - started:.0f}s: "
@@ -257,6 +266,98 @@ class Controller:
         self.decode = load_token_decoder(self.policy_path)
         if cfg.checkpoint.resume:
             await self._resume()
+
+    async def _spawn_trainer(self) -> tuple[Any, Any]:
+        from forge_agent.trainer.actor import TrainerActor
+
+        cfg = self.cfg
+        procs = self.placement.trainer_procs()
+        # each actor gets its own config section plus what the run shares: the policy folder,
+        # its dtype and the seed
+        trainer = procs.spawn(
+            "trainer",
+            TrainerActor,
+            cfg.trainer,
+            str(self.policy_path),
+            self.store,
+            device=cfg.device,
+            master_port=_free_port(),
+            dtype=cfg.model.dtype,
+            seed=cfg.seed,
+        )
+        await trainer.setup.call()
+        return procs, trainer
+
+    async def _spawn_generator(self, replica: int) -> tuple[Any, Any]:
+        from forge_agent.generator import Generator
+
+        procs = self.placement.generator_procs(replica)
+        cfg = self.cfg
+        generator = procs.spawn(
+            "generator",
+            Generator,
+            cfg.generator,
+            str(self.policy_path),
+            dtype=cfg.model.dtype,
+            seed=cfg.seed,
+        )
+        self._generator_info = await generator.setup.call_one()
+        return procs, generator
+
+    async def _spawn_reward(self) -> tuple[Any, Any]:
+        from forge_agent.rewards.actor import RewardActor
+
+        cfg = self.cfg
+        agent_reward = cfg.env.kwargs.get("reward") if cfg.env.id.startswith("agent:") else None
+        rubric = functools.partial(
+            build_rubric, dict(cfg.rewards.components), cfg.rollout.max_total_tokens, agent_reward
+        )
+        procs = self.placement.reward_procs()
+        rewards = procs.spawn("reward", RewardActor, rubric)
+        await rewards.setup.call()
+        return procs, rewards
+
+    def _restarts(self) -> int:
+        return sum(s.restarts for s in [self.trainer, self.rewards, *self.generators])
+
+    async def _generator_restarted(self, generator: Any) -> None:
+        """A replacement replica starts from the current policy, not the initial weights."""
+        if self.version > 0:
+            await generator.update_weights.call_one(self.version, None, self.store, False, False)
+
+    async def _trainer_restarted(self, trainer: Any) -> None:
+        """A replacement trainer continues from the last complete checkpoint (policy,
+        optimizer, data position, version), or from the initial policy when there is none;
+        groups sampled by the lost policy versions are discarded, and the generators go back
+        to the restored policy."""
+        from forge_agent.trainer.checkpoint import complete_checkpoints
+
+        async def rank0(endpoint: Any, *args: Any) -> Any:
+            values = await endpoint.call(*args)
+            return next(iter(values.values()))
+
+        checkpoints = complete_checkpoints(self.out / "checkpoints")
+        self.epoch += 1  # groups started before now belong to lost policy versions
+        position: dict[str, Any] = {}
+        if checkpoints:
+            position = await rank0(trainer.load_checkpoint, str(checkpoints[-1]))
+            self.tasks.load_state(position["tasks"])
+        self.step = int(position.get("step", 0))
+        self.version = int(await rank0(trainer.policy_version))
+        replay = position.get("replay") or {
+            "evicted": self.buffer.evicted,
+            "evicted_trajectories": self.buffer.evicted_trajectories,
+        }
+        self.buffer.load_state_dict(replay, self.version)
+        version = await rank0(trainer.push_weights)
+        await asyncio.gather(
+            *(
+                g.update_weights.call_one(version, None, self.store, False, False)
+                for g in self.generators
+            )
+        )
+        where = checkpoints[-1].name if checkpoints else "the initial policy (no checkpoint yet)"
+        print(f"[restart] trainer resumed from {where}: step {self.step}, version {version}")
 
     def _clear_previous_outputs(self) -> None:
         """A fresh run in a used `output_dir` starts clean: appending to an old run's metrics,
@@ -310,13 +411,22 @@ class Controller:
         from forge_agent.advantages import compute_advantages
         from forge_agent.metrics import record
 
+        epoch = self.epoch
         group = await self.engine.run_group(task, seed, self.cfg.training.group_size)
         try:
             with self.profile.phase("reward"):
-                scored, reward_metrics = await self.rewards.score.choose(group.trajectories)
+                try:
+                    scored, reward_metrics = await self.rewards.score.choose(group.trajectories)
+                except ServiceRestarted:  # the reward actor died and was replaced: again
+                    scored, reward_metrics = await self.rewards.score.choose(group.trajectories)
+        except ServiceFailed:
+            raise
         except Exception as exc:  # the whole reward service failed: mark, do not crash
             self.counts["reward_service_error"] += 1
             logger.warning("reward scoring failed for %s: %s", group.task_id, exc)
+            return
+        if epoch != self.epoch:  # sampled by a policy a trainer restart went back from
+            self.counts["groups_discarded_after_restart"] += 1
             return
         group = Group(task_id=group.task_id, trajectories=list(scored))
         for traj in group.trajectories:
@@ -371,20 +481,21 @@ class Controller:
                 lags = check_token_lags(batch, self.version, cfg.training.max_policy_lag)
                 if cfg.training.max_policy_lag == 0:
                     self._gate.clear()  # on-policy: no rollouts while the policy changes
-                with self.timing.measure("trainer_busy"), self.profile.phase("train"):
-                    metrics = await self._trainer_call(self.trainer.train_step, batch)
-                self.step += 1
-                self.version = int(metrics.get("train/policy_version", self.version + 1))
-                await self.buffer.set_version(self.version)
-                if self.step % cfg.training.sync_interval == 0:
-                    with self.profile.phase("weight_sync"):
-                        await self._sync_weights()
-                self._gate.set()
+                try:
+                    metrics = await self._train_and_sync(batch)
+                except ServiceRestarted as exc:  # the trainer went back to its checkpoint
+                    if exc.service != self.trainer.name:
+                        raise
+                    self.counts["batches_lost_to_trainer_restart"] += 1
+                    continue
+                finally:
+                    self._gate.set()
                 for name, value in metrics.items():
                     record(name, value)
                 record("policy/lag", sum(lags) / len(lags))  # mean over trained tokens
                 record("policy/lag_max", max(lags), "max")
                 record("replay/evicted_stale", self.buffer.evicted, "last")
+                record("restarts/total", self._restarts(), "last")
                 record("replay/evicted_trajectories", self.buffer.evicted_trajectories, "last")
                 if cfg.eval.every > 0 and (
                     self.step % cfg.eval.every == 0 or self.step == cfg.training.steps
@@ -392,8 +503,12 @@ class Controller:
                     with self.profile.phase("eval"):
                         evals.append(await self._evaluate())
                 if cfg.checkpoint.every > 0 and self.step % cfg.checkpoint.every == 0:
-                    with self.profile.phase("checkpoint"):
-                        await self._save_checkpoint()
+                    try:
+                        with self.profile.phase("checkpoint"):
+                            await self._save_checkpoint()
+                    except ServiceRestarted:  # died while saving: back to the last complete one
+                        self.counts["checkpoints_lost_to_trainer_restart"] += 1
+                        continue
                 for name, value in self.profile.step_metrics().items():
                     record(name, value, "last")
                 self.history.append(self.metrics.flush(self.step))
@@ -404,6 +519,9 @@ class Controller:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await producer
         self.counts["replay_evicted"] = self.buffer.evicted
+        services = [self.trainer, self.rewards, *self.generators]
+        for service in services:
+            self.counts[f"restarts/{service.name}"] = service.restarts
         generator_busy = await self._generator_busy() - busy_at_start
         generator_busy -= self.timing.seconds["generator_busy_eval"]
         summary = {
@@ -414,11 +532,24 @@ class Controller:
             "profile": self.profile.summary(),
             "evals": evals,
             "counts": dict(self.counts),
+            "restarts": {s.name: s.causes for s in services if s.causes},
             "policy_path": str(self.policy_path),
             "resumed_from": self.resumed_from,
         }
         (self.out / "summary.json").write_text(json.dumps(summary, indent=2))
         return summary
+
+    async def _train_and_sync(self, batch: list[Trajectory]) -> dict[str, float]:
+        """One trainer step, then (every `sync_interval` steps) the weight sync."""
+        with self.timing.measure("trainer_busy"), self.profile.phase("train"):
+            metrics = await self._trainer_call(self.trainer.train_step, batch)
+        self.step += 1
+        self.version = int(metrics.get("train/policy_version", self.version + 1))
+        await self.buffer.set_version(self.version)
+        if self.step % self.cfg.training.sync_interval == 0:
+            with self.profile.phase("weight_sync"):
+                await self._sync_weights()
+        return metrics
 
     async def _take(self, producer: asyncio.Task) -> list[Group]:
         """The next batch; re-raises a crash of the rollout loop instead of waiting forever."""
@@ -441,17 +572,20 @@ class Controller:
         # async (lag > 0): running requests continue on the new weights (partial rollouts);
         # sync: they finish on the old weights first (drain)
         partial = self.cfg.training.max_policy_lag > 0
-        updates = [
-            g.update_weights.call_one(version, None, self.store, False, partial)
-            for g in self.generators
-        ]
-        try:
-            await asyncio.wait_for(
-                asyncio.gather(*updates), self.cfg.training.weight_sync_timeout_s
-            )
-        except TimeoutError:
-            self.counts["weight_sync_timeouts"] += 1
-            logger.warning("weight sync to version %d timed out; generators lag", version)
+        # a replica that dies or overruns training.weight_sync_timeout_s is replaced, and its
+        # replacement loads `version` itself (see _generator_restarted)
+        results = await asyncio.gather(
+            *(
+                g.update_weights.call_one(version, None, self.store, False, partial)
+                for g in self.generators
+            ),
+            return_exceptions=True,
+        )
+        for result in results:
+            if isinstance(result, ServiceRestarted):
+                continue
+            if isinstance(result, BaseException):
+                raise result
         record("weight_sync/s", time.monotonic() - started)
 
     def _plot(self) -> None:
@@ -506,7 +640,10 @@ class Controller:
 
     async def _generator_busy(self) -> float:
         """The replicas' busy seconds so far, summed."""
-        return sum(await asyncio.gather(*[g.busy_seconds.call_one() for g in self.generators]))
+        busy = await asyncio.gather(
+            *(g.busy_seconds.call_one() for g in self.generators), return_exceptions=True
+        )
+        return sum(b for b in busy if isinstance(b, float | int))  # a replaced replica: 0
 
     # ------------------------------------------------------------------ checkpoints
     async def _save_checkpoint(self) -> None:
@@ -562,12 +699,15 @@ class Controller:
                 await self.pool.close()
         for gen in self.generators:
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(gen.shutdown.call_one(), 30)
+                await asyncio.wait_for(gen.actor.shutdown.call_one(), 30)
         if self.store is not None and hasattr(self.store, "close"):
             with contextlib.suppress(Exception):
                 await self.store.close()
         if self.placement is not None:
             await self.placement.stop()
+        for service in [self.trainer, self.rewards, *self.generators]:
+            if service is not None:  # whatever outlived its mesh's stop (vLLM's engine core)
+                await service.stop(timeout_s=1)
 
 
 def _free_port() -> int:

@@ -150,8 +150,12 @@ class Placement:
         hosts = self._host(host_name, host)
         bootstrap = None
         if gpus_per_proc:
-            devices = [self._take_gpus(name, host_name, gpus_per_proc) for _ in range(procs)]
-            self.given.append((name, devices))
+            given = dict(self.given)
+            if name in given:  # a replacement for a failed mesh gets its GPUs back
+                devices = given[name]
+            else:
+                devices = [self._take_gpus(name, host_name, gpus_per_proc) for _ in range(procs)]
+                self.given.append((name, devices))
             bootstrap = functools.partial(_set_visible_devices, tuple(devices))
         mesh = hosts.spawn_procs(per_host={"procs": procs}, name=name, bootstrap=bootstrap)
         self.meshes.append(mesh)

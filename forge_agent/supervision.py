@@ -45,14 +45,14 @@ class SupervisionConfig:
 
     `max_restarts` bounds the restarts of each service (generator replica, reward, trainer);
     the deadlines bound single calls: a call past its deadline is a hung actor, which is
-    killed and replaced like a dead one.
+    killed and replaced like a dead one (a generator's weight update is bounded by
+    `training.weight_sync_timeout_s`).
     """
 
     max_restarts: int = 3
     generate_deadline_s: float = 120.0
     reward_deadline_s: float = 300.0
     train_step_deadline_s: float = 1800.0
-    weight_sync_deadline_s: float = 300.0
     call_deadline_s: float = 600.0  # any other call (setup, checkpoints, eval bookkeeping)
     restart_timeout_s: float = 600.0  # spawning and setting up a replacement
 
@@ -62,7 +62,6 @@ class SupervisionConfig:
             "generate_deadline_s",
             "reward_deadline_s",
             "train_step_deadline_s",
-            "weight_sync_deadline_s",
             "call_deadline_s",
             "restart_timeout_s",
         ):
@@ -202,6 +201,7 @@ class Service:
         self.actor: Any = None
         self.generation = 0
         self.causes: list[str] = []
+        self.pids: list[int] = []  # OS pids of the current mesh's procs (local meshes)
         self._tree: list[Any] = []
         self._lock = asyncio.Lock()
         self._failed: ServiceFailed | None = None
@@ -211,6 +211,11 @@ class Service:
         self.procs, self.actor = await self._spawn()
         await self._record_tree()
         return self.actor
+
+    @property
+    def process_ids(self) -> list[int]:
+        """Every OS process of the current mesh, children included (local meshes)."""
+        return [p.pid for p in self._tree]
 
     @property
     def restarts(self) -> int:
@@ -275,8 +280,8 @@ class Service:
         """Remember every OS process of the mesh (and their children, e.g. vLLM's engine
         core), so a restart can kill them even after their parent is gone."""
         with contextlib.suppress(Exception):
-            pids = await asyncio.wait_for(proc_pids(self.procs), 60)
-            self._tree = [p for pid in pids for p in process_tree(pid)]
+            self.pids = await asyncio.wait_for(proc_pids(self.procs), 60)
+            self._tree = [p for pid in self.pids for p in process_tree(pid)]
 
     async def refresh_tree(self) -> None:
         """Re-read the process tree (call after setup started child processes)."""
