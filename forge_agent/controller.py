@@ -350,9 +350,9 @@ class Controller:
         }
         self.buffer.load_state_dict(replay, self.version)
         version = await rank0(trainer.push_weights)
-        await asyncio.gather(
+        await asyncio.gather(  # back to the restored policy; requests in flight are dropped
             *(
-                g.update_weights.call_one(version, None, self.store, False, False)
+                g.update_weights.call_one(version, None, self.store, True, False, True)
                 for g in self.generators
             )
         )

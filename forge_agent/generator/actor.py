@@ -64,6 +64,7 @@ class Generator(Actor):
         source: StateDictSource | None = None,
         abort_in_flight: bool = False,
         resume_in_flight: bool = False,
+        rollback: bool = False,
     ) -> int:
         """Load `state_dict` (or pull `version` from `source`) in place; returns the version.
         In-flight requests: drained (default), aborted, or interrupted and continued on the
@@ -78,11 +79,11 @@ class Generator(Actor):
             view = await source.shared_view(version) if hasattr(source, "shared_view") else None
             if view is not None:
                 return await self._engine().update_weights_shared(
-                    view, abort_in_flight, resume_in_flight
+                    view, abort_in_flight, resume_in_flight, rollback
                 )
             state_dict = await source.get(version)
         return await self._engine().update_weights(
-            version, state_dict, abort_in_flight, resume_in_flight
+            version, state_dict, abort_in_flight, resume_in_flight, rollback
         )
 
     @concurrent_endpoint

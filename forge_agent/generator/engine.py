@@ -319,6 +319,7 @@ class VLLMEngine:
         state_dict: dict[str, torch.Tensor],
         abort_in_flight: bool = False,
         resume_in_flight: bool = False,
+        rollback: bool = False,
     ) -> int:
         """Reload weights in place and tag later completions with `version`.
 
@@ -326,8 +327,10 @@ class VLLMEngine:
         `abort_in_flight`: end them with `finish_reason="abort"`. `resume_in_flight`: interrupt
         them and continue them on the new weights (partial rollouts; no drain-and-wait).
         The state dict travels to vLLM's workers as a safetensors file in shared memory; a
-        weight store on this host can skip that copy (`update_weights_shared`)."""
-        self._check_newer(version)
+        weight store on this host can skip that copy (`update_weights_shared`).
+        `version` must be newer than the current one unless `rollback` (a trainer restarted
+        from a checkpoint takes the generators back to that policy)."""
+        self._check_newer(version, rollback)
         self.validate_state_dict(state_dict)
 
         async def reload() -> None:
@@ -342,13 +345,17 @@ class VLLMEngine:
         return await self._swap(version, reload, abort_in_flight, resume_in_flight)
 
     async def update_weights_shared(
-        self, view: Any, abort_in_flight: bool = False, resume_in_flight: bool = False
+        self,
+        view: Any,
+        abort_in_flight: bool = False,
+        resume_in_flight: bool = False,
+        rollback: bool = False,
     ) -> int:
         """Reload weights in place from a weight store's shared-memory version
         (`forge_agent.weight_layout.SharedView`): vLLM's workers map the store's file and read
         it once, into the model (no copy in this process, no second file). In-flight requests
         as in `update_weights`."""
-        self._check_newer(view.version)
+        self._check_newer(view.version, rollback)
         self.validate_shapes({m[0]: tuple(m[2]) for m in view.metas})
 
         async def reload() -> None:
@@ -359,10 +366,10 @@ class VLLMEngine:
 
         return await self._swap(view.version, reload, abort_in_flight, resume_in_flight)
 
-    def _check_newer(self, version: int) -> None:
+    def _check_newer(self, version: int, rollback: bool = False) -> None:
         if self._llm is None:
             raise GeneratorError("engine not started: call start() first")
-        if version <= self.version:
+        if version <= self.version and not rollback:
             raise GeneratorError(
                 f"weight version {version} is not newer than the current version {self.version}"
             )
