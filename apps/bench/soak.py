@@ -152,7 +152,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parser.parse_args(argv)
 
     base = load_config(args.config, args.overrides)
-    per_step = base.training.groups_per_step * base.grpo.n_samples
+    per_step = base.training.groups_per_step * base.training.group_size
     steps = math.ceil(args.episodes / per_step)
     with tempfile.TemporaryDirectory(prefix="forge-soak-") as out:
         cfg = load_config(
