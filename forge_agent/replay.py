@@ -171,6 +171,7 @@ class ReplayBuffer:
         self.evicted = int(state.get("evicted", 0))
         self.evicted_trajectories = int(state.get("evicted_trajectories", 0))
         self.current_version = max(int(state.get("current_version", 0)), current_version)
+        self._served_version = -1  # no batch taken yet for the restored version
         self._evict_stale()
         while len(self._groups) > self.capacity:  # a smaller capacity after resume
             dropped = self._groups.popleft()

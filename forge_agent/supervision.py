@@ -201,7 +201,7 @@ class Service:
         self.actor: Any = None
         self.generation = 0
         self.causes: list[str] = []
-        self.pids: list[int] = []  # OS pids of the current mesh's procs (local meshes)
+        self.mesh_pids: list[int] = []  # OS pids of the current mesh's procs (local meshes)
         self._tree: list[Any] = []
         self._lock = asyncio.Lock()
         self._failed: ServiceFailed | None = None
@@ -280,8 +280,8 @@ class Service:
         """Remember every OS process of the mesh (and their children, e.g. vLLM's engine
         core), so a restart can kill them even after their parent is gone."""
         with contextlib.suppress(Exception):
-            self.pids = await asyncio.wait_for(proc_pids(self.procs), 60)
-            self._tree = [p for pid in self.pids for p in process_tree(pid)]
+            self.mesh_pids = await asyncio.wait_for(proc_pids(self.procs), 60)
+            self._tree = [p for pid in self.mesh_pids for p in process_tree(pid)]
 
     async def refresh_tree(self) -> None:
         """Re-read the process tree (call after setup started child processes)."""

@@ -173,6 +173,23 @@ def test_resume_keeps_the_bound():
     assert (evicted, evicted_trajs) == (3, 3)
 
 
+def test_a_restored_buffer_admits_the_batch_of_its_restored_version():
+    """On-policy, a trainer that died after its batch was taken goes back to a checkpoint at
+    the same version: the restored buffer must admit that version's batch again (it used to
+    stay closed, and the run waited forever)."""
+
+    async def go():
+        buf = ReplayBuffer(capacity=4, max_policy_lag=0)
+        await buf.put(_group("v2", [2]))
+        await buf.set_version(2)
+        await buf.take(1, current_version=2)
+        closed = buf.room(running=0, groups_per_step=1)
+        buf.load_state_dict({"current_version": 2}, current_version=2)
+        return closed, buf.room(running=0, groups_per_step=1)
+
+    assert _run(go()) == (0, 1)
+
+
 def test_resume_never_lowers_the_version_the_bound_is_checked_against():
     """A resumed run whose restored version is older than the buffer's (a mismatched
     checkpoint) keeps checking against the newer one, so staleness cannot overshoot."""

@@ -32,26 +32,25 @@ async def _inject(controller, out: Path, log: list[tuple[str, int, int]]) -> Non
             await asyncio.sleep(0.1)
 
     def hit(name: str, service, sig: signal.Signals) -> None:
-        pid = service.pids[0]
+        pid = service.mesh_pids[0]
         log.append((name, pid, controller.step))
         os.kill(pid, sig)
 
     gen = controller.generators[0]
     await until(lambda: controller.step >= 1, "step 1")
     hit(FAULTS[0], gen, signal.SIGKILL)
-    await until(lambda: gen.restarts >= 1, "the generator's restart")
-    await until(lambda: controller.step >= 2, "step 2")
     hit(FAULTS[1], controller.rewards, signal.SIGKILL)
-    await until(lambda: (out / "checkpoints" / "step_000002" / "COMPLETE").exists(), "checkpoint")
+    await until(lambda: (out / "checkpoints" / "step_000001" / "COMPLETE").exists(), "checkpoint")
     hit(FAULTS[2], controller.trainer, signal.SIGKILL)
     await until(lambda: controller.trainer.restarts >= 1, "the trainer's restart")
-    await until(lambda: controller.step >= 3, "step 3 after the trainer restart")
+    await until(lambda: gen.restarts >= 1, "the generator's restart")
+    await until(lambda: controller.step >= 2, "step 2 after the trainer restart")
     hit(FAULTS[3], gen, signal.SIGSTOP)
 
 
 @pytest.fixture(scope="module")
 def healing_run(policy_model_path, tmp_path_factory):
-    """Five GRPO steps of the real stack with the four faults above; returns the summary,
+    """Three GRPO steps of the real stack with the four faults above; returns the summary,
     the faults as injected (name, pid, step), every process the run's services ever had, and
     the output folder."""
     from forge_agent.controller import Controller
@@ -63,13 +62,13 @@ def healing_run(policy_model_path, tmp_path_factory):
             f"model.name={policy_model_path}",
             "warm_start.enabled=false",
             f"output_dir={out}",
-            "training.steps=5",
+            "training.steps=3",
             "training.groups_per_step=2",
             "training.group_size=4",
             "rollout.max_concurrent_episodes=8",
             "services.env.num_replicas=2",
             "eval.every=0",
-            "checkpoint.every=2",
+            "checkpoint.every=1",
             "metrics.console=false",
             "supervision.generate_deadline_s=20",
             "training.weight_sync_timeout_s=20",
@@ -108,8 +107,8 @@ def healing_run(policy_model_path, tmp_path_factory):
 def test_every_fault_was_injected_and_the_run_finished_its_steps(healing_run):
     summary, injected, _, out = healing_run
     assert [name for name, _, _ in injected] == list(FAULTS)
-    assert summary["steps"] == 5
-    assert summary["policy_version"] == 5  # versions advanced past the restored checkpoint
+    assert summary["steps"] == 3
+    assert summary["policy_version"] == 3  # versions advanced past the restored checkpoint
     metrics = (out / "metrics.jsonl").read_text()
     assert '"restarts/total"' in metrics
 
@@ -137,7 +136,7 @@ def test_a_killed_trainer_restarts_from_its_last_complete_checkpoint(healing_run
     summary, _, _, out = healing_run
     assert summary["counts"]["restarts/trainer"] == 1
     assert "process died" in summary["restarts"]["trainer"][0]
-    assert (out / "checkpoints" / "step_000004" / "COMPLETE").exists()  # trained on past it
+    assert (out / "checkpoints" / "step_000003" / "COMPLETE").exists()  # trained on past it
 
 
 def test_no_process_of_any_service_outlives_the_run(healing_run):
