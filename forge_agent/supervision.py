@@ -135,8 +135,8 @@ def _make_probe_class() -> type:
 
     class PidProbe(Actor):
         @endpoint
-        async def pid(self) -> int:
-            return os.getpid()
+        async def pid(self) -> tuple[str, int]:
+            return boot_id(), os.getpid()
 
     return PidProbe
 
@@ -144,13 +144,22 @@ def _make_probe_class() -> type:
 _PROBE: type | None = None
 
 
+def boot_id() -> str:
+    """This machine's boot id: equal for every process of one machine (network namespaces
+    included), different on another host, where a pid means some other process."""
+    with open("/proc/sys/kernel/random/boot_id") as f:
+        return f.read().strip()
+
+
 async def proc_pids(procs: Any) -> list[int]:
-    """The OS pids of a local proc mesh's processes."""
+    """The OS pids of a proc mesh's processes that run on this machine (a remote host's procs
+    are stopped through Monarch, never by pid)."""
     global _PROBE
     if _PROBE is None:
         _PROBE = _make_probe_class()
     values = await procs.spawn("pid_probe", _PROBE).pid.call()
-    return [pid for _, pid in values.items()]
+    here = boot_id()
+    return [pid for _, (machine, pid) in values.items() if machine == here]
 
 
 class _SupervisedEndpoint:
