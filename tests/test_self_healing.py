@@ -37,7 +37,8 @@ async def _inject(controller, out: Path, log: list[tuple[str, int, int]]) -> Non
         os.kill(pid, sig)
 
     gen = controller.generators[0]
-    await until(lambda: controller.step >= 1, "step 1")
+    await until(lambda: controller.step >= 1 and controller._gate.is_set(), "step 1's sync")
+    await asyncio.sleep(0.5)  # step 2's episodes are being generated: they die with it
     hit(FAULTS[0], gen, signal.SIGKILL)
     hit(FAULTS[1], controller.rewards, signal.SIGKILL)
     await until(lambda: (out / "checkpoints" / "step_000001" / "COMPLETE").exists(), "checkpoint")
