@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
+import time
 from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any, Literal
@@ -122,13 +123,16 @@ class WeightRelayActor(Actor):
         torch.cuda.synchronize()
 
     @endpoint
-    async def send(self, version: int) -> int:
-        """Rank 0: broadcast `version` from this host's store; returns its size in bytes."""
+    async def send(self, version: int) -> float:
+        """Rank 0: broadcast `version` from this host's store; returns the broadcast's
+        seconds."""
         _, entry = await self.store.actor.get.call_one(version)
         if entry.slot is None:
             raise WeightStoreError("the trainer host's store must use shared memory")
-        await asyncio.to_thread(self._broadcast, self._map(entry.slot.path, entry.nbytes))
-        return entry.nbytes
+        buf = self._map(entry.slot.path, entry.nbytes)
+        started = time.perf_counter()
+        await asyncio.to_thread(self._broadcast, buf)
+        return time.perf_counter() - started
 
     @endpoint
     async def receive(self, version: int, metas: list[TensorMeta], nbytes: int) -> None:
@@ -171,6 +175,7 @@ class CrossHostWeightStore:
         self.sender, self.receivers = sender, receivers
         self.put_timeout_s = put_timeout_s
         self._local: MonarchWeightStore | None = None
+        self.last_put: dict[str, float] = {}
 
     @classmethod
     async def spawn(
@@ -219,8 +224,11 @@ class CrossHostWeightStore:
         return self.hosts[name]
 
     async def put(self, version: int, state_dict: Mapping[str, torch.Tensor]) -> None:
-        """Store `version` on the trainer's host, then broadcast it to every other host."""
+        """Store `version` on the trainer's host, then broadcast it to every other host
+        (`last_put`: the seconds of each part)."""
+        started = time.perf_counter()
         await self.home.put(version, state_dict)
+        self.last_put = {"home_s": time.perf_counter() - started}
         if not self.receivers:
             return
         metas, nbytes = layout(state_dict)
@@ -240,6 +248,8 @@ class CrossHostWeightStore:
             raise WeightStoreError(
                 f"cross-host put(version={version}) failed on host {host!r}: {exc}"
             ) from exc
+        if not pending:
+            self.last_put["broadcast_s"] = next(t for t in done if tasks[t] == names[0]).result()
         if pending:
             raise WeightStoreTimeoutError(
                 f"cross-host put(version={version}) did not finish within {self.put_timeout_s}s"

@@ -45,6 +45,6 @@ def test_versions_broadcast_from_trainer_host_reach_every_other_host():
     assert set(result["checksum_hosts"]) == {"host1", "host2"}
     for got in result["checksum_hosts"].values():
         assert got == result["checksum_trainer"]
-    # three versions pushed, two kept (max_versions=2) on every host
-    assert result["versions"] == {"host0": [2, 3], "host1": [2, 3], "host2": [2, 3]}
+    # five versions pushed (3 warm-up + 2), two kept (max_versions=2) on every host
+    assert result["versions"] == {"host0": [4, 5], "host1": [4, 5], "host2": [4, 5]}
     assert result["transport"].startswith("torch.distributed gloo")

@@ -315,7 +315,8 @@ def bench_cross_host(mb: int, repeats: int) -> dict:
 def print_cross_host(row: dict, xh: dict) -> None:
     print(
         f"cross-host ({xh['transport']}, {xh['hosts']} namespace hosts, {xh['size_mb']:.0f} MB): "
-        f"{xh['gb_per_s']:.2f} GB/s (put {xh['put_s']:.3f}s + get {xh['get_s']:.3f}s; "
+        f"{xh['gb_per_s']:.2f} GB/s (put {xh['put_s']:.3f}s + get {xh['get_s']:.3f}s; broadcast "
+        f"alone {xh['broadcast_s']:.3f}s = {xh['broadcast_gb_per_s']:.2f} GB/s; "
         f"cold {xh['cold_s']:.2f}s) | same-host shm {row['monarch_shm']['gb_per_s']:.2f} GB/s "
         f"| memcpy {row['memcpy']['gb_per_s']:.2f} GB/s | message "
         + (f"{row['monarch_msg']['gb_per_s']:.2f} GB/s" if "monarch_msg" in row else "-"),
