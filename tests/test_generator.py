@@ -150,3 +150,26 @@ def test_bad_input_gets_clear_errors_and_engine_keeps_serving(generator, hf_mode
     # Still serving, still on the same version.
     c = generator.generate.call_one(fixed_ids, SamplingConfig(max_tokens=4)).get()
     assert c.policy_version == version and len(c.token_ids) > 0
+
+
+def _vllm_engine_processes() -> list:
+    import psutil
+
+    found = []
+    for proc in psutil.Process().children(recursive=True):
+        try:
+            if proc.name().startswith("VLLM") or "VLLM::" in " ".join(proc.cmdline()):
+                found.append(proc)
+        except psutil.Error:
+            continue
+    return found
+
+
+def test_the_cpu_engine_runs_its_worker_inside_the_engine_core(generator, fixed_ids):
+    """executor auto on CPU: vLLM's engine core and its worker are one process (no second torch
+    process, no worker queue to poll), and it still serves and reloads (the tests above)."""
+    generator.generate.call_one(fixed_ids, SamplingConfig(max_tokens=2)).get()
+    engines = _vllm_engine_processes()
+    assert engines, "no vLLM engine process below the test process"
+    names = sorted(p.name() for p in engines)
+    assert all("EngineCore" in n for n in names), names

@@ -52,6 +52,10 @@ class GeneratorConfig:
     cpu_kv_cache_gb: float = 0.25  # KV cache size on the CPU build (GiB; fractions allowed)
     enable_prefix_caching: bool = True
     max_num_seqs: int = 128
+    # auto: on CPU with tensor_parallel_size 1, vLLM's worker runs inside its engine-core
+    # process ("uni": one torch process less, and no worker queue polled for 1 s after each
+    # message); otherwise vLLM's multiprocess executor ("mp")
+    executor: str = "auto"
     engine_kwargs: dict[str, Any] = field(default_factory=dict)  # passed to AsyncEngineArgs
 
     def __post_init__(self) -> None:
@@ -67,6 +71,15 @@ class GeneratorConfig:
         for key in ("tensor_parallel_size", "max_num_seqs"):
             check_field(getattr(self, key) >= 1, key, getattr(self, key), "an int >= 1")
         check_field(self.cpu_kv_cache_gb > 0, "cpu_kv_cache_gb", self.cpu_kv_cache_gb, "GiB > 0")
+        check_field(
+            self.executor in ("auto", "uni", "mp"), "executor", self.executor, "auto | uni | mp"
+        )
+
+    def resolved_executor(self) -> str:
+        """The executor `auto` stands for here: "uni" on CPU with one worker, else "mp"."""
+        if self.executor != "auto":
+            return self.executor
+        return "uni" if _on_cpu() and self.tensor_parallel_size == 1 else "mp"
 
 
 @dataclass
@@ -89,7 +102,12 @@ def _on_cpu() -> bool:
 
 def engine_environ(config: GeneratorConfig) -> dict[str, str]:
     """The environment vLLM reads at import, from `config` (set where the user has not)."""
-    return {"VLLM_LOGGING_LEVEL": "WARNING"}  # INFO logs per request and reload drown a run
+    env = {"VLLM_LOGGING_LEVEL": "WARNING"}  # INFO logs per request and reload drown a run
+    if config.resolved_executor() == "uni":
+        # vLLM's CPU platform turns "uni" into "mp" unless V1 multiprocessing is off; AsyncLLM
+        # still runs its engine core in a process of its own (that is the only process left)
+        env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    return env
 
 
 def engine_args(config: GeneratorConfig, model: str, dtype: str, seed: int) -> dict[str, Any]:
@@ -108,7 +126,11 @@ def engine_args(config: GeneratorConfig, model: str, dtype: str, seed: int) -> d
         max_num_seqs=config.max_num_seqs,
         worker_extension_cls="forge_agent.generator.worker_ext.WeightSyncExtension",
         disable_log_stats=True,
-        **{**_cpu_kv_cache(config.cpu_kv_cache_gb), **config.engine_kwargs},
+        **{
+            "distributed_executor_backend": config.resolved_executor(),
+            **_cpu_kv_cache(config.cpu_kv_cache_gb),
+            **config.engine_kwargs,
+        },
     )
 
 
