@@ -1,0 +1,47 @@
+"""Env workers behind an `EnvPoolActor` (how a run places them on another host): episodes
+run in the actor's env workers, and an env failure there reaches the rollout side as the same
+`EnvFailure` status. Here the actor's proc is local; tests/test_multihost_training.py runs
+it on another network host."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+
+import pytest
+
+from forge_agent.env import EnvFailure
+from forge_agent.env.remote_pool import EnvPoolActor, RemoteEnvs
+from forge_agent.types import Status
+from tests.helpers import spawn_test_procs
+from tests.test_env_worker import ECHO, say
+
+pytestmark = pytest.mark.timeout(90)
+
+
+def test_remote_episodes_run_in_the_actors_workers_and_keep_failure_statuses():
+    procs = spawn_test_procs(1)
+
+    async def main() -> None:
+        actor = procs.spawn("env_pool", EnvPoolActor, ECHO, 1, 8, 1.0, 30.0, {})
+        envs = await RemoteEnvs.start(actor)
+        assert envs.size == 1 and envs.where["pid"] != os.getpid()
+        env = await envs.acquire()
+        await env.reset({"prompt": "go"}, 0)
+        result = await env.step(say("ok"))
+        await env.close()
+        assert result.done and result.rewards == {"r": 1.0}
+        assert int(result.messages[0]["content"]) not in (os.getpid(), envs.where["pid"])
+        env = await envs.acquire()
+        await env.reset({"prompt": "go"}, 0)
+        with pytest.raises(EnvFailure) as failure:
+            await env.step(say("hang"))
+        await env.close()
+        assert failure.value.status is Status.ENV_TIMEOUT
+        assert "did not finish within 1 s" in failure.value.message
+        await envs.close()
+
+    try:
+        asyncio.run(main())
+    finally:
+        procs.stop().get()
