@@ -4,6 +4,8 @@ the pytest process already uses the local one. Each prints one JSON line.
 
     actors CLIENT_ADDR WORKER...       one proc + HostInfo actor on each worker; where they ran
     attach CLIENT_ADDR TIMEOUT WORKER...  a placement naming the workers; the error and time
+    run CLIENT_ADDR TIMEOUT OUT WORKER  a whole run (`train`) whose generators are on WORKER;
+                                       the error and time
     train CLIENT_ADDR OUT MODEL TRAIN GEN ENV   a short run, trainer / generator / env workers
                                        (and reward) each on its own worker; what it saw
 """
@@ -106,6 +108,30 @@ async def train(client: str, out: str, model: str, train: str, gen: str, env: st
         await controller.shutdown()
 
 
+async def run(client: str, timeout_s: float, out: str, worker: str) -> dict:
+    from forge_agent.config import load_config
+    from forge_agent.controller import train
+
+    cfg = load_config(
+        None,
+        [
+            f"output_dir={out}",
+            "hosts.kind=workers",
+            f"hosts.client_address={client}",
+            f"hosts.connect_timeout_s={timeout_s}",
+            f"hosts.workers={{gen: [{worker}]}}",
+            "hosts.services={generator: gen}",
+        ],
+    )
+    started = time.monotonic()
+    try:
+        await train(cfg)
+        error = None
+    except Exception as e:
+        error = f"{type(e).__name__}: {e}"
+    return {"error": error, "elapsed_s": time.monotonic() - started}
+
+
 def sampled_length(trajectory) -> float:
     """A reward that differs between episodes: sampled tokens / 100 (test runs only)."""
     return trajectory.num_sampled / 100
@@ -122,6 +148,8 @@ def main() -> None:
     if cmd == "actors":
         shutdown = "--shutdown" in rest
         out = asyncio.run(actors(client, [w for w in rest if w != "--shutdown"], shutdown))
+    elif cmd == "run":
+        out = asyncio.run(run(client, float(rest[0]), *rest[1:]))
     elif cmd == "train":
         out = asyncio.run(train(client, *rest))
     elif cmd == "attach":

@@ -136,3 +136,11 @@ def test_unreachable_host_fails_within_bound_naming_it(net):
     assert out["error"] is not None and out["error"].startswith("HostUnreachableError")
     assert dead in out["error"] and "'generators'" in out["error"]
     assert out["elapsed_s"] < 10
+
+
+def test_a_run_naming_a_host_that_never_answers_fails_within_its_timeout(net, tmp_path):
+    silent = f"tcp://{net.client_ip.rsplit('.', 1)[0]}.250:{PORT}"  # no host has this address
+    out = client("run", f"tcp://{net.client_ip}:0", "3", str(tmp_path / "run"), silent)
+    assert out["error"] is not None and out["error"].startswith("HostUnreachableError")
+    assert silent in out["error"] and "'gen'" in out["error"] and "within 3s" in out["error"]
+    assert out["elapsed_s"] < 8
