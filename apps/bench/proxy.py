@@ -27,12 +27,19 @@ CPU (the openai client, HTTP, JSON) is then taken from the engine's share, its r
 the generator later, fewer are in flight, and batches shrink: compare `in flight` per path.
 
     python -m apps.bench.proxy --max-tokens 48 --turns 2 --repeats 3 --out bench_results/proxy.json
+
+Without the busy-polling (the worker inside the engine-core process, OpenMP threads that sleep):
+
+    VLLM_ENABLE_V1_MULTIPROCESSING=0 OMP_WAIT_POLICY=PASSIVE python -m apps.bench.proxy \
+        --engine-kwargs '{"distributed_executor_backend": "uni"}' \
+        --out bench_results/proxy_uni_passive.json
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import multiprocessing
 import os
 import statistics
@@ -48,6 +55,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 CONCURRENCY = (1, 64)
 PATHS = ("direct", "endpoint", "endpoint-worker", "endpoint-sse-worker")
+ENGINE_ENVIRON = ("VLLM_ENABLE_V1_MULTIPROCESSING", "OMP_WAIT_POLICY")  # recorded in the JSON
 
 
 class _Tracked:
@@ -210,7 +218,7 @@ async def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     from forge_agent.models.tiny import load_tokenizer
     from forge_agent.rollout import ChatRenderer
 
-    engine = VLLMEngine(GeneratorConfig(), args.model)
+    engine = VLLMEngine(GeneratorConfig(engine_kwargs=json.loads(args.engine_kwargs)), args.model)
     await engine.start()
     args.engine_procs = psutil.Process().children(recursive=True)  # vLLM's engine processes
     args.tracked = _Tracked(engine.generate)  # both paths' generate calls, timed
@@ -278,6 +286,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         parser.add_argument("--turns", type=int, default=2, help="requests per session")
         parser.add_argument("--sessions", type=int, nargs="+", default=list(CONCURRENCY))
         parser.add_argument("--paths", nargs="+", choices=PATHS, default=list(PATHS))
+        parser.add_argument(
+            "--engine-kwargs", default="{}", help="JSON: GeneratorConfig.engine_kwargs for vLLM"
+        )
 
     args = generation_args(__doc__, "proxy", max_tokens=48, argv=argv, extra=options)
     if "direct" not in args.paths:
@@ -309,6 +320,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "max_tokens": args.max_tokens,
         "turns": args.turns,
         "repeats": args.repeats,
+        "engine_kwargs": json.loads(args.engine_kwargs),
+        "environ": {k: os.environ.get(k) for k in ENGINE_ENVIRON},
         "target": "endpoint overhead <= 10% (tok/s vs direct >= 0.90)",
         "rows": rows,
     }
