@@ -4,6 +4,8 @@ the pytest process already uses the local one. Each prints one JSON line.
 
     actors CLIENT_ADDR WORKER...       one proc + HostInfo actor on each worker; where they ran
     attach CLIENT_ADDR TIMEOUT WORKER...  a placement naming the workers; the error and time
+    replicas CLIENT_ADDR WORKER...     Placement of 3 generator replicas on one mesh of the
+                                       workers; the host each replica's proc ran on
     run CLIENT_ADDR TIMEOUT OUT WORKER  a whole run (`train`) whose generators are on WORKER;
                                        the error and time
     train CLIENT_ADDR OUT MODEL TRAIN GEN ENV   a short run, trainer / generator / env workers
@@ -108,6 +110,27 @@ async def train(client: str, out: str, model: str, train: str, gen: str, env: st
         await controller.shutdown()
 
 
+async def replicas(client: str, workers: list[str]) -> dict:
+    from forge_agent.host_placement import HostsConfig, resolve_host_meshes
+    from forge_agent.hosts import HostInfo
+    from forge_agent.placement import Placement, PlacementConfig
+
+    hosts = HostsConfig(
+        kind="workers",
+        workers={"gen": workers},
+        services={"generator": "gen"},
+        client_address=client,
+    )
+    meshes = await resolve_host_meshes(hosts)
+    placement = Placement(PlacementConfig(), hosts=hosts, host_meshes=meshes)
+    where = []
+    for i in range(3):
+        info = placement.generator_procs(i).spawn("where", HostInfo)
+        where.append((await info.describe.call_one())["hostname"])
+    await placement.stop()
+    return {"replicas": where}
+
+
 async def run(client: str, timeout_s: float, out: str, worker: str) -> dict:
     from forge_agent.config import load_config
     from forge_agent.controller import train
@@ -148,6 +171,8 @@ def main() -> None:
     if cmd == "actors":
         shutdown = "--shutdown" in rest
         out = asyncio.run(actors(client, [w for w in rest if w != "--shutdown"], shutdown))
+    elif cmd == "replicas":
+        out = asyncio.run(replicas(client, rest))
     elif cmd == "run":
         out = asyncio.run(run(client, float(rest[0]), *rest[1:]))
     elif cmd == "train":

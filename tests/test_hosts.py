@@ -144,3 +144,15 @@ def test_a_run_naming_a_host_that_never_answers_fails_within_its_timeout(net, tm
     assert out["error"] is not None and out["error"].startswith("HostUnreachableError")
     assert silent in out["error"] and "'gen'" in out["error"] and "within 3s" in out["error"]
     assert out["elapsed_s"] < 8
+
+
+def test_generator_replicas_take_the_hosts_of_their_mesh_in_turn(net):
+    workers = [start_worker(net, h, PORT + 2) for h in net.hosts[:2]]
+    try:
+        addresses = [f"tcp://{h.address}:{PORT + 2}" for h in net.hosts[:2]]
+        out = client("replicas", f"tcp://{net.client_ip}:0", *addresses)
+    finally:
+        for w in workers:
+            w.kill()
+    h0, h1 = (h.hostname for h in net.hosts[:2])
+    assert out["replicas"] == [h0, h1, h0]
