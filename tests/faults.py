@@ -1,9 +1,10 @@
 """Fault injection for controller tests: an env whose worker dies, whose tool hangs and whose
 sandbox dies, a reward function that raises, and a generator that errors.
 
-Faults are keyed on the task's text, so every run hits the same ones, and they are chosen to
-hit among the first training tasks of seed 0 (the second task's worker dies, the first and
-third tasks' sandboxes die, the fourth task's tool hangs).
+The worker's death is keyed on the task's text, chosen to hit among the first training tasks
+of seed 0 (the second task's worker dies). The hanging tool and the dying sandbox are keyed on
+the model's expression and on the worker's own count of tool calls, so every run hits them
+whatever the model writes.
 """
 
 from __future__ import annotations
@@ -24,16 +25,23 @@ def _bucket(text: str, n: int) -> int:
     return zlib.crc32(text.encode()) % n
 
 
+_CALLS = 0  # tool calls made in this env worker process
+
+
 def calculator(expression: str, *, sandbox: SandboxSession) -> str:
     """Evaluate an arithmetic expression exactly.
 
     Args:
         expression: The arithmetic expression to evaluate.
     """
+    global _CALLS
+    _CALLS += 1
     kind = _bucket(expression, 4)
-    if kind == 3:  # a tool that hangs (the ToolSet's timeout must answer for it)
+    # keyed on the model's expression, and on this worker's call count so that every run hits
+    # both faults whatever the model writes (each worker makes several calls)
+    if kind == 3 or _CALLS % 6 == 3:  # a tool that hangs (the ToolSet's timeout answers)
         time.sleep(30)
-    if kind == 1 and sandbox.pid is not None:  # the sandbox dies under the tool
+    if (kind == 1 or _CALLS % 6 == 1) and sandbox.pid is not None:  # the sandbox dies
         os.kill(sandbox.pid, signal.SIGKILL)
     result = sandbox.run(argv=["/bin/true"])
     if not result.ok:

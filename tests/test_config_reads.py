@@ -23,6 +23,11 @@ READ_AT_BUILD = {
 }
 
 
+# Read only off the default placement: `hosts` (every key but `kind`) is read when it names
+# other hosts, which tests/test_multihost_training.py and tests/test_hosts.py run.
+READ_OFF_THIS_PATH = ("hosts.",)
+
+
 def replay_actor_reads(cfg) -> None:
     """What the trainer and generator actors do with their sections (see the module doc)."""
     from forge_agent.generator.engine import engine_args, engine_environ
@@ -83,5 +88,6 @@ def short_run_reads(tmp_path_factory):
 def test_a_short_run_reads_every_config_field(short_run_reads):
     summary, recorder = short_run_reads
     assert summary["steps"] == 2
-    dead = sorted(recorder.leaves() - recorder.reads - set(READ_AT_BUILD))
+    unread = recorder.leaves() - recorder.reads - set(READ_AT_BUILD)
+    dead = sorted(k for k in unread if k == "hosts.kind" or not k.startswith(READ_OFF_THIS_PATH))
     assert dead == [], f"config fields no code read during the run: {dead}"

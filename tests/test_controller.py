@@ -44,6 +44,7 @@ def faulty_run(policy_model_path, tmp_path_factory):
     from tests.faults import FlakyGenerate
 
     out = tmp_path_factory.mktemp("faulty_run")
+    (out / "started").touch()  # leftovers older than the run are not its own
     cfg = load_config(
         None,
         [
@@ -108,13 +109,20 @@ def test_generator_request_errors_are_marked(faulty_run):
 def test_the_run_leaves_no_workspace_cgroup_or_sandbox_behind(faulty_run):
     """The faulty run kills env workers mid-episode (their sandboxes cannot be closed): their
     janitors must still remove every workspace, mount and cgroup, and no bwrap may outlive them.
-    Only leftovers of processes that are gone count (other runs may share the machine)."""
+    Only what the run made counts: leftovers of processes that are gone, made after it started
+    (other runs may share the machine, and an earlier run may have been killed)."""
     import glob
     import tempfile
 
-    def dead(path: str, prefix: str) -> bool:
+    started = (faulty_run[1] / "started").stat().st_mtime
+
+    def dead(path: str, prefix: str) -> bool:  # made during the run by a process now gone
         pid = os.path.basename(path)[len(prefix) :].split("-", 1)[0]
-        return pid.isdigit() and not os.path.exists(f"/proc/{pid}")
+        try:
+            new = os.stat(path).st_ctime >= started
+        except OSError:
+            return False
+        return new and pid.isdigit() and not os.path.exists(f"/proc/{pid}")
 
     def leftovers() -> list[str]:
         found = [
@@ -133,7 +141,7 @@ def test_the_run_leaves_no_workspace_cgroup_or_sandbox_behind(faulty_run):
                     comm = f.read().strip()
             except OSError:
                 continue
-            if comm == "bwrap" and fields[1] == "1":  # an orphaned sandbox
+            if comm == "bwrap" and fields[1] == "1" and _started_after(int(pid), started):
                 found.append(f"bwrap {pid}")
         return found
 
@@ -141,6 +149,15 @@ def test_the_run_leaves_no_workspace_cgroup_or_sandbox_behind(faulty_run):
     while leftovers() and time.monotonic() < deadline:
         time.sleep(0.5)
     assert leftovers() == []
+
+
+def _started_after(pid: int, when: float) -> bool:
+    import psutil
+
+    try:
+        return psutil.Process(pid).create_time() >= when
+    except psutil.Error:
+        return False
 
 
 def _vllm_pids() -> set[int]:
