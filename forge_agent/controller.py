@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import importlib
 import json
 import logging
 import shutil
@@ -33,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from forge_agent.config import AgentConfig, dump_yaml
+from forge_agent.rewards.build import AGENT_REWARD, build_rubric
 from forge_agent.step_profile import PhaseClock
 from forge_agent.supervision import ServiceFailed, ServiceRestarted
 from forge_agent.types import Group, Status, Trajectory
@@ -40,65 +40,6 @@ from forge_agent.types import Group, Status, Trajectory
 logger = logging.getLogger(__name__)
 
 GenerateWrapper = Callable[[Any], Any]
-
-
-# ----------------------------------------------------------------------------- rewards
-AGENT_REWARD = "agent_reward"
-"""The rubric component that runs an agent program's own reward (`env.id=agent:...`)."""
-
-
-def build_rubric(
-    weights: dict[str, float], max_total_tokens: int = 512, agent_reward: str | None = None
-) -> Any:
-    """The run's rubric: the outcome (weight 1) plus the configured extra components.
-
-    The outcome is the env's own reward (`env_outcome`) or, for an agent program, its reward
-    function `agent_reward` ("module:fn", called as `fn(task, result, transcript)`): run
-    here, in the reward actors, like every other component. An extra component is a built-in
-    name (`tool_use`, `length_penalty`, `thinking_format`) or the import path of a user reward
-    function, `module:function` (sync or async, takes a `Trajectory`, returns a float).
-    """
-    from forge_agent.rewards import (
-        RewardComponent,
-        Rubric,
-        env_outcome,
-        length_penalty,
-        program_reward,
-        thinking_format,
-        tool_use,
-    )
-
-    builtins: dict[str, Callable[[], Any]] = {
-        "tool_use": tool_use,
-        "length_penalty": lambda: length_penalty(max_total_tokens, max_total_tokens // 4),
-        "thinking_format": thinking_format,
-    }
-    if agent_reward:
-        fn = program_reward(_import_reward(agent_reward, "env.kwargs.reward"))
-        components = [RewardComponent(AGENT_REWARD, fn, 1.0, timeout_s=60.0)]
-    else:
-        components = [RewardComponent("env_outcome", env_outcome(), 1.0)]
-    for name, weight in weights.items():
-        if name in builtins:
-            fn = builtins[name]()
-        elif ":" in name:
-            fn = _import_reward(name, "rewards.components")
-        else:
-            raise ValueError(
-                f"rewards.components: unknown reward {name!r}; use one of "
-                f"{sorted(builtins)} or 'module:function'"
-            )
-        components.append(RewardComponent(name, fn, float(weight), timeout_s=30.0))
-    return Rubric(components)
-
-
-def _import_reward(path: str, key: str) -> Any:
-    """The function `module:attr` names; an error names the config key and the path."""
-    module, _, attr = path.partition(":")
-    try:
-        return getattr(importlib.import_module(module), attr)
-    except (ImportError, AttributeError, ValueError) as exc:
-        raise ValueError(f"{key}: cannot import reward {path!r}: {exc}") from exc
 
 
 # ----------------------------------------------------------------------------- controller

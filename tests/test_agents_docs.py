@@ -15,6 +15,7 @@ import torch
 from safetensors.torch import load_file
 
 from forge_agent.config import load_config
+from tests.helpers import short_training
 from tests.user_envs import docs_blocks, make_user_package, remove_user_package
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "agents.md"
@@ -32,15 +33,7 @@ def test_docs_agent_program_trains(policy_model_path, tmp_path):
     )
     out = tmp_path / "run"
     short = [
-        f"model.name={policy_model_path}",
-        "warm_start.enabled=false",
-        f"output_dir={out}",
-        "training.steps=2",
-        "training.groups_per_step=2",
-        "training.group_size=4",
-        "advantages.drop_zero_variance=false",
-        "advantages.truncated=keep",
-        "rewards.components={tests.user_envs:shorter_is_better: 0.1}",
+        *short_training(policy_model_path, out),
         "rollout.max_concurrent_episodes=8",
         "services.env.num_replicas=4",
         "eval.every=2",  # before and after training, through the reward actor

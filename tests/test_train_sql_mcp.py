@@ -16,6 +16,7 @@ import torch
 from safetensors.torch import load_file
 
 from forge_agent.config import load_config
+from tests.helpers import short_training
 from tests.mcp_servers import require_servers
 
 ENV = "envs.sql_mcp:SqlMcpEnv"  # the entry point itself: no installed metadata needed
@@ -38,19 +39,9 @@ def test_sql_mcp_trains_and_its_traces_show_mcp_tool_calls(sql_policy, tmp_path)
     cfg = load_config(
         None,
         [
-            f"model.name={sql_policy}",
-            "warm_start.enabled=false",
-            f"output_dir={out}",
+            *short_training(sql_policy, out),
             f"env.id={ENV}",
             "env.kwargs={}",
-            "training.steps=2",
-            "training.groups_per_step=2",
-            "training.group_size=4",
-            # The env's exact-match outcome may be the same for a whole group of a tiny model;
-            # a small length reward gives every group variance, so both steps update weights.
-            "advantages.drop_zero_variance=false",
-            "advantages.truncated=keep",
-            "rewards.components={tests.user_envs:shorter_is_better: 0.1}",
             # one read_query call (about 64 tokens in the tiny tokenizer), then the number
             "rollout.max_turns=2",
             "rollout.temperature=0.6",  # cooler: the ~60-token query without a stray token

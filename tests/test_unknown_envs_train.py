@@ -16,23 +16,13 @@ import torch
 from safetensors.torch import load_file
 
 from forge_agent.config import load_config
+from tests.helpers import short_training
 from tests.user_envs import docs_commands, docs_reverse_package, remove_user_package
 
 
 def _short(policy: Path, out: Path) -> list[str]:
     return [
-        f"model.name={policy}",
-        "warm_start.enabled=false",  # all three share the suite's warm-started model
-        f"output_dir={out}",
-        "training.steps=2",
-        "training.groups_per_step=2",
-        "training.group_size=4",
-        # The shared model was warm-started on other envs, so the env's own outcome may be
-        # the same for a whole group; a small length reward gives every group variance, so
-        # two steps always update the weights, and no step waits for a varied group.
-        "advantages.drop_zero_variance=false",
-        "advantages.truncated=keep",
-        "rewards.components={tests.user_envs:shorter_is_better: 0.1}",
+        *short_training(policy, out),  # all three share the suite's warm-started model
         "rollout.max_turns=3",
         "rollout.max_new_tokens_per_turn=32",
         "rollout.max_total_tokens=384",
