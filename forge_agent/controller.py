@@ -175,7 +175,8 @@ class Controller:
         print(
             f"[setup] actors ready in {time.monotonic() - started:.0f}s: "
             f"{len(self.generators)} vLLM generator(s), {cfg.services.trainer.procs} trainer "
-            f"rank(s), reward, weight store; {self.pool.size} env workers",
+            f"rank(s), reward, weight store; {self.pool.size} envs on "
+            f"{self.pool.num_workers} env worker(s)",
             flush=True,
         )
         max_len = int(gen_info["max_model_len"])

@@ -59,18 +59,22 @@ class Replicas:
 
 @dataclass
 class EnvWorkers:
-    """Env worker processes: each runs one episode at a time, so their number bounds the
-    episodes in flight. 0 (default): ``per_core`` per core this process may use."""
+    """Env worker processes: ``num_replicas`` of them (0, the default: ``per_core`` per core
+    this process may use), each serving ``envs_per_worker`` env instances at once (one
+    episode each, on a thread of its own), so workers x envs_per_worker episodes can be in
+    flight (64 on 2 cores)."""
 
     num_replicas: int = 0
-    per_core: int = 8
+    per_core: int = 1
+    envs_per_worker: int = 32
 
     def __post_init__(self) -> None:
         _check(self.num_replicas >= 0, "num_replicas", self.num_replicas, "an int >= 0 (0: auto)")
         _check(self.per_core >= 1, "per_core", self.per_core, "an int >= 1")
+        _check(self.envs_per_worker >= 1, "envs_per_worker", self.envs_per_worker, "an int >= 1")
 
     def count(self) -> int:
-        """The number of env workers to start."""
+        """The number of env worker processes."""
         import os
 
         auto = self.per_core * len(os.sched_getaffinity(0))
@@ -256,10 +260,11 @@ class Placement:
 
             return EnvPool(
                 env.id,
-                size=w.count(),
+                size=w.count() * w.envs_per_worker,
                 step_timeout_s=env.step_timeout_s,
                 reset_timeout_s=env.reset_timeout_s,
                 env_kwargs=dict(env.kwargs),
+                envs_per_worker=w.envs_per_worker,
             )
         from forge_agent.env.remote_pool import EnvPoolActor, RemoteEnvs
 
@@ -272,6 +277,7 @@ class Placement:
             env.step_timeout_s,
             env.reset_timeout_s,
             dict(env.kwargs),
+            w.envs_per_worker,
         )
         return await RemoteEnvs.start(actor)
 

@@ -31,8 +31,9 @@ def test_no_path_and_no_overrides_gives_the_dataclass_defaults():
     cfg = load_config(None, [])
     assert cfg == AgentConfig()
     assert cfg.model.name == "tiny"
-    assert cfg.services.env.num_replicas == 0  # env workers: 8 per core
-    assert cfg.services.env.count() == 8 * len(os.sched_getaffinity(0))
+    assert cfg.services.env.num_replicas == 0  # env workers: 1 per core, 32 envs each
+    assert cfg.services.env.count() == len(os.sched_getaffinity(0))
+    assert cfg.services.env.envs_per_worker == 32
     assert cfg.services.generator.num_replicas == 1
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import threading
 import time
 from typing import Any
 
@@ -19,6 +20,8 @@ pytestmark = pytest.mark.timeout(60)
 class EchoEnv(Env):
     """Answers every message with its own pid; written with sync methods."""
 
+    meeting = threading.Barrier(4, timeout=20)  # per worker process
+
     def reset(self, task: dict[str, Any], seed: int | None = None) -> tuple[list, list]:
         return [{"role": "user", "content": task.get("prompt", "hi")}], []
 
@@ -32,6 +35,10 @@ class EchoEnv(Env):
             os._exit(3)
         if behaviour == "sigkill":
             os.kill(os.getpid(), signal.SIGKILL)
+        if behaviour == "meet":  # returns once 4 episodes of this process are in step()
+            self.meeting.wait()
+        if behaviour.startswith("nap"):  # "nap 2.5": sleeps that long
+            time.sleep(float(behaviour.split()[1]))
         if behaviour == "print":
             print("env chatter on stdout must not corrupt the protocol")
         return StepResult([{"role": "user", "content": str(os.getpid())}], {"r": 1.0}, True, {})
@@ -145,3 +152,60 @@ def test_env_failure_survives_pickling() -> None:
 
     failure = pickle.loads(pickle.dumps(EnvFailure(Status.ENV_TIMEOUT, "slow")))
     assert failure.status is Status.ENV_TIMEOUT and failure.message == "slow"
+
+
+def test_worker_serves_its_envs_at_once_on_their_own_threads() -> None:
+    """8 episodes on 2 workers of 4 envs: each returns only once the 4 envs of its worker are
+    inside a blocking step at the same time."""
+
+    async def main() -> None:
+        async with EnvPool(ECHO, size=8, envs_per_worker=4, step_timeout_s=30) as pool:
+            await pool.start()
+            results = await asyncio.gather(*(episode(pool, "meet") for _ in range(8)))
+            pids = [r.messages[0]["content"] for r in results]
+            assert sorted(pids.count(p) for p in set(pids)) == [4, 4]
+            assert pool.stats["workers_started"] == 2 and pool.num_workers == 2
+
+    asyncio.run(main())
+
+
+def test_a_hung_env_fails_alone_and_its_worker_is_replaced_after_its_other_episodes() -> None:
+    async def main() -> None:
+        async with EnvPool(ECHO, size=3, envs_per_worker=3, step_timeout_s=2.5) as pool:
+            await pool.start()
+
+            async def late_nap() -> StepResult:
+                await asyncio.sleep(1.2)  # still running when the hung step times out
+                return await episode(pool, "nap 2")
+
+            hung, *fine = await asyncio.gather(
+                episode(pool, "hang"), late_nap(), late_nap(), return_exceptions=True
+            )
+            assert isinstance(hung, EnvFailure) and hung.status is Status.ENV_TIMEOUT
+            assert all(r.rewards == {"r": 1.0} for r in fine)  # same worker, unharmed
+            assert pool.stats["workers_replaced"] == 1  # retired once its episodes ended
+            again = await episode(pool, "ok")
+            assert again.messages[0]["content"] != fine[0].messages[0]["content"]
+
+    asyncio.run(main())
+
+
+def test_a_dying_worker_marks_every_episode_it_was_running() -> None:
+    async def main() -> None:
+        async with EnvPool(ECHO, size=3, envs_per_worker=3, step_timeout_s=20) as pool:
+            await pool.start()
+
+            async def killer() -> StepResult:
+                await asyncio.sleep(0.5)  # the naps are inside step by then
+                return await episode(pool, "sigkill")
+
+            outcomes = await asyncio.gather(
+                episode(pool, "nap 3"), episode(pool, "nap 3"), killer(), return_exceptions=True
+            )
+            for outcome in outcomes:
+                assert isinstance(outcome, EnvFailure), outcome
+                assert outcome.status is Status.ENV_ERROR
+                assert "killed by SIGKILL" in outcome.message
+            assert (await episode(pool, "ok")).rewards == {"r": 1.0}
+
+    asyncio.run(main())

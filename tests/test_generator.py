@@ -173,3 +173,26 @@ def test_the_cpu_engine_runs_its_worker_inside_the_engine_core(generator, fixed_
     assert engines, "no vLLM engine process below the test process"
     names = sorted(p.name() for p in engines)
     assert all("EngineCore" in n for n in names), names
+
+
+def test_64_seeded_requests_whose_prefills_overflow_one_batch_all_complete(
+    generator, tiny_tokenizer
+):
+    """64 concurrent seeded requests of 600 distinct prompt tokens each: more than one batch
+    of tokens, so vLLM would chunk a prefill, which its seeded CPU sampler cannot do ("CPU
+    Generator does not use offset"). The seeds still hold: a request run again alone gives
+    the same tokens."""
+    vocab = len(tiny_tokenizer) - 8
+    prompts = [[4 + (i * 131 + j * 7) % vocab for j in range(600)] for i in range(64)]
+
+    async def run(indices):
+        calls = [
+            generator.generate.call_one(prompts[i], SamplingConfig(max_tokens=4, seed=i))
+            for i in indices
+        ]
+        return await asyncio.gather(*calls)
+
+    outs = asyncio.run(run(range(64)))
+    assert all(len(c.token_ids) == len(c.logprobs) > 0 for c in outs)
+    again = asyncio.run(run([5, 41]))
+    assert [c.token_ids for c in again] == [outs[5].token_ids, outs[41].token_ids]

@@ -23,9 +23,9 @@ def test_remote_episodes_run_in_the_actors_workers_and_keep_failure_statuses():
     procs = spawn_test_procs(1)
 
     async def main() -> None:
-        actor = procs.spawn("env_pool", EnvPoolActor, ECHO, 1, 8, 1.0, 30.0, {})
+        actor = procs.spawn("env_pool", EnvPoolActor, ECHO, 1, 8, 1.0, 30.0, {}, 2)
         envs = await RemoteEnvs.start(actor)
-        assert envs.size == 1 and envs.where["pid"] != os.getpid()
+        assert (envs.size, envs.num_workers) == (2, 1) and envs.where["pid"] != os.getpid()
         env = await envs.acquire()
         await env.reset({"prompt": "go"}, 0)
         result = await env.step(say("ok"))

@@ -102,17 +102,22 @@ async def run_eval(cfg: AgentConfig, model_path: Path | str, out: Path) -> EvalR
     engine = VLLMEngine(cfg.generator, str(model_path), dtype=cfg.model.dtype, seed=cfg.seed)
     pool = EnvPool(
         cfg.env.id,
-        size=cfg.services.env.num_replicas,
+        size=cfg.services.env.count() * cfg.services.env.envs_per_worker,
         step_timeout_s=cfg.env.step_timeout_s,
         reset_timeout_s=cfg.env.reset_timeout_s,
         env_kwargs=dict(cfg.env.kwargs),
+        envs_per_worker=cfg.services.env.envs_per_worker,
     )
     traces_path = out / "traces.jsonl"
     traces_path.unlink(missing_ok=True)
     writer = TraceWriter(traces_path)
     progress: EpisodeProgress | None = None
     try:
-        print(f"starting vLLM on {model_path} and {pool.size} {cfg.env.id} env workers", flush=True)
+        print(
+            f"starting vLLM on {model_path} and {pool.size} {cfg.env.id} envs on "
+            f"{pool.num_workers} env workers",
+            flush=True,
+        )
         await asyncio.gather(engine.start(), pool.start())
         rollout = RolloutEngine(
             lambda ids, sampling, session: engine.generate(ids, sampling, session),

@@ -1,9 +1,15 @@
-"""The env worker process: builds one env at a time and answers the controller's requests.
+"""The env worker process: serves several env instances ("slots") at once.
 
 Started by `EnvWorker` as `python -m forge_agent.env._worker_main`. Frames on stdin/stdout are a
-4-byte big-endian length and a pickle. Requests: ("init", spec, kwargs), ("reset", task, seed),
-("step", message), ("close",). Replies: ("ok", value) or ("error", text). The env's own prints go
-to stderr so they cannot corrupt the protocol.
+4-byte big-endian length and a pickle. Requests: (request_id, slot, command, *args) with the
+commands ("init", spec, kwargs) (slot None), ("reset", task, seed), ("step", message),
+("close",); ("exit",) ends the process. Replies: (request_id, "ok", value) or
+(request_id, "error", text, traceback).
+
+Each slot is one env instance (built at its first reset after a close) served by a thread of
+its own with its own event loop, so an env written with blocking sync methods holds up only its
+own episode; a slot's requests run in order. The env's own prints go to stderr so they cannot
+corrupt the protocol.
 """
 
 from __future__ import annotations
@@ -12,13 +18,16 @@ import asyncio
 import contextlib
 import os
 import pickle
+import queue
 import signal
 import struct
 import sys
+import threading
 import traceback
 from typing import IO, Any
 
 _HEADER = struct.Struct(">I")
+_EXIT = ("exit",)
 
 
 def _die_with_parent() -> None:
@@ -40,13 +49,67 @@ def _read(stream: IO[bytes]) -> Any:
     return pickle.loads(stream.read(size))
 
 
-def _write(stream: IO[bytes], obj: Any) -> None:
-    try:
-        data = pickle.dumps(obj)
-    except Exception as exc:
-        data = pickle.dumps(("error", f"could not send the result to the controller: {exc!r}"))
-    stream.write(_HEADER.pack(len(data)) + data)
-    stream.flush()
+class _Replies:
+    """Reply frames, written whole by whichever slot thread finishes."""
+
+    def __init__(self, stream: IO[bytes]) -> None:
+        self.stream = stream
+        self.lock = threading.Lock()
+
+    def send(self, reply: tuple[Any, ...]) -> None:
+        try:
+            data = pickle.dumps(reply)
+        except Exception as exc:
+            text = f"could not send the result to the controller: {exc!r}"
+            data = pickle.dumps((reply[0], "error", text, ""))
+        with self.lock:
+            self.stream.write(_HEADER.pack(len(data)) + data)
+            self.stream.flush()
+
+
+class _Slot:
+    """One env instance and the thread that serves its requests in order."""
+
+    def __init__(self, spec: Any, kwargs: dict[str, Any], replies: _Replies) -> None:
+        self.spec, self.kwargs, self.replies = spec, kwargs, replies
+        self.env: Any = None
+        self.requests: queue.SimpleQueue[tuple[Any, ...]] = queue.SimpleQueue()
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        loop = asyncio.new_event_loop()
+        while True:
+            request = self.requests.get()
+            if request == _EXIT:
+                break
+            request_id, command, args = request[0], request[1], request[2:]
+            try:
+                value = loop.run_until_complete(self._handle(command, args))
+            except BaseException as exc:
+                text = "".join(traceback.format_exception(exc))
+                self.replies.send((request_id, "error", f"{type(exc).__name__}: {exc}", text))
+                continue
+            self.replies.send((request_id, "ok", value))
+        if self.env is not None:
+            with contextlib.suppress(Exception):  # exiting anyway
+                loop.run_until_complete(self.env.close())
+
+    async def _handle(self, command: str, args: tuple[Any, ...]) -> Any:
+        if command == "reset":
+            if self.env is None:
+                self.env = self.spec.make(**self.kwargs)
+            return await self.env.reset(*args)
+        if command == "step":
+            if self.env is None:
+                raise RuntimeError("step() before reset()")
+            return await self.env.step(*args)
+        if command == "close":
+            if self.env is not None:
+                self.env, closing = None, self.env
+                await closing.close()
+            return None
+        raise ValueError(f"unknown request {command!r}")
 
 
 def main() -> None:
@@ -55,40 +118,27 @@ def main() -> None:
     os.dup2(2, 1)  # the env's prints go to stderr
     sys.stdout = sys.stderr
     protocol_in = sys.stdin.buffer
-    loop = asyncio.new_event_loop()
-    spec, kwargs, env = None, {}, None
+    replies = _Replies(protocol_out)
+    spec, kwargs = None, {}
+    slots: dict[int, _Slot] = {}
     while True:
         request = _read(protocol_in)
         if request is None or request[0] == "exit":
             break
-        command, args = request[0], request[1:]
-        try:
-            if command == "init":
-                spec, kwargs = args
-                value = None
-            elif command == "reset":
-                if env is None:
-                    env = spec.make(**kwargs)
-                value = loop.run_until_complete(env.reset(*args))
-            elif command == "step":
-                if env is None:
-                    raise RuntimeError("step() before reset()")
-                value = loop.run_until_complete(env.step(*args))
-            elif command == "close":
-                if env is not None:
-                    env, closing = None, env
-                    loop.run_until_complete(closing.close())
-                value = None
-            else:
-                raise ValueError(f"unknown request {command!r}")
-        except BaseException as exc:
-            text = "".join(traceback.format_exception(exc))
-            _write(protocol_out, ("error", f"{type(exc).__name__}: {exc}", text))
-            continue
-        _write(protocol_out, ("ok", value))
-    if env is not None:
-        with contextlib.suppress(Exception):  # exiting anyway
-            loop.run_until_complete(env.close())
+        request_id, slot, command, args = request[0], request[1], request[2], request[3:]
+        if command == "init":
+            spec, kwargs = args
+            replies.send((request_id, "ok", None))
+        elif spec is None:
+            replies.send((request_id, "error", f"{command} before init", ""))
+        else:
+            if slot not in slots:
+                slots[slot] = _Slot(spec, kwargs, replies)
+            slots[slot].requests.put((request_id, command, *args))
+    for each in slots.values():
+        each.requests.put(_EXIT)
+    for each in slots.values():
+        each.thread.join(timeout=5.0)
 
 
 if __name__ == "__main__":

@@ -4,8 +4,8 @@
     envs = await RemoteEnvs.start(actor)        # an `EnvSource` for the rollout engine
     env = await envs.acquire()                  # one episode: reset / step / close, each a call
 
-With `hosts.services.env` naming a host mesh, the env workers (one subprocess per episode in
-flight, sandboxes included) run on that host, started by the pool actor there; the rollout
+With `hosts.services.env` naming a host mesh, the env workers (subprocesses serving several
+envs each, sandboxes included) run on that host, started by the pool actor there; the rollout
 engine stays in the controller and talks to each leased env through the actor (about 1 ms a
 call). An env failure on the far side (timeout, crash) arrives as the same `EnvFailure`, so
 the episode ends with the same status as with a local pool.
@@ -27,36 +27,40 @@ from forge_agent.types import Message, StepResult, ToolSpec
 class EnvPoolActor(Actor):
     """Owns an `EnvPool` on its host; episodes are addressed by lease id.
 
-    `size` 0: the pool's size comes from `per_core` times the cores of the actor's host."""
+    `workers` 0: `per_core` worker processes per core of the actor's host; each serves
+    `envs_per_worker` env instances at once."""
 
     def __init__(
         self,
         env_id: str,
-        size: int,
-        per_core: int = 8,
+        workers: int,
+        per_core: int = 1,
         step_timeout_s: float = 60.0,
         reset_timeout_s: float = 120.0,
         env_kwargs: dict[str, Any] | None = None,
+        envs_per_worker: int = 1,
     ) -> None:
         import os
 
-        self.size = size or per_core * len(os.sched_getaffinity(0))
+        workers = workers or per_core * len(os.sched_getaffinity(0))
+        self.size = workers * envs_per_worker
         self.pool = EnvPool(
             env_id,
             size=self.size,
             step_timeout_s=step_timeout_s,
             reset_timeout_s=reset_timeout_s,
             env_kwargs=env_kwargs,
+            envs_per_worker=envs_per_worker,
         )
         self.leases: dict[int, EnvLease] = {}
         self._ids = itertools.count()
 
     @endpoint
     async def describe(self) -> dict[str, Any]:
-        """The pool's size and the host it runs on."""
+        """The pool's size (env instances), its worker processes and the host it runs on."""
         from forge_agent.hosts import describe_host
 
-        return {"size": self.size, **describe_host()}
+        return {"size": self.size, "num_workers": self.pool.num_workers, **describe_host()}
 
     @concurrent_endpoint
     async def acquire(self) -> int | EnvFailure:
@@ -129,6 +133,7 @@ class RemoteEnvs:
 
     def __init__(self, actor: Any, size: int, where: dict[str, Any]) -> None:
         self.actor, self.size, self.where = actor, size, where
+        self.num_workers = int(where.get("num_workers", size))
 
     @classmethod
     async def start(cls, actor: Any) -> RemoteEnvs:

@@ -1,24 +1,30 @@
 """Env workers: env instances live in child processes, never in the controller's event loop.
 
 `EnvWorker` is one child process (`python -m forge_agent.env._worker_main`) speaking a small
-pickle protocol over its stdin/stdout pipes; every request has a timeout. `EnvPool` keeps up to
-`size` warm workers and lends one per episode:
+pickle protocol over its stdin/stdout pipes. It serves up to `slots` env instances at once
+(each on a thread of its own there); every request names its slot and has its own timeout.
+`EnvPool` keeps up to `size` env instances on `ceil(size / envs_per_worker)` warm workers and
+lends one instance per episode:
 
-    pool = EnvPool("calculator", size=8, step_timeout_s=30, reset_timeout_s=60)
-    async with pool.lease() as env:          # an AgentEnv backed by one worker
+    pool = EnvPool("calculator", size=64, envs_per_worker=32, step_timeout_s=30)
+    async with pool.lease() as env:          # an AgentEnv backed by one slot of one worker
         messages, tools = await env.reset(task, seed)
         result = await env.step(assistant_message)
     await pool.close()
 
-Failures surface as `EnvFailure`: a request past its timeout -> `Status.ENV_TIMEOUT` (the worker
-is killed); an env that raises or a worker that dies -> `Status.ENV_ERROR` with the error text.
-A failed worker is never reused: the next episode runs on a fresh one.
+Failures surface as `EnvFailure`: a request past its timeout -> `Status.ENV_TIMEOUT`; an env
+that raises -> `Status.ENV_ERROR` with the error text; a worker that dies -> `Status.ENV_ERROR`
+for every episode it was running. A slot that failed keeps failing with the same status, and
+its worker is retired: it takes no new episode and is killed once its other episodes end (at
+once if it has none), so the next episodes run on a fresh worker.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
+import math
 import os
 import pickle
 import signal
@@ -38,19 +44,30 @@ _HEADER = struct.Struct(">I")
 
 
 class EnvWorker:
-    """One env worker process. Requests are serialized; each has its own timeout.
+    """One env worker process serving up to `slots` env instances at once.
 
     Args:
         spec: what env to build (an `EnvSpec`, a registered id or a "module:Factory" string).
         env_kwargs: constructor arguments over the spec's defaults (must pickle).
+        slots: env instances (episodes) it serves at once.
     """
 
-    def __init__(self, spec: EnvSpec | str, env_kwargs: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self, spec: EnvSpec | str, env_kwargs: dict[str, Any] | None = None, slots: int = 1
+    ) -> None:
+        if slots < 1:
+            raise ValueError(f"EnvWorker slots must be at least 1, got {slots}")
         self.spec = env_spec(spec) if isinstance(spec, str) else spec
         self.env_kwargs = dict(env_kwargs or {})
+        self.slots = slots
+        self.busy: set[int] = set()  # slots lent to episodes
+        self.retired = False  # takes no new episode (one of its slots failed)
         self._proc: asyncio.subprocess.Process | None = None
-        self._lock = asyncio.Lock()
-        self.failure: EnvFailure | None = None  # set once the worker is unusable
+        self._reader: asyncio.Task[None] | None = None
+        self._ids = itertools.count()
+        self._pending: dict[int, tuple[asyncio.Future[Any], str]] = {}
+        self._slot_failure: dict[int, EnvFailure] = {}
+        self.failure: EnvFailure | None = None  # set once the whole worker is unusable
 
     @property
     def pid(self) -> int | None:
@@ -60,8 +77,14 @@ class EnvWorker:
     def alive(self) -> bool:
         return self._proc is not None and self._proc.returncode is None and self.failure is None
 
+    def free_slot(self) -> int | None:
+        """A slot no episode holds, or None (also when the worker is retired or dead)."""
+        if self.retired or not self.alive:
+            return None
+        return next((s for s in range(self.slots) if s not in self.busy), None)
+
     async def start(self, timeout_s: float = 60.0) -> None:
-        """Start the process and hand it the env spec (the env itself is built at reset)."""
+        """Start the process and hand it the env spec (envs are built at reset)."""
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p) or env.get("PYTHONPATH", "")
         self._proc = await asyncio.create_subprocess_exec(
@@ -73,21 +96,25 @@ class EnvWorker:
             env=env,
             start_new_session=True,  # its own process group, killed as a whole
         )
-        await self._request(("init", self.spec, self.env_kwargs), timeout_s, "start")
+        self._reader = asyncio.ensure_future(self._read_replies(self._proc))
+        await self._request(None, ("init", self.spec, self.env_kwargs), timeout_s, "start")
 
     async def reset(
-        self, task: dict[str, Any], seed: int | None, timeout_s: float
+        self, slot: int, task: dict[str, Any], seed: int | None, timeout_s: float
     ) -> tuple[list[Message], list[ToolSpec]]:
-        messages, tools = await self._request(("reset", task, seed), timeout_s, "reset")
+        messages, tools = await self._request(slot, ("reset", task, seed), timeout_s, "reset")
         return messages, tools
 
-    async def step(self, assistant_message: Message, timeout_s: float) -> StepResult:
-        result = await self._request(("step", assistant_message), timeout_s, "step")
+    async def step(self, slot: int, assistant_message: Message, timeout_s: float) -> StepResult:
+        result = await self._request(slot, ("step", assistant_message), timeout_s, "step")
         return result
 
-    async def close_env(self, timeout_s: float) -> None:
-        """Close the current env instance (the process stays, ready for the next one)."""
-        await self._request(("close",), timeout_s, "close")
+    async def close_env(self, slot: int, timeout_s: float) -> None:
+        """Close the slot's env instance (the slot stays, ready for the next episode)."""
+        await self._request(slot, ("close",), timeout_s, "close")
+
+    def slot_failed(self, slot: int) -> bool:
+        return slot in self._slot_failure or self.failure is not None
 
     async def kill(self) -> None:
         """Kill the process group at once and reap it."""
@@ -103,9 +130,12 @@ class EnvWorker:
             await asyncio.wait_for(proc.wait(), 5.0)
         if self.failure is None:
             self.failure = EnvFailure(Status.ENV_ERROR, f"env worker {proc.pid} was shut down")
+        self._fail_pending(self.failure)
+        if self._reader is not None:
+            self._reader.cancel()
 
     async def shutdown(self, timeout_s: float = 5.0) -> None:
-        """Ask the worker to close its env and exit; kill it if it does not."""
+        """Ask the worker to close its envs and exit; kill it if it does not."""
         proc = self._proc
         if proc is not None and proc.returncode is None and proc.stdin is not None:
             with contextlib.suppress(Exception):
@@ -115,59 +145,101 @@ class EnvWorker:
                 await asyncio.wait_for(proc.wait(), timeout_s)
         await self.kill()
 
-    async def _request(self, request: tuple[Any, ...], timeout_s: float, what: str) -> Any:
+    async def _request(
+        self, slot: int | None, request: tuple[Any, ...], timeout_s: float, what: str
+    ) -> Any:
+        if slot is not None and slot in self._slot_failure:
+            failure = self._slot_failure[slot]
+            raise EnvFailure(failure.status, f"env instance is gone: {failure.message}")
         if self.failure is not None:
             raise EnvFailure(self.failure.status, f"env worker is gone: {self.failure.message}")
         proc = self._proc
-        if proc is None or proc.stdin is None or proc.stdout is None:
+        if proc is None or proc.stdin is None:
             raise RuntimeError("EnvWorker.start() was not called")
-        async with self._lock:
-            try:
-                frame = _frame(request)
-            except Exception as exc:
-                raise EnvFailure(
-                    Status.ENV_ERROR, f"could not send {what} request: {exc!r}"
-                ) from exc
-            try:
-                proc.stdin.write(frame)
-                reply = await asyncio.wait_for(self._read_reply(proc, proc.stdin), timeout_s)
-            except TimeoutError:
-                await self._fail(
-                    Status.ENV_TIMEOUT,
-                    f"env {self.spec.env_id!r} {what} did not finish within {timeout_s:g} s; "
-                    f"worker {proc.pid} killed",
-                )
-            except asyncio.CancelledError:
-                # The reply would arrive later and desync the protocol: drop the worker.
-                self.failure = EnvFailure(Status.ENV_ERROR, f"{what} was cancelled")
-                await asyncio.shield(self.kill())
-                raise
-            except (asyncio.IncompleteReadError, ConnectionError, BrokenPipeError):
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(proc.wait(), 2.0)
-                await self._fail(
-                    Status.ENV_ERROR,
-                    f"env {self.spec.env_id!r} worker {proc.pid} died during {what} "
-                    f"({_exit_text(proc.returncode)})",
-                )
-        if reply[0] == "error":
-            # The env's state after an exception is unknown: never reuse this worker.
-            await self._fail(Status.ENV_ERROR, f"env {self.spec.env_id!r} {what} raised {reply[1]}")
-        return reply[1]
+        request_id = next(self._ids)
+        try:
+            frame = _frame((request_id, slot, *request))
+        except Exception as exc:
+            raise EnvFailure(Status.ENV_ERROR, f"could not send {what} request: {exc!r}") from exc
+        reply: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._pending[request_id] = (reply, what)
+        try:
+            proc.stdin.write(frame)
+            await asyncio.wait_for(_sent_then(proc.stdin, reply), timeout_s)
+        except TimeoutError:
+            await self._fail_slot(
+                slot,
+                Status.ENV_TIMEOUT,
+                f"env {self.spec.env_id!r} {what} did not finish within {timeout_s:g} s "
+                f"(worker {proc.pid})",
+            )
+        except asyncio.CancelledError:
+            # the slot may still be running the request: never reuse it
+            self._mark_slot(slot, EnvFailure(Status.ENV_ERROR, f"{what} was cancelled"))
+            raise
+        except (ConnectionError, BrokenPipeError):
+            await self._died(proc)
+            assert self.failure is not None
+            raise EnvFailure(self.failure.status, self.failure.message) from None
+        finally:
+            self._pending.pop(request_id, None)
+        kind, value = reply.result()[:2]
+        if kind == "error":
+            # The env's state after an exception is unknown: never reuse this slot.
+            text = f"env {self.spec.env_id!r} {what} raised {value}"
+            await self._fail_slot(slot, Status.ENV_ERROR, text)
+        return value
 
-    @staticmethod
-    async def _read_reply(proc: asyncio.subprocess.Process, stdin: asyncio.StreamWriter) -> Any:
+    async def _read_replies(self, proc: asyncio.subprocess.Process) -> None:
         assert proc.stdout is not None
-        await stdin.drain()
-        header = await proc.stdout.readexactly(_HEADER.size)
-        (size,) = _HEADER.unpack(header)
-        return pickle.loads(await proc.stdout.readexactly(size))
+        try:
+            while True:
+                header = await proc.stdout.readexactly(_HEADER.size)
+                (size,) = _HEADER.unpack(header)
+                request_id, *reply = pickle.loads(await proc.stdout.readexactly(size))
+                waiter = self._pending.get(request_id)
+                if waiter is not None and not waiter[0].done():
+                    waiter[0].set_result(reply)
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # pipe closed (or a frame that does not unpickle): the worker is gone
+            await self._died(proc)
 
-    async def _fail(self, status: Status, message: str) -> None:
-        self.failure = EnvFailure(status, message)
-        await self.kill()
-        self.failure = EnvFailure(status, message)
-        raise self.failure
+    async def _died(self, proc: asyncio.subprocess.Process) -> None:
+        """The worker's pipe closed: every request in flight fails, naming how it ended."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(proc.wait(), 2.0)
+        if self.failure is None:
+            self.failure = EnvFailure(
+                Status.ENV_ERROR,
+                f"env {self.spec.env_id!r} worker {proc.pid} died ({_exit_text(proc.returncode)})",
+            )
+        self._fail_pending(self.failure)
+
+    def _fail_pending(self, failure: EnvFailure) -> None:
+        for waiter, what in list(self._pending.values()):
+            if not waiter.done():
+                message = failure.message.replace(" died (", f" died during {what} (", 1)
+                waiter.set_exception(EnvFailure(failure.status, message))
+
+    def _mark_slot(self, slot: int | None, failure: EnvFailure) -> None:
+        self.retired = True
+        if slot is None:
+            self.failure = self.failure or failure
+        else:
+            self._slot_failure.setdefault(slot, failure)
+
+    async def _fail_slot(self, slot: int | None, status: Status, message: str) -> None:
+        failure = EnvFailure(status, message)
+        self._mark_slot(slot, failure)
+        if slot is None or not self.busy - {slot}:  # nothing else runs here: stop it now
+            await self.kill()
+        raise failure
+
+
+async def _sent_then(stdin: asyncio.StreamWriter, reply: asyncio.Future[Any]) -> Any:
+    await stdin.drain()
+    return await asyncio.shield(reply)
 
 
 def _frame(obj: Any) -> bytes:
@@ -187,27 +259,31 @@ def _exit_text(returncode: int | None) -> str:
 
 
 class EnvLease:
-    """One episode's env: an `AgentEnv` backed by a pooled worker. `close()` returns it."""
+    """One episode's env: an `AgentEnv` backed by one slot of a pooled worker. `close()`
+    returns it."""
 
-    def __init__(self, pool: EnvPool, worker: EnvWorker) -> None:
+    def __init__(self, pool: EnvPool, worker: EnvWorker, slot: int) -> None:
         self._pool = pool
         self.worker = worker
+        self.slot = slot
         self._closed = False
 
     async def reset(
         self, task: dict[str, Any], seed: int | None = None
     ) -> tuple[list[Message], list[ToolSpec]]:
-        return await self._guard(self.worker.reset(task, seed, self._pool.reset_timeout_s))
+        timeout_s = self._pool.reset_timeout_s
+        return await self._guard(self.worker.reset(self.slot, task, seed, timeout_s))
 
     async def step(self, assistant_message: Message) -> StepResult:
-        return await self._guard(self.worker.step(assistant_message, self._pool.step_timeout_s))
+        timeout_s = self._pool.step_timeout_s
+        return await self._guard(self.worker.step(self.slot, assistant_message, timeout_s))
 
     async def close(self) -> None:
-        """End the episode: close the env instance and give the worker back to the pool."""
+        """End the episode: close the env instance and give the slot back to the pool."""
         if self._closed:
             return
         self._closed = True
-        await self._pool._release(self.worker)
+        await self._pool._release(self.worker, self.slot)
 
     async def _guard(self, coro: Any) -> Any:
         if self._closed:
@@ -221,12 +297,15 @@ class EnvLease:
 
 
 class EnvPool:
-    """Up to `size` env workers of one env, lent one per episode.
+    """Up to `size` env instances of one env on worker processes of `envs_per_worker` each,
+    lent one per episode.
 
     Args:
         env_id: a registered env id, a "module:Factory" entry point or an `EnvSpec`.
-        size: the most workers alive (and episodes running) at once.
-        step_timeout_s: bound on one `step`; past it the worker is killed (`ENV_TIMEOUT`).
+        size: the most env instances alive (and episodes running) at once.
+        envs_per_worker: env instances one worker process serves at once (each on its own
+            thread there); the pool runs `ceil(size / envs_per_worker)` workers.
+        step_timeout_s: bound on one `step` (`ENV_TIMEOUT` past it).
         reset_timeout_s: bound on `reset` (which also builds the env) and on a worker's start.
         close_timeout_s: bound on closing an env at the end of an episode.
         env_kwargs: constructor arguments for every env (must pickle).
@@ -240,18 +319,23 @@ class EnvPool:
         reset_timeout_s: float = 120.0,
         close_timeout_s: float = 30.0,
         env_kwargs: dict[str, Any] | None = None,
+        envs_per_worker: int = 1,
     ) -> None:
         if size < 1:
             raise ValueError(f"EnvPool size must be at least 1, got {size}")
+        if envs_per_worker < 1:
+            raise ValueError(f"EnvPool envs_per_worker must be at least 1, got {envs_per_worker}")
         self.spec = env_spec(env_id) if isinstance(env_id, str) else env_id
         self.size = size
+        self.envs_per_worker = min(envs_per_worker, size)
+        self.num_workers = math.ceil(size / self.envs_per_worker)
         self.step_timeout_s = step_timeout_s
         self.reset_timeout_s = reset_timeout_s
         self.close_timeout_s = close_timeout_s
         self.env_kwargs = dict(env_kwargs or {})
-        self._idle: list[EnvWorker] = []
+        self._workers: list[EnvWorker] = []
         self._slots = asyncio.Semaphore(size)
-        self._busy: set[EnvWorker] = set()
+        self._pick = asyncio.Lock()
         self._closed = False
         self.stats: dict[str, float] = {
             "workers_started": 0,
@@ -262,14 +346,15 @@ class EnvPool:
         }
 
     async def start(self) -> None:
-        """Warm up: start all `size` workers now instead of at first use."""
-        missing = self.size - len(self._idle) - len(self._busy)
-        workers = await asyncio.gather(*(self._new_worker() for _ in range(missing)))
-        self._idle.extend(workers)
+        """Warm up: start all the pool's workers now instead of at first use."""
+        async with self._pick:
+            missing = self.num_workers - len(self._serving())
+            started = await asyncio.gather(*(self._new_worker() for _ in range(missing)))
+            self._workers.extend(started)
 
     @contextlib.asynccontextmanager
     async def lease(self) -> AsyncIterator[EnvLease]:
-        """`async with pool.lease() as env:` one episode on one worker."""
+        """`async with pool.lease() as env:` one episode on one env instance."""
         env = await self.acquire()
         try:
             yield env
@@ -277,25 +362,36 @@ class EnvPool:
             await env.close()
 
     async def acquire(self) -> EnvLease:
-        """Wait for a free worker (starting one if needed); `close()` the lease to return it."""
+        """Wait for a free env instance (starting a worker if needed); `close()` the lease to
+        return it."""
         if self._closed:
             raise RuntimeError("EnvPool is closed")
         await self._slots.acquire()
         try:
-            while self._idle and not self._idle[-1].alive:  # died while idle
-                await self._idle.pop().kill()
-            worker = self._idle.pop() if self._idle else await self._new_worker()
+            async with self._pick:
+                for dead in [w for w in self._workers if not w.alive and not w.busy]:
+                    self._workers.remove(dead)  # died while idle
+                    await dead.kill()
+                # the least busy worker with a free slot: episodes spread over the processes
+                open_ = [w for w in self._workers if w.free_slot() is not None]
+                spread = len(self._serving()) < self.num_workers and all(w.busy for w in open_)
+                if open_ and not spread:
+                    worker = min(open_, key=lambda w: len(w.busy))
+                else:
+                    worker = await self._new_worker()
+                    self._workers.append(worker)
+                slot = worker.free_slot()
+                assert slot is not None
+                worker.busy.add(slot)
         except BaseException:
             self._slots.release()
             raise
-        self._busy.add(worker)
-        return EnvLease(self, worker)
+        return EnvLease(self, worker, slot)
 
     async def close(self) -> None:
         """Stop every worker (busy ones too)."""
         self._closed = True
-        workers = self._idle + list(self._busy)
-        self._idle, self._busy = [], set()
+        workers, self._workers = self._workers, []
         await asyncio.gather(*(w.shutdown() for w in workers), return_exceptions=True)
 
     async def __aenter__(self) -> Self:
@@ -304,8 +400,11 @@ class EnvPool:
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
+    def _serving(self) -> list[EnvWorker]:
+        return [w for w in self._workers if w.alive and not w.retired]
+
     async def _new_worker(self) -> EnvWorker:
-        worker = EnvWorker(self.spec, self.env_kwargs)
+        worker = EnvWorker(self.spec, self.env_kwargs, slots=self.envs_per_worker)
         started = time.monotonic()
         try:
             await worker.start(self.reset_timeout_s)
@@ -316,22 +415,22 @@ class EnvPool:
         self.stats["worker_start_s"] += time.monotonic() - started
         return worker
 
-    async def _release(self, worker: EnvWorker) -> None:
+    async def _release(self, worker: EnvWorker, slot: int) -> None:
         try:
-            if worker.alive:
+            if not worker.slot_failed(slot):
                 try:
-                    await worker.close_env(self.close_timeout_s)
+                    await worker.close_env(slot, self.close_timeout_s)
                 except EnvFailure as failure:
                     self._count(failure.status)
-            if worker.alive and not self._closed:
-                self._idle.append(worker)
-            else:
-                await worker.kill()
-                if not self._closed:
-                    self.stats["workers_replaced"] += 1
         finally:
-            self._busy.discard(worker)
+            worker.busy.discard(slot)
             self._slots.release()
+        if (worker.retired or not worker.alive) and not worker.busy:
+            with contextlib.suppress(ValueError):
+                self._workers.remove(worker)
+            await worker.kill()
+            if not self._closed:
+                self.stats["workers_replaced"] += 1
 
     def _count(self, status: Status) -> None:
         key = "env_timeouts" if status is Status.ENV_TIMEOUT else "env_errors"

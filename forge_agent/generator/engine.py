@@ -129,9 +129,18 @@ def engine_args(config: GeneratorConfig, model: str, dtype: str, seed: int) -> d
         **{
             "distributed_executor_backend": config.resolved_executor(),
             **_cpu_kv_cache(config.cpu_kv_cache_gb),
+            **_cpu_whole_prefills(),
             **config.engine_kwargs,
         },
     )
+
+
+def _cpu_whole_prefills() -> dict[str, Any]:
+    """On CPU, no chunked prefill: each prompt is prefilled in one engine step (vLLM then
+    raises its token budget to at least max_model_len). A chunked prefill of a seeded request
+    makes vLLM rewind the request's torch.Generator, which CPU generators cannot do ("CPU
+    Generator does not use offset"): with many seeded requests in flight the engine died."""
+    return {"enable_chunked_prefill": False} if _on_cpu() else {}
 
 
 class VLLMEngine:
