@@ -30,7 +30,7 @@ READ_OFF_THIS_PATH = ("hosts.",)
 
 def replay_actor_reads(cfg) -> None:
     """What the trainer and generator actors do with their sections (see the module doc)."""
-    from forge_agent.generator.engine import engine_args, engine_environ
+    from forge_agent.generator.engine import engine_args, engine_environ, engine_process_environ
     from forge_agent.trainer.actor import build_trainer
     from forge_agent.warm_start import policy_model
     from tests.helpers import random_trajectories
@@ -40,6 +40,7 @@ def replay_actor_reads(cfg) -> None:
     trainer = build_trainer(cfg.trainer, path, 1, **run)
     trainer.train_step(random_trajectories(trainer.model.config.vocab_size))
     engine_environ(cfg.generator)
+    engine_process_environ(cfg.generator)
     engine_args(cfg.generator, path, cfg.model.dtype, cfg.seed)
 
 

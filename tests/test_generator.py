@@ -173,6 +173,8 @@ def test_the_cpu_engine_runs_its_worker_inside_the_engine_core(generator, fixed_
     assert engines, "no vLLM engine process below the test process"
     names = sorted(p.name() for p in engines)
     assert all("EngineCore" in n for n in names), names
+    # generator.omp_wait_policy: its OpenMP threads sleep between parallel regions
+    assert all(p.environ().get("OMP_WAIT_POLICY") == "PASSIVE" for p in engines)
 
 
 def test_64_seeded_requests_whose_prefills_overflow_one_batch_all_complete(

@@ -20,11 +20,13 @@ per-token `versions` record which version sampled each token. The caller sees on
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
 import os
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -56,6 +58,10 @@ class GeneratorConfig:
     # process ("uni": one torch process less, and no worker queue polled for 1 s after each
     # message); otherwise vLLM's multiprocess executor ("mp")
     executor: str = "auto"
+    # OpenMP threads of the CPU engine-core process between parallel regions: "passive" sleep
+    # (the cores go to the trainer, controller and env workers), "active" spin, null: OpenMP's
+    # default (spin a while, then sleep)
+    omp_wait_policy: str | None = "passive"
     engine_kwargs: dict[str, Any] = field(default_factory=dict)  # passed to AsyncEngineArgs
 
     def __post_init__(self) -> None:
@@ -73,6 +79,13 @@ class GeneratorConfig:
         check_field(self.cpu_kv_cache_gb > 0, "cpu_kv_cache_gb", self.cpu_kv_cache_gb, "GiB > 0")
         check_field(
             self.executor in ("auto", "uni", "mp"), "executor", self.executor, "auto | uni | mp"
+        )
+        policy = self.omp_wait_policy
+        check_field(
+            policy in (None, "active", "passive"),
+            "omp_wait_policy",
+            policy,
+            "active | passive | null",
         )
 
     def resolved_executor(self) -> str:
@@ -108,6 +121,25 @@ def engine_environ(config: GeneratorConfig) -> dict[str, str]:
         # still runs its engine core in a process of its own (that is the only process left)
         env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     return env
+
+
+def engine_process_environ(config: GeneratorConfig) -> dict[str, str]:
+    """The environment of the engine processes vLLM starts (not of the generator's own
+    process): OpenMP's wait policy on CPU, unless the user's environment sets one."""
+    if config.omp_wait_policy is None or not _on_cpu() or "OMP_WAIT_POLICY" in os.environ:
+        return {}
+    return {"OMP_WAIT_POLICY": config.omp_wait_policy.upper()}
+
+
+@contextlib.contextmanager
+def _environ(values: dict[str, str]) -> Iterator[None]:
+    """`values` in os.environ (what processes started meanwhile inherit), removed after."""
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for key in values:
+            os.environ.pop(key, None)
 
 
 def engine_args(config: GeneratorConfig, model: str, dtype: str, seed: int) -> dict[str, Any]:
@@ -184,7 +216,8 @@ class VLLMEngine:
         from vllm.v1.engine.async_llm import AsyncLLM
 
         args = AsyncEngineArgs(**engine_args(self.config, self.model, self.dtype, self.seed))
-        self._llm = AsyncLLM.from_engine_args(args)
+        with _environ(engine_process_environ(self.config)):  # its engine-core process starts
+            self._llm = AsyncLLM.from_engine_args(args)
         from forge_agent.generator.reaper import watch_engine
 
         self._reaper = watch_engine()  # engine processes die with this process, even on SIGKILL
