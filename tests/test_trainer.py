@@ -76,6 +76,53 @@ def test_packed_logprobs_equal_unpacked_per_sequence_logprobs(attn):
         torch.testing.assert_close(lp, reference_logprobs(model, t), atol=1e-5, rtol=0)
 
 
+def group_trajs(seed: int = 0) -> list[Trajectory]:
+    """Three groups whose episodes start from their group's prompt (as a run's do), one of
+    them with an episode re-rendered into a second segment, and one group of a single one."""
+    rng = random.Random(seed)
+    out = []
+    for g, size in enumerate((4, 3, 1)):
+        prompt = [rng.randrange(VOCAB) for _ in range(rng.randint(8, 14))]
+        for k in range(size):
+            completion = [rng.randrange(VOCAB) for _ in range(rng.randint(3, 12))]
+            t = make_traj(prompt, completion, adv=rng.choice([-1.0, 1.0]))
+            t.group_id = f"group{g}"
+            if g == 1 and k == 2:  # a second segment after the first turn
+                t.segment_starts = [0, len(prompt) + 2]
+            out.append(t)
+    return out
+
+
+@pytest.mark.parametrize("attn", ["sdpa", "eager"])
+def test_shared_prefix_rows_give_every_trajectory_its_own_logprobs(attn):
+    model = tiny_model(attn=attn)
+    trajs = group_trajs()
+    mbs = pack_trajectories(trajs, row_tokens=64, microbatch_tokens=128, share_prefix=True)
+    computed = sum(mb.computed_tokens for mb in mbs)
+    assert computed < sum(mb.num_tokens for mb in mbs) == sum(len(t.token_ids) for t in trajs)
+    assert sorted(i for mb in mbs for i in mb.traj_indices) == list(range(len(trajs)))
+    trainer = Trainer(TrainerConfig(row_tokens=64, microbatch_tokens=128), model=model)
+    for t, lp in zip(trajs, trainer.compute_logprobs(trajs), strict=True):
+        torch.testing.assert_close(lp, reference_logprobs(model, t), atol=1e-5, rtol=0)
+
+
+def test_a_train_step_on_shared_prefix_rows_equals_one_on_plain_rows():
+    results = []
+    for share in (True, False):
+        trainer = Trainer(
+            TrainerConfig(lr=1e-2, row_tokens=64, microbatch_tokens=128, share_prefix=share),
+            model=tiny_model(seed=2),
+        )
+        m = trainer.train_step(group_trajs(seed=1))
+        results.append((m, [p.detach().clone() for p in trainer.model.parameters()]))
+    (shared, p1), (plain, p2) = results
+    assert shared["train/shared_prefix_frac"] > 0.2 and plain["train/shared_prefix_frac"] == 0
+    assert shared["loss/total"] == pytest.approx(plain["loss/total"], abs=1e-6)
+    assert shared["entropy"] == pytest.approx(plain["entropy"], abs=1e-5)
+    for a, b in zip(p1, p2, strict=True):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
+
+
 def test_packing_wastes_only_row_tails_while_padding_wastes_more():
     trajs = random_trajs(16, seed=3)
     real = sum(len(t.token_ids) for t in trajs)

@@ -1,24 +1,27 @@
-"""The trainer's CPU shortcuts change no number: the LM head only at loss tokens, and rows no
-longer than the longest trajectory."""
+"""The trainer's CPU shortcuts change no number: the LM head only at loss tokens (on plain and
+shared-prefix rows), and rows no longer than the longest trajectory."""
 
 from __future__ import annotations
 
 import copy
 
+import pytest
 import torch
 
 from forge_agent.losses import LossConfig
 from forge_agent.trainer import Trainer, TrainerConfig, pack_trajectories
 from forge_agent.trainer.core import hf_logprobs_at, token_logprobs
-from tests.test_trainer import random_trajs, tiny_model
+from tests.test_trainer import group_trajs, random_trajs, tiny_model
 
 
-def test_head_at_targets_matches_full_logits_at_every_loss_token():
+@pytest.mark.parametrize("share_prefix", [False, True])
+def test_head_at_targets_matches_full_logits_at_every_loss_token(share_prefix):
     model = tiny_model()
-    trajs = random_trajs(12, seed=3)
+    trajs = group_trajs(seed=3) if share_prefix else random_trajs(12, seed=3)
     for t in trajs[::3]:  # multi-segment trajectories too
         t.segment_starts = [0, len(t.token_ids) // 2]
-    (mb,) = pack_trajectories(trajs, row_tokens=64, microbatch_tokens=4096)
+    (mb,) = pack_trajectories(trajs, 64, microbatch_tokens=4096, share_prefix=share_prefix)
+    assert (mb.parent_ids is not None) == share_prefix
     mask = torch.zeros(mb.valid.shape, dtype=torch.bool)
     for b, i in enumerate(mb.traj_indices):
         mask[b, : len(trajs[i].loss_mask)] = torch.tensor(trajs[i].loss_mask, dtype=torch.bool)

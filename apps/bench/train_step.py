@@ -2,13 +2,17 @@
 sequence packing vs padded batches, on the same trajectories.
 
 Rows (same model, same loss tokens, one optimizer step each):
-- `trainer`: `Trainer.train_step` as the runs use it (packed rows, LM head at loss tokens);
+- `trainer`: `Trainer.train_step` as the runs use it (packed rows, a group's shared prompt
+  computed once, LM head at loss tokens);
+- `trainer_unshared`: the same with `TrainerConfig.share_prefix=False` (each episode's prompt
+  computed again);
 - `trainer_padded`: the same with `TrainerConfig.packing=False` (one sequence per row);
 - `plain_hf`: a plain single-process transformers step: the trajectories padded into one
   batch with a 2-D attention mask, `log_softmax` over every position, a policy-gradient loss
   on the loss tokens, backward, clipping, AdamW (what a minimal GRPO loop does).
 Shapes: `--shape agent` (default): short episodes like the CPU default's calculator run
-(60-180 tokens, about 13% of them sampled); `--shape mixed`: long-tailed lengths 32..1024.
+(groups of 8 episodes on one ~65-token prompt, 75-160 tokens each, about 15% of them sampled);
+`--shape mixed`: long-tailed lengths 32..1024, no shared prompts.
 The modes alternate step by step so machine noise hits them alike; the median step counts.
 Prints a table and writes bench_results/train_step.json (ratios vs `plain_hf`).
 
@@ -35,7 +39,7 @@ def _traj(i: int, ids: list[int], prompt: int, rng: random.Random) -> Trajectory
     n = len(ids)
     return Trajectory(
         task_id=str(i // 8),
-        group_id=str(i),
+        group_id=str(i // 8),
         token_ids=ids,
         loss_mask=[0] * prompt + [1] * (n - prompt),
         logprobs=[-2.0 if j >= prompt else 0.0 for j in range(n)],
@@ -55,16 +59,19 @@ def mixed_trajectories(n: int, vocab: int, seed: int = 0) -> list[Trajectory]:
 
 
 def agent_trajectories(n: int, vocab: int, seed: int = 0) -> list[Trajectory]:
-    """The CPU default's episodes: a ~65-token prompt, then 1-3 short turns (60-180 tokens,
-    about 13% sampled; the tool output between turns is not sampled, here simplified to one
-    sampled tail)."""
+    """The CPU default's episodes: groups of 8 on one ~65-token prompt (same task, same env
+    seed), then 1-3 short turns (10-95 tokens; about 15% of an episode sampled; the tool output
+    between turns is not sampled, here simplified to one sampled tail)."""
     rng = random.Random(seed)
     out = []
+    prompt: list[int] = []
     for i in range(n):
-        length = rng.randint(60, 180)
-        sampled = max(4, int(length * rng.uniform(0.07, 0.2)))
-        ids = [rng.randrange(vocab) for _ in range(length)]
-        out.append(_traj(i, ids, length - sampled, rng))
+        if i % 8 == 0:
+            prompt = [rng.randrange(vocab) for _ in range(rng.randint(58, 72))]
+        rest = rng.randint(10, 95)
+        sampled = max(4, int(rest * rng.uniform(0.25, 0.5)))
+        ids = prompt + [rng.randrange(vocab) for _ in range(rest)]
+        out.append(_traj(i, ids, len(ids) - sampled, rng))
     return out
 
 
@@ -115,11 +122,12 @@ def main(shape: str, n: int, steps: int, row_tokens: int, microbatch_tokens: int
     make = agent_trajectories if shape == "agent" else mixed_trajectories
     trajs = make(n, vocab)
     steppers: dict[str, object] = {}
-    for mode in ("trainer", "trainer_padded"):
+    for mode in ("trainer", "trainer_unshared", "trainer_padded"):
         cfg = TrainerConfig(
             lr=1e-5,
             loss=LossConfig.preset("grpo"),
-            packing=mode == "trainer",
+            packing=mode != "trainer_padded",
+            share_prefix=mode == "trainer",
             row_tokens=row_tokens,
             microbatch_tokens=microbatch_tokens,
         )

@@ -28,7 +28,7 @@ import torch
 from torch import nn
 
 from forge_agent.losses import LossConfig, policy_loss
-from forge_agent.trainer.packing import MicroBatch, pack_trajectories
+from forge_agent.trainer.packing import MicroBatch, pack_trajectories, unit_lengths
 from forge_agent.types import Trajectory
 
 
@@ -55,6 +55,9 @@ class TrainerConfig:
     microbatch_tokens: int = 16384  # token budget of one forward/backward
     compute_entropy: bool = True  # entropy metric (and bonus when loss.entropy_coef > 0)
     gradient_checkpointing: bool = False
+    # a group's common prompt computed once per row (its episodes attend to that one copy);
+    # same logprobs and gradients, fewer tokens (packing.py); hf backend, sdpa/eager attention
+    share_prefix: bool = True
 
     def __post_init__(self) -> None:
         from forge_agent.typed_config import check_field
@@ -139,20 +142,18 @@ def logprobs_from_logits(
     first token of each sequence and in padding), and optionally the entropy H_t of the
     distribution each token was sampled from (`[B, T]`; "metric": detached, "grad": with
     gradient for an entropy bonus). `logits` are the packed rows' `[R, L, V]`."""
-    logits = logits.float()
-    lse = torch.logsumexp(logits, dim=-1)  # [R, L]
-    nxt = mb.input_ids[:, 1:, None]  # [R, L-1, 1]
-    pred = logits[:, :-1].gather(-1, nxt).squeeze(-1) - lse[:, :-1]  # [R, L-1]
-    tok = torch.cat([torch.zeros_like(pred[:, :1]), pred], dim=1)  # [R, L]
+    flat = logits.float().reshape(-1, logits.shape[-1])  # [R * L, V]
+    lse = torch.logsumexp(flat, dim=-1)  # [R * L]
+    pred = mb.pred_index  # [B, T] the position predicting each token
+    tok = mb.input_ids.reshape(-1)[mb.gather_index]  # [B, T]
     keep = mb.valid & ~mb.seq_start  # [B, T]
-    logp = tok.reshape(-1)[mb.gather_index] * keep  # [B, T]
+    logp = (flat[pred, tok] - lse[pred]) * keep  # [B, T]
     ent = None
     if entropy != "none":
         with torch.set_grad_enabled(entropy == "grad" and torch.is_grad_enabled()):
-            lg = logits[:, :-1] if entropy == "grad" else logits[:, :-1].detach()
-            h = lse[:, :-1] - (lg.softmax(-1) * lg).sum(-1)  # [R, L-1]
-            h = torch.cat([torch.zeros_like(h[:, :1]), h], dim=1)
-            ent = h.reshape(-1)[mb.gather_index] * keep
+            lg = flat if entropy == "grad" else flat.detach()
+            h = lse - (lg.softmax(-1) * lg).sum(-1)  # [R * L]
+            ent = h[pred] * keep
     return logp, ent
 
 
@@ -174,7 +175,7 @@ def hf_logprobs_at(
         kwargs["attention_mask"] = mb.attention_mask("bool")
     hidden = model.get_decoder()(**kwargs, use_cache=False).last_hidden_state  # [R, L, H]
     flat = mb.gather_index[targets]  # [N] positions of the target tokens in [R * L]
-    h = hidden.reshape(-1, hidden.shape[-1])[flat - 1]  # [N, H] the positions predicting them
+    h = hidden.reshape(-1, hidden.shape[-1])[mb.pred_index[targets]]  # [N, H] predicting them
     logits = model.get_output_embeddings()(h).float()  # [N, V]
     lse = torch.logsumexp(logits, dim=-1)  # [N]
     nxt = mb.input_ids.reshape(-1)[flat]  # [N]
@@ -320,15 +321,27 @@ class Trainer:
     def _logits(self, model: nn.Module, mb: MicroBatch) -> torch.Tensor:
         return hf_logits(model, mb, self.attn_implementation)  # [R, L, V]
 
+    # Shared-prefix rows need the attention mask `MicroBatch.attention_mask` gives (not flash
+    # attention's position_ids, not torchtitan's own masks).
+    _can_share_prefix: bool = True
+
     def _pack(self, trajectories: Sequence[Trajectory]) -> list[MicroBatch]:
         """Micro-batches of packed rows. Without flash attention a row's block-diagonal mask is
         dense, so attention costs the square of the row's length whatever it holds: rows are
-        then no longer than the longest trajectory (short episodes share a row only up to
-        that length; apps/bench/train_step.py measures it)."""
-        row = self.cfg.row_tokens
+        then no longer than the longest trajectory, or with shared prefixes the longest group
+        block (short episodes share a row only up to that length; apps/bench/train_step.py
+        measures it)."""
+        cfg = self.cfg
+        share = (
+            cfg.share_prefix
+            and cfg.packing
+            and self._can_share_prefix
+            and self.attn_implementation in ("sdpa", "eager")
+        )
+        row = cfg.row_tokens
         if not self.attn_implementation.startswith("flash") and trajectories:
-            row = min(row, max(len(t.token_ids) for t in trajectories))
-        return pack_trajectories(trajectories, row, self.cfg.microbatch_tokens, self.cfg.packing)
+            row = min(row, max(unit_lengths(trajectories, row, share)))
+        return pack_trajectories(trajectories, row, cfg.microbatch_tokens, cfg.packing, share)
 
     def _masks(self, trajs: Sequence[Trajectory], mb: MicroBatch) -> torch.Tensor:
         T = mb.valid.shape[1]
@@ -431,6 +444,7 @@ class Trainer:
         self.policy_version += 1
         elapsed = time.perf_counter() - t0
         real = sum(mb.num_tokens for mb in mbs)
+        computed = sum(mb.computed_tokens for mb in mbs)
         padded = sum(mb.padded_tokens for mb in mbs)
         out = {k: sums[k] / weights[k] if weights[k] else 0.0 for k in sums}
         out.update(
@@ -439,7 +453,8 @@ class Trainer:
                 "train/trajectories": num_sequences,
                 "train/loss_tokens": num_tokens,
                 "train/tokens": float(real),
-                "train/padding_frac": 1.0 - real / padded if padded else 0.0,
+                "train/padding_frac": 1.0 - computed / padded if padded else 0.0,
+                "train/shared_prefix_frac": 1.0 - computed / real if real else 0.0,
                 "train/microbatches": float(len(mbs)),
                 "train/step_s": elapsed,
                 "train/tokens_per_s": real / elapsed if elapsed > 0 else 0.0,

@@ -51,6 +51,7 @@ class FSDPTrainer(Trainer):
     """
 
     _head_at_targets = False  # the sharded model runs as one module
+    _can_share_prefix = False  # not measured with sharded models
 
     def __init__(self, cfg: TrainerConfig, model: Any, **kwargs: Any) -> None:
         if not dist.is_initialized():

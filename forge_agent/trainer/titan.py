@@ -130,6 +130,7 @@ class TitanTrainer(Trainer):
     """
 
     _head_at_targets = False  # the sharded model runs as one module
+    _can_share_prefix = False  # torchtitan builds its own attention masks
 
     def __init__(
         self, cfg: TrainerConfig, model: Any, tensor_parallel_degree: int = 1, **kwargs: Any
