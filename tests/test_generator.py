@@ -173,8 +173,6 @@ def test_the_cpu_engine_runs_its_worker_inside_the_engine_core(generator, fixed_
     assert engines, "no vLLM engine process below the test process"
     names = sorted(p.name() for p in engines)
     assert all("EngineCore" in n for n in names), names
-    # generator.omp_wait_policy: its OpenMP threads sleep between parallel regions
-    assert all(p.environ().get("OMP_WAIT_POLICY") == "PASSIVE" for p in engines)
 
 
 def test_64_seeded_requests_whose_prefills_overflow_one_batch_all_complete(
@@ -198,3 +196,24 @@ def test_64_seeded_requests_whose_prefills_overflow_one_batch_all_complete(
     assert all(len(c.token_ids) == len(c.logprobs) > 0 for c in outs)
     again = asyncio.run(run([5, 41]))
     assert [c.token_ids for c in again] == [outs[5].token_ids, outs[41].token_ids]
+
+
+def test_omp_wait_policy_is_set_only_while_the_engine_processes_start(monkeypatch):
+    """generator.omp_wait_policy reaches the processes started while vLLM starts (its engine
+    core) and leaves the generator's own environment as it was; a user's setting wins."""
+    import os
+    import subprocess
+    import sys
+
+    from forge_agent.generator.engine import GeneratorConfig, _environ, engine_process_environ
+
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    child = [sys.executable, "-c", "import os; print(os.environ.get('OMP_WAIT_POLICY'))"]
+    with _environ(engine_process_environ(GeneratorConfig())):
+        assert subprocess.run(child, capture_output=True, text=True).stdout.strip() == "PASSIVE"
+    assert "OMP_WAIT_POLICY" not in os.environ
+    assert engine_process_environ(GeneratorConfig(omp_wait_policy=None)) == {}
+    monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")
+    assert engine_process_environ(GeneratorConfig()) == {}
+    with pytest.raises(ValueError, match="omp_wait_policy"):
+        GeneratorConfig(omp_wait_policy="sleepy")
