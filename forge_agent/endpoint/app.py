@@ -54,6 +54,8 @@ class EndpointConfig:
     default_max_tokens: int = 256
     session_ttl_s: float = 3600.0
     api_key: str | None = None
+    # how long an idle connection stays open: env workers keep theirs between episodes
+    keep_alive_s: float = 60.0
 
 
 class Endpoint:

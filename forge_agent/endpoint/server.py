@@ -1,4 +1,4 @@
-"""The endpoint as a FastAPI app served by uvicorn inside the caller's event loop.
+"""The endpoint as an ASGI app (Starlette) served by uvicorn inside the caller's event loop.
 
     server = EndpointServer(generate, renderer, max_model_len)
     await server.start()                      # binds 127.0.0.1 on a free port
@@ -9,17 +9,21 @@
     await server.stop()
 
 The embedded server leaves signal handling to its host program (the trainer installs its own).
+The app is plain Starlette (FastAPI's base) with two routes: the request body is validated
+once, by the endpoint's own pydantic model, and nothing else runs per request (no dependency
+injection or response model), since these calls share the event loop of the generator calls.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import Any
 
 import uvicorn
-from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, StreamingResponse
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
 
 from forge_agent.endpoint.app import Endpoint, EndpointConfig, error_body, sse_chunks
 from forge_agent.endpoint.session import Session, SessionError
@@ -28,30 +32,37 @@ from forge_agent.rollout.renderer import ChatRenderer
 from forge_agent.types import Status, Trajectory
 
 
-def create_app(endpoint: Endpoint) -> FastAPI:
-    """The HTTP routes over `endpoint`."""
-    app = FastAPI(title="forge-agent policy endpoint", docs_url=None, redoc_url=None)
+def create_app(endpoint: Endpoint) -> Starlette:
+    """The HTTP routes over `endpoint`: `POST /v1/chat/completions`, `GET /v1/models`."""
 
-    @app.exception_handler(SessionError)
-    async def _refused(_: Request, exc: SessionError) -> JSONResponse:
+    def refused(exc: SessionError) -> Response:
         endpoint.stats["errors"] += 1
         return JSONResponse(error_body(exc), status_code=exc.status)
 
-    @app.post("/v1/chat/completions")
-    async def chat_completions(request: Request) -> Any:
-        session = endpoint.authenticate(request.headers.get("authorization"))
-        response, parsed = await endpoint.complete(session, await request.body())
+    async def chat_completions(request: Request) -> Response:
+        try:
+            session = endpoint.authenticate(request.headers.get("authorization"))
+            response, parsed = await endpoint.complete(session, await request.body())
+        except SessionError as exc:
+            return refused(exc)
         if not parsed.stream:
             return JSONResponse(response)
         usage = parsed.stream_options is not None and parsed.stream_options.include_usage
         return StreamingResponse(sse_chunks(response, usage), media_type="text/event-stream")
 
-    @app.get("/v1/models")
-    async def models(request: Request) -> Any:
-        endpoint.authenticate(request.headers.get("authorization"))
+    async def models(request: Request) -> Response:
+        try:
+            endpoint.authenticate(request.headers.get("authorization"))
+        except SessionError as exc:
+            return refused(exc)
         return JSONResponse(endpoint.models())
 
-    return app
+    return Starlette(
+        routes=[
+            Route("/v1/chat/completions", chat_completions, methods=["POST"]),
+            Route("/v1/models", models, methods=["GET"]),
+        ]
+    )
 
 
 class _EmbeddedServer(uvicorn.Server):
@@ -94,6 +105,7 @@ class EndpointServer:
             log_level="warning",
             lifespan="off",
             access_log=False,
+            timeout_keep_alive=self.config.keep_alive_s,
         )
         self._server = _EmbeddedServer(config)
         self._task = asyncio.create_task(self._server.serve())
