@@ -197,7 +197,8 @@ class Placement:
         return ",".join(str(d) for d in range(first, first + n))
 
     async def weight_store(self, cfg: Any) -> Any:
-        """The run's weight store (``cfg``: a ``WeightStoreConfig``) on the trainer's host.
+        """The run's weight store (``cfg``: a ``WeightStoreConfig``) on the trainer's host:
+        in this process when the trainer and the generators run on this host.
 
         When the generators run on other hosts than the trainer, a
         ``forge_agent.weight_relay.CrossHostWeightStore``: the same versioned put/get, each
@@ -206,6 +207,12 @@ class Placement:
         from forge_agent.weight_store import make_weight_store
 
         trainer, gen = self.mesh_of("trainer"), self.mesh_of("generator")
+        if trainer == gen == LOCAL:
+            # all on this host: the store actor lives in this (the controller's) process; it
+            # only keeps a table of shared-memory files, not worth a process of its own
+            from monarch.actor import this_proc
+
+            return await make_weight_store(cfg, this_proc())
         if trainer == gen and self.host_count("generator") == 1:
             return await make_weight_store(cfg, self.spawn("store", 1, service="trainer"))
         from forge_agent.weight_relay import CrossHostWeightStore

@@ -46,3 +46,34 @@ def test_asking_for_more_gpus_than_the_host_has_names_the_service_and_the_count(
     with pytest.raises(RuntimeError, match=r"trainer needs 1 more GPU\(s\) but this host has 2"):
         placement.trainer_procs()
     assert placement.meshes == []
+
+
+def test_on_this_host_the_weight_store_lives_in_the_controllers_process_without_a_proc():
+    """The local default spends no process on the weight store (it only keeps a table of
+    shared-memory files): its actor runs in the calling process, and weights still round-trip
+    through shared memory."""
+    import asyncio
+    import os
+
+    import torch
+
+    from forge_agent.weight_store import WeightStoreConfig
+
+    cfg = load_config(AGENT_DIR / "default.yaml")
+
+    async def put_get():
+        placement = Placement(cfg.services, hosts=cfg.hosts)
+        store = await placement.weight_store(WeightStoreConfig())
+        try:
+            assert placement.meshes == []  # no proc spawned for it
+            await store.put(1, {"w": torch.arange(6.0)})
+            got = await store.get(1)
+            slot = (await store.actor.get.call_one(1))[1].slot
+            return got, slot.path
+        finally:
+            await store.close()
+
+    got, path = asyncio.run(put_get())
+    assert torch.equal(got["w"], torch.arange(6.0))
+    assert f"forge_ws_{os.getpid()}_" in path  # named by the store actor's process: this one
+    assert not os.path.exists(path)  # close removed it
