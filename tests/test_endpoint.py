@@ -252,6 +252,31 @@ def test_expired_session_key_is_401_and_records_nothing(renderer):
     assert recorded.token_ids == [] and recorded.num_sampled == 0
 
 
+def test_unknown_routes_answer_openai_style_errors_naming_the_route(renderer):
+    """A path or method the endpoint does not serve is a 404 / 405 in OpenAI's error shape that
+    names what was asked and what is served (no generator: nothing is sampled)."""
+
+    async def never_called(prompt_ids, sampling, session):
+        raise AssertionError("an unknown route reached the generator")
+
+    async def run():
+        async with EndpointServer(never_called, renderer, MAX_MODEL_LEN) as server:
+            key = server.open_session("t").key
+            async with _client(server, key) as client:
+                with pytest.raises(openai.NotFoundError) as missing:
+                    await client.completions.create(model="p", prompt="hi")
+            async with httpx.AsyncClient(base_url=server.base_url) as http:
+                wrong = await http.get("/chat/completions", headers={"Authorization": key})
+            return missing.value, wrong.status_code, wrong.json()
+
+    missing, status, body = asyncio.run(run())
+    assert missing.status_code == 404 and missing.body["code"] == "not_found"
+    assert "POST /v1/completions" in missing.body["message"]
+    assert "POST /v1/chat/completions" in missing.body["message"]
+    assert status == 405 and body["error"]["code"] == "method_not_allowed"
+    assert "GET /v1/chat/completions" in body["error"]["message"]
+
+
 def test_generator_failure_is_503_and_the_session_goes_on(generator, renderer):
     gen = RecordingGenerate(generator)
     task = generate_tasks(1, seed=9)[0]

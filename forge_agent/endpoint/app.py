@@ -294,7 +294,12 @@ def sse_chunks(response: dict[str, Any], include_usage: bool) -> AsyncIterator[b
 def error_body(exc: SessionError) -> dict[str, Any]:
     """OpenAI's error shape: `{"error": {"message", "type", "param", "code"}}`."""
     kind = {401: "authentication_error", 503: "server_error"}.get(exc.status)
-    code = {401: "invalid_api_key", 503: "generator_unavailable"}.get(exc.status)
+    code = {
+        401: "invalid_api_key",
+        404: "not_found",
+        405: "method_not_allowed",
+        503: "generator_unavailable",
+    }.get(exc.status)
     return {
         "error": {
             "message": exc.message,

@@ -57,11 +57,22 @@ def create_app(endpoint: Endpoint) -> Starlette:
             return refused(exc)
         return JSONResponse(endpoint.models())
 
+    async def no_route(request: Request, exc: Exception) -> Response:
+        status = getattr(exc, "status_code", 404)
+        return refused(
+            SessionError(
+                status,
+                f"no route {request.method} {request.url.path}; the endpoint serves "
+                "POST /v1/chat/completions and GET /v1/models",
+            )
+        )
+
     return Starlette(
         routes=[
             Route("/v1/chat/completions", chat_completions, methods=["POST"]),
             Route("/v1/models", models, methods=["GET"]),
-        ]
+        ],
+        exception_handlers={404: no_route, 405: no_route},
     )
 
 
