@@ -63,9 +63,9 @@ class SandboxCgroup:
                 parent = base / own.lstrip("/")
                 _remove_stale(parent)
                 path = parent / name
+                janitor.watch("cgroup", str(path))  # before it exists (a kill may come any time)
                 path.mkdir()
                 dirs[controller] = path
-                janitor.watch("cgroup", str(path))
         except OSError:
             cls(dirs).remove()
             return None

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import secrets
 import stat
 import tempfile
 import weakref
@@ -100,6 +101,20 @@ def _teardown(path: str, mounted: bool) -> None:
     remove_tree(path)
 
 
+def _new_folder(root: str, prefix: str) -> str:
+    """A new folder `root/prefix<random>` (mode 0700), registered with the janitor before it
+    exists: an env worker serves several envs on threads, so it can be killed (its step timed
+    out, another env crashed it) between any two lines of another env's sandbox setup."""
+    while True:
+        path = os.path.join(root, prefix + secrets.token_hex(4))
+        janitor.watch("workspace", path)
+        try:
+            os.mkdir(path, 0o700)
+            return path
+        except FileExistsError:
+            janitor.forget("workspace", path)
+
+
 def sweep_stale(root: str | None = None, prefix: str = "forge-ws-") -> int:
     """Remove workspaces under `root` (default: the temp folder) whose owning process is gone.
 
@@ -152,13 +167,12 @@ class Workspace:
         prefix: str = "forge-ws-",
     ) -> None:
         sweep_stale(root, prefix)
-        self.path = tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-", dir=root)
+        self.path = _new_folder(root or tempfile.gettempdir(), f"{prefix}{os.getpid()}-")
         self.mounted = _mount_tmpfs(self.path, size_mb, max_files, owner)
         os.chmod(self.path, 0o700)
         if owner is not None:
             os.chown(self.path, *owner)
         self._finalizer = weakref.finalize(self, _teardown, self.path, self.mounted)
-        janitor.watch("workspace", self.path)
 
     def remove(self) -> None:
         """Unmount and delete the workspace (idempotent)."""
