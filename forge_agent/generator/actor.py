@@ -14,6 +14,7 @@ from monarch.actor import Actor, endpoint
 from monarch.actor.concurrent import concurrent_endpoint
 
 from forge_agent.generator.engine import GeneratorConfig, SamplingConfig, VLLMEngine
+from forge_agent.memory import trim_heap
 from forge_agent.types import Completion
 
 
@@ -78,13 +79,17 @@ class Generator(Actor):
                 raise ValueError("update_weights needs a state_dict or a source to pull from")
             view = await source.shared_view(version) if hasattr(source, "shared_view") else None
             if view is not None:
-                return await self._engine().update_weights_shared(
+                version = await self._engine().update_weights_shared(
                     view, abort_in_flight, resume_in_flight, rollback
                 )
+                trim_heap()  # the last generation phase's freed buffers go back to the OS
+                return version
             state_dict = await source.get(version)
-        return await self._engine().update_weights(
+        version = await self._engine().update_weights(
             version, state_dict, abort_in_flight, resume_in_flight, rollback
         )
+        trim_heap()
+        return version
 
     @concurrent_endpoint
     async def version(self) -> int:
@@ -99,6 +104,11 @@ class Generator(Actor):
     async def busy_seconds(self) -> float:
         """Seconds the engine had at least one request in flight (for busy fractions)."""
         return self._engine().busy_seconds()
+
+    @endpoint
+    async def worker_environ(self, names: list[str]) -> list[dict[str, str | None]]:
+        """Each vLLM worker's values of the environment variables `names` (diagnostics)."""
+        return await self._engine().worker_environ(names)
 
     @endpoint
     async def shutdown(self) -> None:

@@ -51,7 +51,7 @@ class GeneratorConfig:
     enforce_eager: bool = True
     tensor_parallel_size: int = 1
     gpu_memory_utilization: float = 0.85
-    cpu_kv_cache_gb: float = 0.25  # KV cache size on the CPU build (GiB; fractions allowed)
+    cpu_kv_cache_gb: float = 0.125  # KV cache size on the CPU build (GiB; fractions allowed)
     enable_prefix_caching: bool = True
     max_num_seqs: int = 128
     # auto: on CPU with tensor_parallel_size 1, vLLM's worker runs inside its engine-core
@@ -113,6 +113,10 @@ def _on_cpu() -> bool:
     return not torch.cuda.is_available()
 
 
+ONEDNN_CACHE_CAPACITY = 16
+"""oneDNN primitives the CPU engine keeps (its default, 1024, grows the process by GBs)."""
+
+
 def engine_environ(config: GeneratorConfig) -> dict[str, str]:
     """The environment vLLM reads at import, from `config` (set where the user has not)."""
     env = {"VLLM_LOGGING_LEVEL": "WARNING"}  # INFO logs per request and reload drown a run
@@ -120,6 +124,11 @@ def engine_environ(config: GeneratorConfig) -> dict[str, str]:
         # vLLM's CPU platform turns "uni" into "mp" unless V1 multiprocessing is off; AsyncLLM
         # still runs its engine core in a process of its own (that is the only process left)
         env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    if _on_cpu():
+        # oneDNN keeps a compiled primitive (with its buffers) per matmul shape, up to 1024;
+        # the CPU engine sees a new token count almost every step, so the cache grew the
+        # engine core by ~0.7 GB over a default run. A few recent shapes are the ones reused.
+        env["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] = str(ONEDNN_CACHE_CAPACITY)
     return env
 
 
@@ -224,6 +233,12 @@ class VLLMEngine:
         self._hf_shapes = _expected_shapes(self.model)
         self.vocab_size = self._llm.model_config.get_vocab_size()
         self.max_model_len = self._llm.model_config.max_model_len
+
+    async def worker_environ(self, names: list[str]) -> list[dict[str, str | None]]:
+        """Each vLLM worker's values of the environment variables `names`."""
+        if self._llm is None:
+            raise GeneratorError("engine not started: call start() first")
+        return await self._llm.collective_rpc("forge_environ", args=(list(names),))
 
     async def shutdown(self) -> None:
         if self._llm is not None:

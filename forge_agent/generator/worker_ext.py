@@ -19,6 +19,13 @@ class WeightSyncExtension:
         model = self.model_runner.get_model()  # type: ignore[attr-defined]
         return {n: (list(p.shape), str(p.dtype)) for n, p in model.named_parameters()}
 
+    def forge_environ(self, names: list[str]) -> dict[str, str | None]:
+        """This worker process's values of the environment variables `names` (its
+        /proc/PID/environ is overwritten by vLLM's process title, so it cannot be read there)."""
+        import os
+
+        return {name: os.environ.get(name) for name in names}
+
     def forge_reload_weights(self, path: str) -> dict[str, float]:
         """Load the checkpoint-format tensors of the safetensors file at `path` into the running
         model. (vLLM's RPC decodes untyped arguments, so tensors travel as a file in shared

@@ -17,6 +17,7 @@ from typing import Any
 
 from monarch.actor import Actor, endpoint
 
+from forge_agent.memory import trim_heap
 from forge_agent.trainer.core import Trainer, TrainerConfig, titan_degrees
 from forge_agent.types import Trajectory
 
@@ -65,7 +66,11 @@ class TrainerActor(Actor):
 
     @endpoint
     async def train_step(self, trajectories: list[Trajectory]) -> dict[str, float]:
-        return self._t().train_step(trajectories)
+        metrics = self._t().train_step(trajectories)
+        # the step's activations are freed: hand their pages back while the trainer waits
+        # for the next batch (on-policy, the generators work meanwhile)
+        trim_heap()
+        return metrics
 
     @endpoint
     async def sft_step(self, trajectories: list[Trajectory]) -> dict[str, float]:
