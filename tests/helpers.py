@@ -51,8 +51,10 @@ def short_training(policy: Any, out: Any) -> list[str]:
     """Overrides of a two-step training of `policy` (a warm-started folder) into `out`.
 
     The policy was warm-started for other envs, so an env's own outcome may be the same for a
-    whole group: a small length reward gives every group variance, so both steps update the
-    weights, and no step waits for a varied group."""
+    whole group: a small reward on the samples' mean logprob gives every group whose samples
+    differ some variance, so both steps update the weights, and no step waits for a varied
+    group.
+    """
     return [
         f"model.name={policy}",
         "warm_start.enabled=false",
@@ -62,5 +64,5 @@ def short_training(policy: Any, out: Any) -> list[str]:
         "training.group_size=4",
         "advantages.drop_zero_variance=false",
         "advantages.truncated=keep",
-        "rewards.components={tests.user_envs:shorter_is_better: 0.1}",
+        "rewards.components={tests.user_envs:likelier_is_better: 0.1}",
     ]

@@ -57,7 +57,7 @@ def test_docs_agent_program_trains(policy_model_path, tmp_path):
     assert {t["status"] for t in traces} == {"ok"}, {t["status"] for t in traces}
     for t in traces:  # the page's reward ran in the reward actor: its dict is in the breakdown
         parts = t["info"]["reward_breakdown"]
-        shaping = "tests.user_envs:shorter_is_better"
+        shaping = "tests.user_envs:likelier_is_better"
         assert set(parts) == {"agent_reward/correct", shaping}
         assert t["reward"] == pytest.approx(parts["agent_reward/correct"] + 0.1 * parts[shaping])
         sampled = [i for i, m in enumerate(t["loss_mask"]) if m]

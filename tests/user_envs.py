@@ -85,7 +85,10 @@ def docs_commands() -> list[list[str]]:
     return commands
 
 
-def shorter_is_better(traj) -> float:
-    """A user reward component for short training tests: fewer sampled tokens score higher,
-    so every group has reward variance whatever the env's outcomes."""
-    return -traj.num_sampled / 100
+def likelier_is_better(traj) -> float:
+    """A user reward component for short training tests: the mean logprob of the sampled
+    tokens, so a group has reward variance whenever its samples differ, whatever the env's
+    outcomes. (A length reward was not enough: a warm-started policy often gives a whole group
+    the same length, e.g. four 17-token wrong answers, and the step's gradient is zero.)"""
+    sampled = [lp for lp, m in zip(traj.logprobs, traj.loss_mask) if m]
+    return sum(sampled) / max(len(sampled), 1)

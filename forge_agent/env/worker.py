@@ -183,6 +183,10 @@ class EnvWorker:
             raise EnvFailure(self.failure.status, self.failure.message) from None
         finally:
             self._pending.pop(request_id, None)
+            if reply.done() and not reply.cancelled():
+                # a worker failing while this request was still being sent fails `reply` too,
+                # which the paths above may never await: mark it seen, or asyncio logs it
+                reply.exception()
         kind, value = reply.result()[:2]
         if kind == "error":
             # The env's state after an exception is unknown: never reuse this slot.
