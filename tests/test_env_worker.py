@@ -7,7 +7,7 @@ import os
 import signal
 import threading
 import time
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
@@ -165,6 +165,52 @@ def test_worker_serves_its_envs_at_once_on_their_own_threads() -> None:
             pids = [r.messages[0]["content"] for r in results]
             assert sorted(pids.count(p) for p in set(pids)) == [4, 4]
             assert pool.stats["workers_started"] == 2 and pool.num_workers == 2
+
+    asyncio.run(main())
+
+
+class LoopEnv(Env):
+    """An async env whose class asks its worker for one shared event loop (unless built with
+    `shared=False`); its step answers with the process and thread it ran on, once 4 episodes
+    of its process are inside step at the same time."""
+
+    inside: ClassVar[set[int]] = set()
+
+    def __init__(self, shared: bool = True) -> None:
+        self.shared = shared
+
+    @staticmethod
+    def shares_event_loop(shared: bool = True, **_: Any) -> bool:
+        return shared
+
+    async def reset(self, task: dict[str, Any], seed: int | None = None) -> tuple[list, list]:
+        return [{"role": "user", "content": "go"}], []
+
+    async def step(self, assistant_message: dict[str, Any]) -> StepResult:
+        LoopEnv.inside.add(id(self))
+        deadline = time.monotonic() + 20
+        while len(LoopEnv.inside) < 4 and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        where = f"{os.getpid()} {threading.get_ident()} {len(LoopEnv.inside)}"
+        return StepResult([{"role": "user", "content": where}], {"r": 1.0}, True, {})
+
+
+@pytest.mark.parametrize("shared", [True, False])
+def test_envs_that_share_an_event_loop_run_their_episodes_as_tasks_on_one_thread(shared) -> None:
+    """`shares_event_loop` (agent programs have it): the 4 envs of a worker run concurrently
+    on one thread; with it false (an agent program's `blocking=True`), on a thread each."""
+
+    async def main() -> None:
+        env_kwargs = {"shared": shared}
+        async with EnvPool(
+            f"{__name__}:LoopEnv", size=4, envs_per_worker=4, env_kwargs=env_kwargs
+        ) as pool:
+            results = await asyncio.gather(*(episode(pool, "go") for _ in range(4)))
+            where = [r.messages[0]["content"].split() for r in results]
+            assert {pid for pid, _, _ in where} != {str(os.getpid())}
+            assert len({pid for pid, _, _ in where}) == 1  # one worker process
+            assert all(int(met) == 4 for _, _, met in where)  # all 4 were in step at once
+            assert len({thread for _, thread, _ in where}) == (1 if shared else 4)
 
     asyncio.run(main())
 

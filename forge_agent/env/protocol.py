@@ -122,6 +122,9 @@ class Env:
       is skipped with one log line.
     - optional `corpus(self) -> list[str | conversation]`: text for the tiny model's tokenizer;
       without it the env's rendered reset messages and tool specs are used.
+    - optional `shares_event_loop` (a bool, or a function of the env's keyword arguments):
+      true for envs that never block their event loop; a worker then runs all its instances
+      as tasks on one loop instead of a thread each (agent programs have it).
     """
 
     _ASYNC_METHODS: ClassVar[tuple[str, ...]] = ("reset", "step", "close")
