@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import json
 import logging
 import shutil
@@ -33,6 +32,7 @@ from typing import Any
 
 from forge_agent.config import AgentConfig, dump_yaml
 from forge_agent.rewards.build import AGENT_REWARD, build_rubric
+from forge_agent.services import Services
 from forge_agent.step_profile import PhaseClock
 from forge_agent.supervision import ServiceFailed, ServiceRestarted
 from forge_agent.types import Group, Status, Trajectory
@@ -53,13 +53,8 @@ class Controller:
         self.cfg = cfg
         self.out = Path(cfg.output_dir)
         self.generate_wrapper = generate_wrapper
-        self.placement: Any = None
-        self.generators: list[Any] = []
-        self.trainer: Any = None
-        self.rewards: Any = None
+        self.services: Services | None = None  # actors and env workers, once setup() runs
         self.endpoint: Any = None  # the agent endpoint, for env.id=agent:...
-        self.store: Any = None
-        self.pool: Any = None
         self.version = 0
         self.step = 0
         self.counts: Counter[str] = Counter()
@@ -69,24 +64,14 @@ class Controller:
         self._gate.set()
         self.profile = PhaseClock()  # per-step phases (profile/* metrics)
         self.epoch = 0  # advances when a restarted trainer goes back to a checkpoint
-        self._generator_info: dict[str, Any] = {}
 
     # ------------------------------------------------------------------ setup
-    async def _trainer_call(self, endpoint: Any, *args: Any) -> Any:
-        """Call a trainer endpoint on every rank; rank 0's answer."""
-        if self.cfg.services.trainer.procs == 1:
-            return await endpoint.call_one(*args)
-        values = await endpoint.call(*args)
-        return next(iter(values.values()))
-
     async def setup(self) -> None:
         from forge_agent.host_placement import resolve_host_meshes
         from forge_agent.metrics import MetricLogger
         from forge_agent.models.tiny import load_tokenizer
-        from forge_agent.placement import Placement
         from forge_agent.replay import ReplayBuffer, ZeroSignalWatch
         from forge_agent.rollout import ChatRenderer, RendererConfig, RolloutEngine, SessionRouter
-        from forge_agent.supervision import Service, install_fault_hook
         from forge_agent.tasks import TaskStream, load_tasks
         from forge_agent.trace_html import load_token_decoder
         from forge_agent.traces import TraceWriter
@@ -128,66 +113,22 @@ class Controller:
             RendererConfig(kind=cfg.model.renderer, enable_thinking=cfg.model.enable_thinking),
         )
 
-        # 2. actors: weight store, trainer, generator replicas, reward service, each on its
-        # host mesh (this host unless `hosts` names another; see forge_agent/host_placement),
-        # each a supervised service, replaced when its process dies or hangs
-        # (forge_agent/supervision)
-        install_fault_hook()
-        self.placement = Placement(
-            cfg.services, cfg.generator.tensor_parallel_size, hosts=cfg.hosts, host_meshes=meshes
+        # 2. services: weight store, trainer, generator replicas, reward actors, env workers,
+        # each on its host mesh (this host unless `hosts` names another), each actor a
+        # supervised service, replaced when its process dies or hangs
+        self.services = Services(
+            cfg, self.policy_path, self._trainer_restarted, self._generator_restarted
         )
-        self.store = await self.placement.weight_store(cfg.weight_store)
-        sup = cfg.supervision
-        supervised = functools.partial(
-            Service,
-            default_deadline_s=sup.call_deadline_s,
-            max_restarts=sup.max_restarts,
-            restart_timeout_s=sup.restart_timeout_s,
-        )
-        self.trainer = supervised(
-            "trainer",
-            self._spawn_trainer,
-            deadlines={"train_step": sup.train_step_deadline_s},
-            on_restart=self._trainer_restarted,
-        )
-        self.generators = [
-            supervised(
-                f"generator{i}",
-                functools.partial(self._spawn_generator, i),
-                deadlines={
-                    "generate": sup.generate_deadline_s,
-                    "update_weights": cfg.training.weight_sync_timeout_s,
-                },
-                on_restart=self._generator_restarted,
-            )
-            for i in range(cfg.services.generator.num_replicas)
-        ]
-        self.rewards = supervised(
-            "reward", self._spawn_reward, deadlines={"score": sup.reward_deadline_s}
-        )
-        self.pool = await self.placement.env_pool(cfg.env)  # env workers, on the env's host
-        started = time.monotonic()
-        await asyncio.gather(
-            self.trainer.start(), self.rewards.start(), *(g.start() for g in self.generators)
-        )
-        gen_info = self._generator_info
-        logger.info("actors ready in %.1fs: %s", time.monotonic() - started, gen_info)
-        print(
-            f"[setup] actors ready in {time.monotonic() - started:.0f}s: "
-            f"{len(self.generators)} vLLM generator(s), {cfg.services.trainer.procs} trainer "
-            f"rank(s), reward, weight store; {self.pool.size} envs on "
-            f"{self.pool.num_workers} env worker(s)",
-            flush=True,
-        )
+        gen_info = await self.services.start(meshes)
         max_len = int(gen_info["max_model_len"])
 
         # 3. rollout engines, data, buffer, metrics, traces
         episodes = replace(cfg.rollout, max_model_len=min(cfg.rollout.max_model_len, max_len))
-        generate: Any = SessionRouter(self.generators)
+        generate: Any = SessionRouter(self.services.generators)
         if self.generate_wrapper is not None:
             generate = self.generate_wrapper(generate)
         generate = self.profile.timed_generate(generate)
-        envs = self.profile.timed_envs(self.pool)
+        envs = self.profile.timed_envs(self.services.pool)
         self.traces = TraceWriter(self.out / "traces.jsonl")
         rollout_cfgs = [episodes, replace(episodes, temperature=cfg.eval.temperature)]
         if cfg.env.id.startswith("agent:"):  # agent programs talk to an OpenAI endpoint
@@ -209,63 +150,12 @@ class Controller:
         if cfg.checkpoint.resume:
             await self._resume()
 
-    async def _spawn_trainer(self) -> tuple[Any, Any]:
-        from forge_agent.trainer.actor import TrainerActor
-
-        cfg = self.cfg
-        procs = self.placement.trainer_procs()
-        # each actor gets its own config section plus what the run shares: the policy folder,
-        # its dtype and the seed
-        trainer = procs.spawn(
-            "trainer",
-            TrainerActor,
-            cfg.trainer,
-            str(self.policy_path),
-            self.store,
-            device=cfg.device,
-            master_port=_free_port(),
-            dtype=cfg.model.dtype,
-            seed=cfg.seed,
-        )
-        await trainer.setup.call()
-        return procs, trainer
-
-    async def _spawn_generator(self, replica: int) -> tuple[Any, Any]:
-        from forge_agent.generator import Generator
-
-        procs = self.placement.generator_procs(replica)
-        cfg = self.cfg
-        generator = procs.spawn(
-            "generator",
-            Generator,
-            cfg.generator,
-            str(self.policy_path),
-            dtype=cfg.model.dtype,
-            seed=cfg.seed,
-        )
-        self._generator_info = await generator.setup.call_one()
-        return procs, generator
-
-    async def _spawn_reward(self) -> tuple[Any, Any]:
-        from forge_agent.rewards.actor import RewardActor
-
-        cfg = self.cfg
-        agent_reward = cfg.env.kwargs.get("reward") if cfg.env.id.startswith("agent:") else None
-        rubric = functools.partial(
-            build_rubric, dict(cfg.rewards.components), cfg.rollout.max_total_tokens, agent_reward
-        )
-        procs = self.placement.reward_procs()
-        rewards = procs.spawn("reward", RewardActor, rubric)
-        await rewards.setup.call()
-        return procs, rewards
-
-    def _restarts(self) -> int:
-        return sum(s.restarts for s in [self.trainer, self.rewards, *self.generators])
-
     async def _generator_restarted(self, generator: Any) -> None:
         """A replacement replica starts from the current policy, not the initial weights."""
         if self.version > 0:
-            await generator.update_weights.call_one(self.version, None, self.store, False, False)
+            await generator.update_weights.call_one(
+                self.version, None, self.services.store, False, False
+            )
 
     async def _trainer_restarted(self, trainer: Any) -> None:
         """A replacement trainer continues from the last complete checkpoint (policy,
@@ -274,28 +164,25 @@ class Controller:
         to the restored policy."""
         from forge_agent.trainer.checkpoint import complete_checkpoints
 
-        async def rank0(endpoint: Any, *args: Any) -> Any:
-            values = await endpoint.call(*args)
-            return next(iter(values.values()))
-
         checkpoints = complete_checkpoints(self.out / "checkpoints")
         self.epoch += 1  # groups started before now belong to lost policy versions
         position: dict[str, Any] = {}
         if checkpoints:
-            position = await rank0(trainer.load_checkpoint, str(checkpoints[-1]))
+            ckpt = str(checkpoints[-1])
+            position = await self.services.call_trainer("load_checkpoint", ckpt, on=trainer)
             self.tasks.load_state(position["tasks"])
         self.step = int(position.get("step", 0))
-        self.version = int(await rank0(trainer.policy_version))
+        self.version = int(await self.services.call_trainer("policy_version", on=trainer))
         replay = position.get("replay") or {
             "evicted": self.buffer.evicted,
             "evicted_trajectories": self.buffer.evicted_trajectories,
         }
         self.buffer.load_state_dict(replay, self.version)
-        version = await rank0(trainer.push_weights)
+        version = await self.services.call_trainer("push_weights", on=trainer)
         await asyncio.gather(  # back to the restored policy; requests in flight are dropped
             *(
-                g.update_weights.call_one(version, None, self.store, True, False, True)
-                for g in self.generators
+                g.update_weights.call_one(version, None, self.services.store, True, False, True)
+                for g in self.services.generators
             )
         )
         where = checkpoints[-1].name if checkpoints else "the initial policy (no checkpoint yet)"
@@ -357,10 +244,11 @@ class Controller:
         group = await self.engine.run_group(task, seed, self.cfg.training.group_size)
         try:
             with self.profile.phase("reward"):
+                score = self.services.rewards.score
                 try:
-                    scored, reward_metrics = await self.rewards.score.choose(group.trajectories)
+                    scored, reward_metrics = await score.choose(group.trajectories)
                 except ServiceRestarted:  # the reward actor died and was replaced: again
-                    scored, reward_metrics = await self.rewards.score.choose(group.trajectories)
+                    scored, reward_metrics = await score.choose(group.trajectories)
         except ServiceFailed:
             raise
         except Exception as exc:  # the whole reward service failed: mark, do not crash
@@ -410,7 +298,7 @@ class Controller:
         cfg = self.cfg
         started = time.monotonic()
         self.timing = LoopTiming()
-        busy_at_start = await self._generator_busy()
+        busy_at_start = await self.services.generator_busy()
         evals: list[dict[str, float]] = []
         if cfg.eval.every > 0:
             evals.append(await self._evaluate())
@@ -426,7 +314,7 @@ class Controller:
                 try:
                     metrics = await self._train_and_sync(batch)
                 except ServiceRestarted as exc:  # the trainer went back to its checkpoint
-                    if exc.service != self.trainer.name:
+                    if exc.service != self.services.trainer.name:
                         raise
                     self.counts["batches_lost_to_trainer_restart"] += 1
                     continue
@@ -437,7 +325,7 @@ class Controller:
                 record("policy/lag", sum(lags) / len(lags))  # mean over trained tokens
                 record("policy/lag_max", max(lags), "max")
                 record("replay/evicted_stale", self.buffer.evicted, "last")
-                record("restarts/total", self._restarts(), "last")
+                record("restarts/total", self.services.restarts(), "last")
                 record("replay/evicted_trajectories", self.buffer.evicted_trajectories, "last")
                 if cfg.eval.every > 0 and (
                     self.step % cfg.eval.every == 0 or self.step == cfg.training.steps
@@ -461,16 +349,16 @@ class Controller:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await producer
         self.counts["replay_evicted"] = self.buffer.evicted
-        services = [self.trainer, self.rewards, *self.generators]
+        services = self.services.supervised
         for service in services:
             self.counts[f"restarts/{service.name}"] = service.restarts
-        generator_busy = await self._generator_busy() - busy_at_start
+        generator_busy = await self.services.generator_busy() - busy_at_start
         generator_busy -= self.timing.seconds["generator_busy_eval"]
         summary = {
             "steps": self.step,
             "policy_version": self.version,
             "wall_s": time.monotonic() - started,
-            "timing": self.timing.fractions(generator_busy, len(self.generators)),
+            "timing": self.timing.fractions(generator_busy, len(self.services.generators)),
             "profile": self.profile.summary(),
             "evals": evals,
             "counts": dict(self.counts),
@@ -484,7 +372,7 @@ class Controller:
     async def _train_and_sync(self, batch: list[Trajectory]) -> dict[str, float]:
         """One trainer step, then (every `sync_interval` steps) the weight sync."""
         with self.timing.measure("trainer_busy"), self.profile.phase("train"):
-            metrics = await self._trainer_call(self.trainer.train_step, batch)
+            metrics = await self.services.call_trainer("train_step", batch)
         self.step += 1
         self.version = int(metrics.get("train/policy_version", self.version + 1))
         await self.buffer.set_version(self.version)
@@ -510,7 +398,7 @@ class Controller:
         from forge_agent.metrics import record
 
         started = time.monotonic()
-        version = await self._trainer_call(self.trainer.push_weights)
+        version = await self.services.call_trainer("push_weights")
         # async (lag > 0): running requests continue on the new weights (partial rollouts);
         # sync: they finish on the old weights first (drain)
         partial = self.cfg.training.max_policy_lag > 0
@@ -518,8 +406,8 @@ class Controller:
         # replacement loads `version` itself (see _generator_restarted)
         results = await asyncio.gather(
             *(
-                g.update_weights.call_one(version, None, self.store, False, partial)
-                for g in self.generators
+                g.update_weights.call_one(version, None, self.services.store, False, partial)
+                for g in self.services.generators
             ),
             return_exceptions=True,
         )
@@ -544,7 +432,7 @@ class Controller:
         from forge_agent.metrics import record
 
         self._gate.clear()  # no new training groups while evaluating
-        busy = await self._generator_busy()
+        busy = await self.services.generator_busy()
         try:
             with self.timing.measure("eval"):
                 report = await evaluate(
@@ -556,7 +444,7 @@ class Controller:
                 )
         finally:
             self._gate.set()
-            self.timing.add("generator_busy_eval", await self._generator_busy() - busy)
+            self.timing.add("generator_busy_eval", await self.services.generator_busy() - busy)
         metrics = report.as_metrics()
         for name, value in metrics.items():
             record(name, value, "last")
@@ -571,7 +459,7 @@ class Controller:
         from forge_agent.metrics import record
 
         try:
-            scored, metrics = await self.rewards.score.choose(trajectories, [AGENT_REWARD])
+            scored, metrics = await self.services.rewards.score.choose(trajectories, [AGENT_REWARD])
         except Exception as exc:  # the reward service failed: the episodes stay unscored
             self.counts["reward_service_error"] += 1
             logger.warning("scoring eval episodes failed: %s", exc)
@@ -579,13 +467,6 @@ class Controller:
         for name, value in metrics.items():  # e.g. eval/reward/agent_reward/correct
             record(f"eval/{name}", value)
         return list(scored)
-
-    async def _generator_busy(self) -> float:
-        """The replicas' busy seconds so far, summed."""
-        busy = await asyncio.gather(
-            *(g.busy_seconds.call_one() for g in self.generators), return_exceptions=True
-        )
-        return sum(b for b in busy if isinstance(b, float | int))  # a replaced replica: 0
 
     # ------------------------------------------------------------------ checkpoints
     async def _save_checkpoint(self) -> None:
@@ -597,7 +478,7 @@ class Controller:
             "step": self.step,
             "replay": self.buffer.state_dict(),  # scored groups not yet trained on
         }
-        await self._trainer_call(self.trainer.save_checkpoint, str(path), position)
+        await self.services.call_trainer("save_checkpoint", str(path), position)
         prune_checkpoints(self.out / "checkpoints", self.cfg.checkpoint.keep)
 
     async def _resume(self) -> None:
@@ -608,11 +489,11 @@ class Controller:
             logger.info("resume: no checkpoint under %s; starting fresh", self.out)
             return
         path = checkpoints[-1]
-        position = await self._trainer_call(self.trainer.load_checkpoint, str(path))
+        position = await self.services.call_trainer("load_checkpoint", str(path))
         self.tasks.load_state(position["tasks"])
         self.resumed_from = {k: v for k, v in position.items() if k != "replay"}
         self.step = int(position["step"])
-        self.version = int(await self._trainer_call(self.trainer.policy_version))
+        self.version = int(await self.services.call_trainer("policy_version"))
         if "replay" in position:  # the bound is re-checked against the resumed version
             self.buffer.load_state_dict(position["replay"], self.version)
         if self.version > 0:
@@ -636,28 +517,8 @@ class Controller:
         if self.endpoint is not None:
             with contextlib.suppress(Exception):
                 await self.endpoint.stop()
-        if self.pool is not None:
-            with contextlib.suppress(Exception):
-                await self.pool.close()
-        for gen in self.generators:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(gen.actor.shutdown.call_one(), 30)
-        if self.store is not None and hasattr(self.store, "close"):
-            with contextlib.suppress(Exception):
-                await self.store.close()
-        if self.placement is not None:
-            await self.placement.stop()
-        for service in [self.trainer, self.rewards, *self.generators]:
-            if service is not None:  # whatever outlived its mesh's stop (vLLM's engine core)
-                await service.stop(timeout_s=1)
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+        if self.services is not None:
+            await self.services.shutdown()
 
 
 def _eval_line(metrics: dict[str, float]) -> str:

@@ -86,25 +86,25 @@ async def train(client: str, out: str, model: str, train: str, gen: str, env: st
         await controller.setup()
         where = {
             name: await mesh.spawn("where", HostInfo).describe.call_one()
-            for name, mesh in controller.placement.named.items()
+            for name, mesh in controller.services.placement.named.items()
             if name in ("trainer", "generator0", "env", "reward")
         }
-        start = await _prompt_logprobs(controller.generators[0], SamplingConfig)
+        start = await _prompt_logprobs(controller.services.generators[0], SamplingConfig)
         summary = await controller.run()
         # after the last cross-host sync: the generator serves the trainer's weights
         ids = list(range(5, 40))
-        got = await _prompt_logprobs(controller.generators[0], SamplingConfig, ids)
+        got = await _prompt_logprobs(controller.services.generators[0], SamplingConfig, ids)
         n = len(ids)
         traj = Trajectory("t", "g", ids, [0] * n, [0.0] * n, [-1] * n)
-        (want,) = await controller.trainer.compute_logprobs.call_one([traj])
+        (want,) = await controller.services.trainer.compute_logprobs.call_one([traj])
         return {
             "summary": {k: summary[k] for k in ("steps", "policy_version", "counts")},
-            "generator_version": await controller.generators[0].version.call_one(),
+            "generator_version": await controller.services.generators[0].version.call_one(),
             "where": where,
-            "env_pool": controller.pool.where,
+            "env_pool": controller.services.pool.where,
             "max_abs_diff": max(abs(a - b) for a, b in zip(got, want[1:], strict=True)),
             "changed": max(abs(a - b) for a, b in zip(got, start, strict=True)),
-            "store": type(controller.store).__name__,
+            "store": type(controller.services.store).__name__,
         }
     finally:
         await controller.shutdown()

@@ -262,7 +262,7 @@ def test_bad_env_fails_before_any_actor_starts(user_package, tmp_path):
     controller = Controller(cfg)
     with pytest.raises(EnvSetupError, match="NoTasksEnv"):
         asyncio.run(controller.setup())
-    assert controller.placement is None and controller.trainer is None
+    assert controller.services is None  # no actor, env worker or mesh was started
 
 
 # ---------------------------------------------------------------------------- warm start, corpus

@@ -56,7 +56,7 @@ def scenario(policy_model_path, tmp_path_factory):
     the two-rank trainer is checkpointed after step 1 and a fresh two-rank trainer resumes."""
     from transformers import AutoConfig
 
-    from forge_agent.controller import _free_port
+    from forge_agent.services import free_port
     from forge_agent.trainer.actor import TrainerActor
     from forge_agent.weight_store import MonarchWeightStore
 
@@ -78,7 +78,7 @@ def scenario(policy_model_path, tmp_path_factory):
             _config(),
             str(policy_model_path),
             store,
-            master_port=_free_port(),
+            master_port=free_port(),
         )
         into = {k: torch.empty_like(v) for k, v in ref["w1"].items()}
         got: dict = {}

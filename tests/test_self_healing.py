@@ -36,14 +36,14 @@ async def _inject(controller, out: Path, log: list[tuple[str, int, int]]) -> Non
         log.append((name, pid, controller.step))
         os.kill(pid, sig)
 
-    gen = controller.generators[0]
+    gen = controller.services.generators[0]
     await until(lambda: controller.step >= 1 and controller._gate.is_set(), "step 1's sync")
     await asyncio.sleep(0.5)  # step 2's episodes are being generated: they die with it
     hit(FAULTS[0], gen, signal.SIGKILL)
-    hit(FAULTS[1], controller.rewards, signal.SIGKILL)
+    hit(FAULTS[1], controller.services.rewards, signal.SIGKILL)
     await until(lambda: (out / "checkpoints" / "step_000001" / "COMPLETE").exists(), "checkpoint")
-    hit(FAULTS[2], controller.trainer, signal.SIGKILL)
-    await until(lambda: controller.trainer.restarts >= 1, "the trainer's restart")
+    hit(FAULTS[2], controller.services.trainer, signal.SIGKILL)
+    await until(lambda: controller.services.trainer.restarts >= 1, "the trainer's restart")
     await until(lambda: gen.restarts >= 1, "the generator's restart")
     await until(lambda: controller.step >= 2, "step 2 after the trainer restart")
     hit(FAULTS[3], gen, signal.SIGSTOP)
@@ -86,7 +86,7 @@ def healing_run(policy_model_path, tmp_path_factory):
 
             async def watch() -> None:  # every process any service ever ran
                 while True:
-                    for s in [controller.trainer, controller.rewards, *controller.generators]:
+                    for s in controller.services.supervised:
                         seen.update(s.process_ids)
                     await asyncio.sleep(0.5)
 

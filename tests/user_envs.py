@@ -90,5 +90,5 @@ def likelier_is_better(traj) -> float:
     tokens, so a group has reward variance whenever its samples differ, whatever the env's
     outcomes. (A length reward was not enough: a warm-started policy often gives a whole group
     the same length, e.g. four 17-token wrong answers, and the step's gradient is zero.)"""
-    sampled = [lp for lp, m in zip(traj.logprobs, traj.loss_mask) if m]
+    sampled = [lp for lp, m in zip(traj.logprobs, traj.loss_mask, strict=True) if m]
     return sum(sampled) / max(len(sampled), 1)
