@@ -25,14 +25,14 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal, TypeVar
 
 from forge_agent import typed_config
-from forge_agent.advantages import AdvantageConfig
+from forge_agent.algorithms.advantages import AdvantageConfig
+from forge_agent.algorithms.losses import LossConfig
 from forge_agent.generator.engine import GeneratorConfig
-from forge_agent.host_placement import HostsConfig
-from forge_agent.losses import LossConfig
-from forge_agent.metrics import MetricsConfig
-from forge_agent.placement import PlacementConfig
+from forge_agent.observability.metrics import MetricsConfig
 from forge_agent.rollout.engine import RolloutConfig
-from forge_agent.supervision import SupervisionConfig
+from forge_agent.runtime.host_placement import HostsConfig
+from forge_agent.runtime.placement import PlacementConfig
+from forge_agent.runtime.supervision import SupervisionConfig
 from forge_agent.trainer.core import TrainerConfig, titan_degrees
 from forge_agent.typed_config import (
     ConfigError,
@@ -42,7 +42,7 @@ from forge_agent.typed_config import (
 )
 from forge_agent.typed_config import check_field as _check
 from forge_agent.warm_start import WarmStartConfig
-from forge_agent.weight_store import WeightStoreConfig
+from forge_agent.weights.store import WeightStoreConfig
 
 __all__ = [
     "AdvantageConfig",
@@ -125,7 +125,7 @@ class TrainingConfig:
     group_size: int = 8  # episodes per group (G), all from one task and env seed
     sync_interval: int = 1  # trainer steps between weight syncs
     # 0 = on-policy (sync); n > 0 = async: no trained token was sampled more than n policy
-    # versions before the policy it trains (checked per token; see forge_agent/replay.py)
+    # versions before the policy it trains (checked per token; see forge_agent/algorithms/replay.py)
     max_policy_lag: int = 0
     replay_capacity: int = 32  # groups
     weight_sync_timeout_s: float = 120.0

@@ -31,10 +31,10 @@ from pathlib import Path
 from typing import Any
 
 from forge_agent.config import AgentConfig, dump_yaml
+from forge_agent.observability.step_profile import PhaseClock
 from forge_agent.rewards.build import AGENT_REWARD, build_rubric
-from forge_agent.services import Services
-from forge_agent.step_profile import PhaseClock
-from forge_agent.supervision import ServiceFailed, ServiceRestarted
+from forge_agent.runtime.services import Services
+from forge_agent.runtime.supervision import ServiceFailed, ServiceRestarted
 from forge_agent.types import Group, Status, Trajectory
 
 logger = logging.getLogger(__name__)
@@ -67,14 +67,14 @@ class Controller:
 
     # ------------------------------------------------------------------ setup
     async def setup(self) -> None:
-        from forge_agent.host_placement import resolve_host_meshes
-        from forge_agent.metrics import MetricLogger
+        from forge_agent.algorithms.replay import ReplayBuffer, ZeroSignalWatch
         from forge_agent.models.tiny import load_tokenizer
-        from forge_agent.replay import ReplayBuffer, ZeroSignalWatch
+        from forge_agent.observability.metrics import MetricLogger
+        from forge_agent.observability.trace_html import load_token_decoder
+        from forge_agent.observability.traces import TraceWriter
         from forge_agent.rollout import ChatRenderer, RendererConfig, RolloutEngine, SessionRouter
+        from forge_agent.runtime.host_placement import resolve_host_meshes
         from forge_agent.tasks import TaskStream, load_tasks
-        from forge_agent.trace_html import load_token_decoder
-        from forge_agent.traces import TraceWriter
         from forge_agent.warm_start import policy_model
 
         cfg = self.cfg
@@ -237,8 +237,8 @@ class Controller:
             await asyncio.gather(*running, return_exceptions=True)
 
     async def _one_group(self, task: dict[str, Any], seed: int) -> None:
-        from forge_agent.advantages import compute_advantages
-        from forge_agent.metrics import record
+        from forge_agent.algorithms.advantages import compute_advantages
+        from forge_agent.observability.metrics import record
 
         epoch = self.epoch
         group = await self.engine.run_group(task, seed, self.cfg.training.group_size)
@@ -275,7 +275,7 @@ class Controller:
             self.counts["groups_filtered"] += 1
 
     def _record_episode(self, traj: Trajectory) -> None:
-        from forge_agent.metrics import record
+        from forge_agent.observability.metrics import record
 
         self.counts[f"status/{traj.status.value}"] += 1
         self.counts["tool_errors"] += traj.tool_error_count
@@ -291,9 +291,9 @@ class Controller:
     # ------------------------------------------------------------------ training loop
     async def run(self) -> dict[str, Any]:
         """Train `training.steps` steps; returns a summary (also written to summary.json)."""
-        from forge_agent.loop_timing import LoopTiming
-        from forge_agent.metrics import record
-        from forge_agent.replay import check_token_lags
+        from forge_agent.algorithms.replay import check_token_lags
+        from forge_agent.observability.loop_timing import LoopTiming
+        from forge_agent.observability.metrics import record
 
         cfg = self.cfg
         started = time.monotonic()
@@ -395,7 +395,7 @@ class Controller:
 
     async def _sync_weights(self) -> None:
         """Trainer -> weight store -> every generator replica, bounded in time."""
-        from forge_agent.metrics import record
+        from forge_agent.observability.metrics import record
 
         started = time.monotonic()
         version = await self.services.call_trainer("push_weights")
@@ -420,7 +420,7 @@ class Controller:
 
     def _plot(self) -> None:
         """curves.png from metrics.jsonl so far (a failed plot never stops training)."""
-        from forge_agent.plots import plot_curves
+        from forge_agent.observability.plots import plot_curves
 
         try:
             plot_curves(self.out / "metrics.jsonl", self.out / "curves.png")
@@ -429,7 +429,7 @@ class Controller:
 
     async def _evaluate(self) -> dict[str, float]:
         from forge_agent.evaluation import evaluate
-        from forge_agent.metrics import record
+        from forge_agent.observability.metrics import record
 
         self._gate.clear()  # no new training groups while evaluating
         busy = await self.services.generator_busy()
@@ -456,7 +456,7 @@ class Controller:
     async def _score_agent_outcome(self, trajectories: list[Trajectory]) -> list[Trajectory]:
         """Eval episodes of an agent program get its own reward from a reward actor (the
         program's env gives none); shaping components are left out, as for env outcomes."""
-        from forge_agent.metrics import record
+        from forge_agent.observability.metrics import record
 
         try:
             scored, metrics = await self.services.rewards.score.choose(trajectories, [AGENT_REWARD])
@@ -503,9 +503,9 @@ class Controller:
     # ------------------------------------------------------------------ shutdown
     async def shutdown(self) -> None:
         """Stop everything this controller started (actors, workers, sandboxes)."""
-        from forge_agent.plots import plot_curves
-        from forge_agent.trace_html import write_html
-        from forge_agent.traces import read_traces
+        from forge_agent.observability.plots import plot_curves
+        from forge_agent.observability.trace_html import write_html
+        from forge_agent.observability.traces import read_traces
 
         with contextlib.suppress(Exception):
             self.traces.close()

@@ -21,7 +21,12 @@ import time
 
 
 async def actors(client: str, workers: list[str], shutdown: bool) -> dict:
-    from forge_agent.hosts import HostInfo, attach_hosts, describe_host, enable_client_transport
+    from forge_agent.runtime.hosts import (
+        HostInfo,
+        attach_hosts,
+        describe_host,
+        enable_client_transport,
+    )
 
     enable_client_transport(client)
     meshes = [await attach_hosts(f"host{i}", [w], timeout_s=30) for i, w in enumerate(workers)]
@@ -37,7 +42,7 @@ async def actors(client: str, workers: list[str], shutdown: bool) -> dict:
 
 
 async def attach(client: str, timeout_s: float, workers: list[str]) -> dict:
-    from forge_agent.host_placement import HostsConfig, resolve_host_meshes
+    from forge_agent.runtime.host_placement import HostsConfig, resolve_host_meshes
 
     cfg = HostsConfig(
         kind="workers",
@@ -59,7 +64,7 @@ async def train(client: str, out: str, model: str, train: str, gen: str, env: st
     from forge_agent.config import load_config
     from forge_agent.controller import Controller
     from forge_agent.generator import SamplingConfig
-    from forge_agent.hosts import HostInfo
+    from forge_agent.runtime.hosts import HostInfo
     from forge_agent.types import Trajectory
 
     overrides = [
@@ -111,9 +116,9 @@ async def train(client: str, out: str, model: str, train: str, gen: str, env: st
 
 
 async def replicas(client: str, workers: list[str]) -> dict:
-    from forge_agent.host_placement import HostsConfig, resolve_host_meshes
-    from forge_agent.hosts import HostInfo
-    from forge_agent.placement import Placement, PlacementConfig
+    from forge_agent.runtime.host_placement import HostsConfig, resolve_host_meshes
+    from forge_agent.runtime.hosts import HostInfo
+    from forge_agent.runtime.placement import Placement, PlacementConfig
 
     hosts = HostsConfig(
         kind="workers",

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from forge_agent.advantages import AdvantageConfig, compute_advantages, group_advantages
+from forge_agent.algorithms.advantages import AdvantageConfig, compute_advantages, group_advantages
 from forge_agent.types import Group, Status, Trajectory
 
 

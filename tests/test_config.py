@@ -20,7 +20,7 @@ from forge_agent.config import (
     parse_cli,
     to_dict,
 )
-from forge_agent.placement import GeneratorPlacement, TrainerPlacement
+from forge_agent.runtime.placement import GeneratorPlacement, TrainerPlacement
 
 AGENT_DIR = Path(__file__).resolve().parents[1] / "apps" / "agent"
 SHIPPED = sorted(p.name for p in AGENT_DIR.glob("*.yaml"))  # every run config shipped
@@ -347,7 +347,7 @@ def test_a_loss_preset_stands_unless_a_key_is_set():
 
 def test_one_class_per_component():
     """The run's sections are the components' own config classes (no mirrors)."""
-    from forge_agent.advantages import AdvantageConfig
+    from forge_agent.algorithms.advantages import AdvantageConfig
     from forge_agent.generator.engine import GeneratorConfig
     from forge_agent.rollout.engine import RolloutConfig
     from forge_agent.trainer.core import TrainerConfig

@@ -13,7 +13,7 @@ REPO = Path(__file__).resolve().parents[1]
 _PROGRAM = textwrap.dedent(
     """
     import logging, subprocess, sys, warnings
-    from forge_agent.console import run_console
+    from forge_agent.observability.console import run_console
 
     with run_console(sys.argv[1], verbose=sys.argv[2] == "1"):
         print("[setup] project line", flush=True)

@@ -9,9 +9,9 @@ import random
 import pytest
 import torch
 
+from forge_agent.algorithms.losses import LossConfig
 from forge_agent.config import load_config
 from forge_agent.generator import SamplingConfig
-from forge_agent.losses import LossConfig
 from forge_agent.trainer import Trainer, TrainerConfig
 from forge_agent.types import Trajectory
 from tests.helpers import spawn_test_procs
@@ -56,9 +56,9 @@ def scenario(policy_model_path, tmp_path_factory):
     the two-rank trainer is checkpointed after step 1 and a fresh two-rank trainer resumes."""
     from transformers import AutoConfig
 
-    from forge_agent.services import free_port
+    from forge_agent.runtime.services import free_port
     from forge_agent.trainer.actor import TrainerActor
-    from forge_agent.weight_store import MonarchWeightStore
+    from forge_agent.weights.store import MonarchWeightStore
 
     vocab = AutoConfig.from_pretrained(policy_model_path).vocab_size
     first, second = _batch(vocab, 7, seed=1), _batch(vocab, 7, seed=2)

@@ -6,8 +6,8 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from forge_agent.host_placement import HostsConfig
-from forge_agent.launchers import slurm_job
+from forge_agent.runtime.host_placement import HostsConfig
+from forge_agent.runtime.launchers import slurm_job
 from forge_agent.typed_config import ConfigError, from_dict
 
 

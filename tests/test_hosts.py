@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from forge_agent import netns
-from forge_agent.netns import NetnsHosts, netns_available, wait_for_port
+from forge_agent.runtime import netns
+from forge_agent.runtime.netns import NetnsHosts, netns_available, wait_for_port
 
 ROOT = Path(__file__).resolve().parent.parent
 PORT = 26600

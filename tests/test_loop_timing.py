@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from forge_agent.loop_timing import LoopTiming
+from forge_agent.observability.loop_timing import LoopTiming
 
 
 class Clock:

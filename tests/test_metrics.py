@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from forge_agent import metrics
-from forge_agent.metrics import (
+from forge_agent.observability import metrics
+from forge_agent.observability.metrics import (
     ConsoleSink,
     JsonlSink,
     MetricLogger,

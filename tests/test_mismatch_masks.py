@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from forge_agent.losses import (
+from forge_agent.algorithms.losses import (
     LossConfig,
     icepop_weights,
     masked_importance_sampling,

@@ -1,7 +1,7 @@
 """A short training run across three real network hosts (network namespaces on a private
-bridge, `forge_agent.netns`), each running `python -m forge_agent.worker`: the trainer on one,
-the generator on another, the env workers (and reward) on the third; weights cross hosts by a
-torch.distributed broadcast (`CrossHostWeightStore`)."""
+bridge, `forge_agent.runtime.netns`), each running `python -m forge_agent.worker`: the trainer
+on one, the generator on another, the env workers (and reward) on the third; weights cross hosts
+by a torch.distributed broadcast (`CrossHostWeightStore`)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from forge_agent.netns import NetnsHosts, netns_available, start_worker
+from forge_agent.runtime.netns import NetnsHosts, netns_available, start_worker
 
 ROOT = Path(__file__).resolve().parent.parent
 PORT = 26630

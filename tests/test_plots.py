@@ -9,8 +9,14 @@ import pytest
 from PIL import Image
 
 from apps.plots.__main__ import main as plots_main
-from forge_agent.metrics import JsonlSink
-from forge_agent.plots import DEFAULT_PANELS, Panel, find_series, plot_curves, read_metrics
+from forge_agent.observability.metrics import JsonlSink
+from forge_agent.observability.plots import (
+    DEFAULT_PANELS,
+    Panel,
+    find_series,
+    plot_curves,
+    read_metrics,
+)
 
 ALL_SERIES = [
     "reward/mean",

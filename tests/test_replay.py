@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from forge_agent.replay import ReplayBuffer, check_token_lags, group_version, token_lags
+from forge_agent.algorithms.replay import ReplayBuffer, check_token_lags, group_version, token_lags
 from forge_agent.types import Group, Trajectory
 
 
@@ -259,7 +259,7 @@ def test_async_admission_keeps_lag_plus_one_steps_in_flight():
 
 
 def test_groups_that_never_carry_signal_are_named_then_stop_the_run():
-    from forge_agent.replay import ZeroSignalWatch
+    from forge_agent.algorithms.replay import ZeroSignalWatch
 
     warnings: list[str] = []
     watch = ZeroSignalWatch(warn_after=2, fail_after=9, warn=warnings.append)
@@ -276,7 +276,7 @@ def test_groups_that_never_carry_signal_are_named_then_stop_the_run():
 
 
 def test_groups_lost_to_failures_are_blamed_on_the_failures_not_the_reward():
-    from forge_agent.replay import ZeroSignalWatch
+    from forge_agent.algorithms.replay import ZeroSignalWatch
 
     watch = ZeroSignalWatch(warn_after=100, fail_after=3)
     watch.observe(False, [0.0, 0.1, 0.0, 0.1], {"infra_failure": 3, "small_group": 1})

@@ -7,8 +7,8 @@ import asyncio
 import pytest
 
 from forge_agent.env import EnvPool
+from forge_agent.observability.traces import TraceWriter, read_traces
 from forge_agent.rollout import ChatRenderer, LocalEnvs, RolloutConfig, RolloutEngine
-from forge_agent.traces import TraceWriter, read_traces
 from forge_agent.types import Status, Trajectory
 from tests.rollout_envs import EchoToolEnv
 

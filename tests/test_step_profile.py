@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from forge_agent.step_profile import PhaseClock, format_table
+from forge_agent.observability.step_profile import PhaseClock, format_table
 
 
 class FakeClock:

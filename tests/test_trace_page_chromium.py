@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from forge_agent.trace_html import byte_decode, write_html
+from forge_agent.observability.trace_html import byte_decode, write_html
 from forge_agent.types import Status, Trajectory
 
 PROMPT = "<|im_start|>user\nCompute 6 * 7. <script>document.title='pwned'</script><|im_end|>\n"

@@ -9,14 +9,19 @@ import numpy as np
 import pytest
 
 from apps.traces.__main__ import main as traces_main
-from forge_agent.trace_html import (
+from forge_agent.observability.trace_html import (
     byte_decode,
     load_token_decoder,
     policy_lag,
     render_html,
     token_kinds,
 )
-from forge_agent.traces import TraceWriter, read_traces, trace_record, trajectory_from_record
+from forge_agent.observability.traces import (
+    TraceWriter,
+    read_traces,
+    trace_record,
+    trajectory_from_record,
+)
 from forge_agent.types import Status, Trajectory
 
 PROMPT = (

@@ -9,7 +9,7 @@ import random
 import pytest
 import torch
 
-from forge_agent.losses import LossConfig
+from forge_agent.algorithms.losses import LossConfig
 from forge_agent.trainer import Trainer, TrainerConfig, pack_trajectories
 from forge_agent.types import Trajectory
 from tests.helpers import spawn_test_procs
@@ -224,7 +224,7 @@ def trainer_procs():
 
 def test_trainer_actor_trains_and_pushes_weights_to_the_store(trainer_procs, tmp_path):
     from forge_agent.trainer.actor import TrainerActor
-    from forge_agent.weight_store import MonarchWeightStore
+    from forge_agent.weights.store import MonarchWeightStore
 
     model = tiny_model()
     model.save_pretrained(tmp_path / "policy")

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from forge_agent.netns import NetnsHosts, netns_available, start_worker
+from forge_agent.runtime.netns import NetnsHosts, netns_available, start_worker
 
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.skipif(netns_available() is not None, reason=str(netns_available()))

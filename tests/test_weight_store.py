@@ -10,7 +10,7 @@ import time
 import pytest
 import torch
 
-from forge_agent.weight_store import (
+from forge_agent.weights.store import (
     LocalWeightStore,
     MonarchWeightStore,
     TorchStoreWeightStore,
@@ -149,7 +149,7 @@ def test_monarch_store_round_trips_through_the_actor(store_procs, transport):
 
 @pytest.mark.parametrize("transport", ["shm", "message"])
 def test_a_same_host_reader_maps_the_stored_version_in_place(store_procs, transport):
-    from forge_agent.weight_layout import map_shared_view
+    from forge_agent.weights.layout import map_shared_view
 
     async def run():
         store = await MonarchWeightStore.spawn(

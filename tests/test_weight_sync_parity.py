@@ -9,7 +9,7 @@ import torch
 from forge_agent.generator import SamplingConfig
 from forge_agent.trainer.core import Trainer, TrainerConfig
 from forge_agent.types import Trajectory
-from forge_agent.weight_store import MonarchWeightStore
+from forge_agent.weights.store import MonarchWeightStore
 from tests.helpers import spawn_test_procs
 
 PARITY_BOUND = 1e-4  # the generator parity test's bound (fp32)

@@ -29,8 +29,8 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"config error: {exc}", file=sys.stderr)
         return 2
-    from forge_agent.console import run_console
     from forge_agent.controller import train
+    from forge_agent.observability.console import run_console
 
     level = os.environ.get("FORGE_AGENT_LOG", "WARNING")
     log = Path(cfg.output_dir) / "run.log"

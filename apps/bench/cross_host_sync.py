@@ -8,7 +8,8 @@ A trainer stand-in on the first host puts a transformer-like state dict into a
 preallocated state dict from its own host's store. Prints one JSON line: per-sync times
 (put = trainer-host shm write + broadcast; get = the consumer's read on its host), the
 broadcast alone, GB/s, and checks (checksums and versions seen on each host).
-`apps.bench.weight_sync --cross-host` runs this across namespace hosts (forge_agent/netns.py).
+`apps.bench.weight_sync --cross-host` runs this across namespace hosts
+(forge_agent/runtime/netns.py).
 """
 
 from __future__ import annotations
@@ -63,8 +64,8 @@ class SyncEnd(Actor):
 
 
 async def run(client: str, workers: list[str], mb: int, repeats: int, fail_last: bool) -> dict:
-    from forge_agent.hosts import attach_hosts, enable_client_transport
-    from forge_agent.weight_relay import CrossHostWeightStore
+    from forge_agent.runtime.hosts import attach_hosts, enable_client_transport
+    from forge_agent.weights.relay import CrossHostWeightStore
 
     enable_client_transport(client)
     names = [f"host{i}" for i in range(len(workers))]

@@ -5,9 +5,9 @@
     python -m apps.bench.step_profile --from runs/default     # the table of a finished run
 
 Runs `apps.agent.main`'s training (same config, same console) and prints the per-phase table
-of `forge_agent.step_profile.PhaseClock`: seconds per step and share of the wall-clock for
-train, weight_sync, eval, checkpoint, generate, env, reward and idle (each instant charged to
-one phase), and the generator's and trainer's busy fractions. Writes
+of `forge_agent.observability.step_profile.PhaseClock`: seconds per step and share of the
+wall-clock for train, weight_sync, eval, checkpoint, generate, env, reward and idle (each
+instant charged to one phase), and the generator's and trainer's busy fractions. Writes
 bench_results/step_profile.json (the summary's profile, timing, evals and config overrides).
 """
 
@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from forge_agent.step_profile import format_table
+from forge_agent.observability.step_profile import format_table
 
 
 def profile_of(summary: dict[str, Any]) -> dict[str, Any]:
@@ -40,8 +40,8 @@ def profile_of(summary: dict[str, Any]) -> dict[str, Any]:
 def run(overrides: list[str], verbose: bool) -> dict[str, Any]:
     """Train with `overrides` on the default config; returns the run's summary."""
     from forge_agent.config import parse_cli
-    from forge_agent.console import run_console
     from forge_agent.controller import train
+    from forge_agent.observability.console import run_console
 
     cfg = parse_cli(overrides)
     level = os.environ.get("FORGE_AGENT_LOG", "WARNING")

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import torch
 
-from forge_agent.losses import LossConfig
+from forge_agent.algorithms.losses import LossConfig
 from forge_agent.trainer import Trainer, TrainerConfig
 from forge_agent.types import Trajectory
 

@@ -10,10 +10,11 @@ run measures side by side:
                  state dict. Same host, so the bytes travel through /dev/shm;
 - monarch msg:   the same with the buffer sent as one Monarch message (the old cross-host path);
 - cross-host:    (`--cross-host`, root) two network-namespace hosts on a private bridge
-                 (forge_agent/netns.py), each running `python -m forge_agent.worker`: a trainer
-                 stand-in on one host puts into a `CrossHostWeightStore` (torch.distributed gloo
-                 broadcast between per-host relays), a consumer on the other gets it from its
-                 own host's store (apps/bench/cross_host_sync.py). Reported for the largest size;
+                 (forge_agent/runtime/netns.py), each running `python -m forge_agent.worker`:
+                 a trainer stand-in on one host puts into a `CrossHostWeightStore`
+                 (torch.distributed gloo broadcast between per-host relays), a consumer on
+                 the other gets it from its own host's store (apps/bench/cross_host_sync.py).
+                 Reported for the largest size;
 - engine sync:   end to end from the store into a running vLLM engine, before (a pulled copy
                  written as a safetensors file) and after (vLLM's worker maps the store's file),
                  against memcpy of the same bytes (see `bench_engine`).
@@ -38,7 +39,7 @@ from pathlib import Path
 import torch
 from monarch.actor import Actor, endpoint, this_host
 
-from forge_agent.weight_store import LocalWeightStore, MonarchWeightStore
+from forge_agent.weights.store import LocalWeightStore, MonarchWeightStore
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -291,7 +292,7 @@ def bench_cross_host(mb: int, repeats: int) -> dict:
     import subprocess
     import sys
 
-    from forge_agent.netns import NetnsHosts, start_worker
+    from forge_agent.runtime.netns import NetnsHosts, start_worker
 
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     with NetnsHosts(2) as net:

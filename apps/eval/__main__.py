@@ -79,12 +79,12 @@ async def run_eval(cfg: AgentConfig, model_path: Path | str, out: Path) -> EvalR
     from forge_agent.env import EnvPool
     from forge_agent.generator import VLLMEngine
     from forge_agent.models.tiny import load_tokenizer
+    from forge_agent.observability.traces import TraceWriter
     from forge_agent.rollout import (
         ChatRenderer,
         RendererConfig,
         RolloutEngine,
     )
-    from forge_agent.traces import TraceWriter
 
     tasks = load_tasks(
         cfg.env.id,
@@ -143,8 +143,8 @@ async def run_eval(cfg: AgentConfig, model_path: Path | str, out: Path) -> EvalR
 
 def write_outputs(cfg: AgentConfig, model_path: Path | str, report: EvalReport, out: Path) -> None:
     """`eval.json` and the HTML trace page next to `traces.jsonl`."""
-    from forge_agent.trace_html import load_token_decoder, write_html
-    from forge_agent.traces import read_traces
+    from forge_agent.observability.trace_html import load_token_decoder, write_html
+    from forge_agent.observability.traces import read_traces
 
     summary: dict[str, Any] = {
         "model": str(model_path),

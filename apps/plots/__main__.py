@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from forge_agent.plots import plot_curves
+from forge_agent.observability.plots import plot_curves
 
 
 def main(argv: list[str] | None = None) -> Path:

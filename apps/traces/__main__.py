@@ -1,4 +1,5 @@
-"""Render a trace JSONL file (written by `forge_agent.traces.TraceWriter`) as one HTML page.
+"""Render a trace JSONL file (written by `forge_agent.observability.traces.TraceWriter`) as one
+HTML page.
 
 Usage: python -m apps.traces runs/traces.jsonl [--out page.html] [--tokenizer PATH] [--last N]
 """
@@ -8,8 +9,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from forge_agent.trace_html import load_token_decoder, write_html
-from forge_agent.traces import read_traces
+from forge_agent.observability.trace_html import load_token_decoder, write_html
+from forge_agent.observability.traces import read_traces
 
 
 def main(argv: list[str] | None = None) -> Path:

@@ -25,7 +25,6 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from forge_agent import metrics
 from forge_agent.endpoint.schema import ChatCompletionRequest, field_name
 from forge_agent.endpoint.session import (
     Candidate,
@@ -35,6 +34,7 @@ from forge_agent.endpoint.session import (
     normalize_message,
 )
 from forge_agent.generator.engine import SamplingConfig
+from forge_agent.observability import metrics
 from forge_agent.rollout.engine import GenerateFn
 from forge_agent.rollout.renderer import ChatRenderer
 from forge_agent.types import Completion

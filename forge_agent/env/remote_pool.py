@@ -58,7 +58,7 @@ class EnvPoolActor(Actor):
     @endpoint
     async def describe(self) -> dict[str, Any]:
         """The pool's size (env instances), its worker processes and the host it runs on."""
-        from forge_agent.hosts import describe_host
+        from forge_agent.runtime.hosts import describe_host
 
         return {"size": self.size, "num_workers": self.pool.num_workers, **describe_host()}
 

@@ -431,7 +431,7 @@ class VLLMEngine:
         rollback: bool = False,
     ) -> int:
         """Reload weights in place from a weight store's shared-memory version
-        (`forge_agent.weight_layout.SharedView`): vLLM's workers map the store's file and read
+        (`forge_agent.weights.layout.SharedView`): vLLM's workers map the store's file and read
         it once, into the model (no copy in this process, no second file). In-flight requests
         as in `update_weights`."""
         self._check_newer(view.version, rollback)

@@ -40,11 +40,11 @@ class WeightSyncExtension:
 
     def forge_reload_weights_shared(self, path: str, nbytes: int, metas: list) -> dict[str, float]:
         """Load a weight-store version in place from its shared-memory file: the tensors are
-        views of the mapped file (`forge_agent.weight_layout.map_shared_view`), copied once,
+        views of the mapped file (`forge_agent.weights.layout.map_shared_view`), copied once,
         into the model's parameters. Returns `_forge_load`'s counts and timings."""
         import time
 
-        from forge_agent.weight_layout import map_shared_view
+        from forge_agent.weights.layout import map_shared_view
 
         started = time.perf_counter()
         weights = map_shared_view(path, nbytes, metas)

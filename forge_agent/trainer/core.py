@@ -27,7 +27,7 @@ from typing import Any, Literal
 import torch
 from torch import nn
 
-from forge_agent.losses import LossConfig, policy_loss
+from forge_agent.algorithms.losses import LossConfig, policy_loss
 from forge_agent.trainer.packing import MicroBatch, pack_trajectories, unit_lengths
 from forge_agent.types import Trajectory
 

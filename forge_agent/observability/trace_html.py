@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from forge_agent.traces import trace_record
+from forge_agent.observability.traces import trace_record
 from forge_agent.types import Trajectory
 
 Decode = Callable[[list[int]], str]

@@ -3,9 +3,9 @@
     Services(cfg, policy_path, on_trainer_restart, on_generator_restart)
       await start(meshes)        weight store, env workers, then trainer ranks, vLLM generator
                                  replicas and reward actors started together, each on its host
-                                 mesh (`forge_agent/placement`, `forge_agent/host_placement`)
+                                 mesh (`runtime.placement`, `runtime.host_placement`)
       trainer / generators / rewards
-                                 supervised services (`forge_agent/supervision.Service`): a
+                                 supervised services (`runtime.supervision.Service`): a
                                  process that dies or overruns its call deadline is replaced
                                  (its `on_*_restart` hook brings the replacement up to date),
                                  past `supervision.max_restarts` the run fails naming it
@@ -67,8 +67,8 @@ class Services:
 
     async def start(self, meshes: Any) -> dict[str, Any]:
         """Place and start every service; the generator's setup answer (`max_model_len`...)."""
-        from forge_agent.placement import Placement
-        from forge_agent.supervision import Service, install_fault_hook
+        from forge_agent.runtime.placement import Placement
+        from forge_agent.runtime.supervision import Service, install_fault_hook
 
         cfg = self.cfg
         install_fault_hook()

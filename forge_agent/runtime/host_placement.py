@@ -12,8 +12,8 @@
 
 With `kind: slurm` or `kind: kubernetes`, `nodes` maps each mesh name to a node count and the
 meshes come from Monarch's own launchers (`monarch.job.SlurmJob` / `KubernetesJob`, see
-`forge_agent.launchers`). A service not named in `services` stays on this machine (`local`).
-Weights cross hosts through `forge_agent.weight_relay` (`weights_backend`: gloo or nccl); env
+`forge_agent.runtime.launchers`). A service not named in `services` stays on this machine (`local`).
+Weights cross hosts through `forge_agent.weights.relay` (`weights_backend`: gloo or nccl); env
 workers on another host run in an `EnvPoolActor` there (`forge_agent.env.remote_pool`).
 """
 
@@ -93,8 +93,8 @@ class HostsConfig:
 async def resolve_host_meshes(cfg: HostsConfig) -> dict[str, Any]:
     """Monarch `HostMesh`es by name for `cfg` (empty for local). Call once per process, before
     any other Monarch call: it enables the TCP transport. Unreachable workers raise
-    `forge_agent.hosts.HostUnreachableError` naming them, within `connect_timeout_s`."""
-    from forge_agent.hosts import attach_hosts, enable_client_transport
+    `forge_agent.runtime.hosts.HostUnreachableError` naming them, within `connect_timeout_s`."""
+    from forge_agent.runtime.hosts import attach_hosts, enable_client_transport
 
     if cfg.kind == "local":
         return {}
@@ -104,7 +104,7 @@ async def resolve_host_meshes(cfg: HostsConfig) -> dict[str, Any]:
             name: await attach_hosts(name, addresses, cfg.connect_timeout_s)
             for name, addresses in cfg.workers.items()
         }
-    from forge_agent.launchers import job_host_meshes, kubernetes_job, slurm_job
+    from forge_agent.runtime.launchers import job_host_meshes, kubernetes_job, slurm_job
 
     if cfg.kind == "slurm":
         job = slurm_job(cfg.nodes, **cfg.slurm)

@@ -4,7 +4,7 @@
     trainer_procs = placement.trainer_procs()        # services.trainer.procs procs, 1 GPU each
     generator_procs = placement.generator_procs(0)   # 1 proc seeing tensor_parallel_size GPUs
 
-    # several hosts (forge_agent.host_placement): each service on its host mesh
+    # several hosts (forge_agent.runtime.host_placement): each service on its host mesh
     placement = Placement(cfg.services, hosts=cfg.hosts, host_meshes=await resolve_host_meshes(...))
 
 Every proc that runs on GPUs gets its own, disjoint ``CUDA_VISIBLE_DEVICES``, set by the proc's
@@ -20,7 +20,7 @@ import functools
 from dataclasses import dataclass, field
 from typing import Any
 
-from forge_agent.host_placement import LOCAL, SERVICES, HostsConfig
+from forge_agent.runtime.host_placement import LOCAL, SERVICES, HostsConfig
 from forge_agent.typed_config import check_field as _check
 
 
@@ -201,10 +201,10 @@ class Placement:
         in this process when the trainer and the generators run on this host.
 
         When the generators run on other hosts than the trainer, a
-        ``forge_agent.weight_relay.CrossHostWeightStore``: the same versioned put/get, each
+        ``forge_agent.weights.relay.CrossHostWeightStore``: the same versioned put/get, each
         version broadcast (``hosts.weights_backend``: gloo or NCCL) to one store per host, from
         which that host's generators read through shared memory."""
-        from forge_agent.weight_store import make_weight_store
+        from forge_agent.weights.store import make_weight_store
 
         trainer, gen = self.mesh_of("trainer"), self.mesh_of("generator")
         if trainer == gen == LOCAL:
@@ -215,7 +215,7 @@ class Placement:
             return await make_weight_store(cfg, this_proc())
         if trainer == gen and self.host_count("generator") == 1:
             return await make_weight_store(cfg, self.spawn("store", 1, service="trainer"))
-        from forge_agent.weight_relay import CrossHostWeightStore
+        from forge_agent.weights.relay import CrossHostWeightStore
 
         _check(
             cfg.backend == "monarch",

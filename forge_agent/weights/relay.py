@@ -3,7 +3,7 @@
     trainer ─put─► store@trainer host (shm) ─► relay rank 0 ══ broadcast (gloo/NCCL) ══► relay
     rank k ─► store@host k (shm) ─get─► generators on host k
 
-`CrossHostWeightStore` keeps the versioned `put/get` API of `forge_agent.weight_store`. A put
+`CrossHostWeightStore` keeps the versioned `put/get` API of `forge_agent.weights.store`. A put
 writes the flat buffer into the trainer host's shared-memory store (the same-host path), then
 relay rank 0 broadcasts that buffer, straight from shared memory, to the relays on the other
 hosts, each of which receives it straight into a shared-memory slot of its own host's store
@@ -30,8 +30,8 @@ from typing import Any, Literal
 import torch
 from monarch.actor import Actor, endpoint
 
-from forge_agent.weight_layout import SharedView
-from forge_agent.weight_store import (
+from forge_agent.weights.layout import SharedView
+from forge_agent.weights.store import (
     MonarchWeightStore,
     StateDict,
     TensorMeta,

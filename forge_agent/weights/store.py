@@ -41,7 +41,7 @@ from typing import Any, Literal, Protocol
 import torch
 from monarch.actor import Actor, endpoint
 
-from forge_agent.weight_layout import (
+from forge_agent.weights.layout import (
     SharedView,
     StateDict,
     TensorMeta,

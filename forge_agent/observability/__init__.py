@@ -1,0 +1,1 @@
+"""What a run shows: metrics, curves, traces and their page, the console, step profiles."""
