@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import textwrap
 from dataclasses import dataclass, field
 
 import pytest
 
 from forge_agent.runtime.host_placement import HostsConfig
-from forge_agent.runtime.launchers import slurm_job
 from forge_agent.typed_config import ConfigError, from_dict
 
 
@@ -48,9 +50,22 @@ def test_bad_placement_names_the_value(kwargs, named):
 
 
 def test_slurm_job_takes_monarchs_arguments():
-    from monarch.job import SlurmJob
+    """In a process of its own: building a `SlurmJob` switches Monarch's transport for the whole
+    process (TCP on the hostname), and a later local mesh in the same process then fails on a
+    machine whose hostname resolves only to loopback (test_placement did, run after this)."""
+    code = textwrap.dedent(
+        """
+        import pytest
+        from monarch.job import SlurmJob
 
-    job = slurm_job({"train": 1, "gen": 2}, gpus_per_node=8, partition="gpu")
-    assert isinstance(job, SlurmJob)
-    with pytest.raises(TypeError, match="gpus_per_host"):
-        slurm_job({"train": 1}, gpus_per_host=8)
+        from forge_agent.runtime.launchers import slurm_job
+
+        job = slurm_job({"train": 1, "gen": 2}, gpus_per_node=8, partition="gpu")
+        assert isinstance(job, SlurmJob)
+        with pytest.raises(TypeError, match="gpus_per_host"):
+            slurm_job({"train": 1}, gpus_per_host=8)
+        print("checked")
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.split()[-1:] == ["checked"], done.stderr[-2000:]
