@@ -197,7 +197,7 @@ def loopback_http_client() -> Any:
     if client is None or client.is_closed:
         try:  # aiohttp's C HTTP parser under httpx: ~0.4 ms less CPU a request than httpx's own
             client = openai.DefaultAioHttpClient()
-        except RuntimeError:  # openai[aiohttp] (httpx-aiohttp) is not installed
+        except RuntimeError:  # aiohttp is not installed (openai's `aiohttp` extra)
             client = openai.DefaultAsyncHttpxClient(verify=False)
         _LOOPBACK_CLIENTS[loop] = client
     return client

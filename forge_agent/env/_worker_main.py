@@ -134,8 +134,8 @@ class _ThreadSlot(_Slot):
 class _LoopSlot(_Slot):
     """A slot served by a task on the worker's one shared event loop, for envs that never
     block it (agent programs awaiting HTTP): no thread per episode, so no GIL handoffs
-    between dozens of threads (an agent program's openai client cost ~2.4 ms of CPU a request
-    on its own thread at 64 sessions against ~1.3 ms on a shared loop)."""
+    between dozens of threads (64 agent programs' openai clients: ~2.4 ms of CPU a request with
+    a thread each, 2.15 ms on a shared loop per worker; `python -m apps.bench.proxy`)."""
 
     def __init__(
         self,
