@@ -2,7 +2,7 @@
 
 This module knows no schema: every function takes the schema (a dataclass, whose fields may be
 nested dataclasses, "sections") as an argument. The run schema, ``AgentConfig``, and the
-``load_config`` / ``parse_cli`` that default to it live in ``forge_agent.config``.
+``load_config`` / ``parse_cli`` that default to it live in ``forge_agent.run.config``.
 
 Loading goes: YAML file (a ``defaults: base.yaml`` key inherits from another YAML, merged
 section by section) -> overrides applied to the dict (each value parsed as YAML) -> ``from_dict``

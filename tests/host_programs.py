@@ -42,7 +42,7 @@ async def actors(client: str, workers: list[str], shutdown: bool) -> dict:
 
 
 async def attach(client: str, timeout_s: float, workers: list[str]) -> dict:
-    from forge_agent.runtime.host_placement import HostsConfig, resolve_host_meshes
+    from forge_agent.run.host_placement import HostsConfig, resolve_host_meshes
 
     cfg = HostsConfig(
         kind="workers",
@@ -61,9 +61,9 @@ async def attach(client: str, timeout_s: float, workers: list[str]) -> dict:
 
 
 async def train(client: str, out: str, model: str, train: str, gen: str, env: str) -> dict:
-    from forge_agent.config import load_config
-    from forge_agent.controller import Controller
     from forge_agent.generator import SamplingConfig
+    from forge_agent.run.config import load_config
+    from forge_agent.run.controller import Controller
     from forge_agent.runtime.hosts import HostInfo
     from forge_agent.types import Trajectory
 
@@ -116,9 +116,9 @@ async def train(client: str, out: str, model: str, train: str, gen: str, env: st
 
 
 async def replicas(client: str, workers: list[str]) -> dict:
-    from forge_agent.runtime.host_placement import HostsConfig, resolve_host_meshes
+    from forge_agent.run.host_placement import HostsConfig, resolve_host_meshes
+    from forge_agent.run.placement import Placement, PlacementConfig
     from forge_agent.runtime.hosts import HostInfo
-    from forge_agent.runtime.placement import Placement, PlacementConfig
 
     hosts = HostsConfig(
         kind="workers",
@@ -137,8 +137,8 @@ async def replicas(client: str, workers: list[str]) -> dict:
 
 
 async def run(client: str, timeout_s: float, out: str, worker: str) -> dict:
-    from forge_agent.config import load_config
-    from forge_agent.controller import train
+    from forge_agent.run.config import load_config
+    from forge_agent.run.controller import train
 
     cfg = load_config(
         None,

@@ -11,11 +11,11 @@ import pytest
 
 from envs.calculator import generate_tasks
 from envs.calculator.env import extract_answer
-from forge_agent.controller import AGENT_REWARD, build_rubric
 from forge_agent.endpoint import EndpointServer
-from forge_agent.endpoint.agents import AgentRolloutEngine, agent_env_spec
-from forge_agent.env import EnvPool
+from forge_agent.endpoint.agents import AgentRolloutEngine
+from forge_agent.env import EnvConfig, EnvPool
 from forge_agent.generator import GeneratorConfig
+from forge_agent.rewards.build import AGENT_REWARD, build_rubric
 from forge_agent.rollout import ChatRenderer, RolloutConfig
 from forge_agent.types import Status
 from tests.helpers import spawn_test_procs
@@ -26,8 +26,10 @@ def _generate(generator):
 
 
 def _run(generator, tiny_tokenizer, program: str, group_size: int, reset_timeout_s: float = 60):
-    spec = agent_env_spec(
-        f"agent:tests.endpoint_agents:{program}", "tests.endpoint_agents:calculator_reward"
+    env = EnvConfig(
+        f"agent:tests.endpoint_agents:{program}",
+        kwargs={"reward": "tests.endpoint_agents:calculator_reward"},
+        reset_timeout_s=reset_timeout_s,
     )
     task = generate_tasks(1, seed=31)[0]
 
@@ -35,7 +37,7 @@ def _run(generator, tiny_tokenizer, program: str, group_size: int, reset_timeout
         server = EndpointServer(
             _generate(generator), ChatRenderer(tiny_tokenizer), GeneratorConfig().max_model_len
         )
-        async with server, EnvPool(spec, size=2, reset_timeout_s=reset_timeout_s) as pool:
+        async with server, EnvPool(env, size=2) as pool:
             engine = AgentRolloutEngine(server, pool, config=RolloutConfig())
             group = await engine.run_group(task, 0, group_size)
             again = await engine.run_episode(task, 0)  # the pool still serves afterwards

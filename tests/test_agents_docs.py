@@ -14,7 +14,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from forge_agent.config import load_config
+from forge_agent.run.config import load_config
 from tests.helpers import short_training
 from tests.user_envs import docs_blocks, make_user_package, remove_user_package
 
@@ -43,7 +43,7 @@ def test_docs_agent_program_trains(policy_model_path, tmp_path):
         "metrics.console=false",
     ]
     try:
-        from forge_agent.controller import train
+        from forge_agent.run.controller import train
 
         summary = asyncio.run(train(load_config(None, [*argv[3:], *short])))
     finally:

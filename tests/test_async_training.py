@@ -11,13 +11,13 @@ import json
 
 import pytest
 
-from forge_agent.config import load_config
+from forge_agent.run.config import load_config
 from tests.test_controller import _short_overrides
 
 
 @pytest.fixture(scope="module", params=[1, 2], ids=["lag1", "lag2"])
 def async_run(request, policy_model_path, tmp_path_factory):
-    from forge_agent.controller import train
+    from forge_agent.run.controller import train
 
     lag = request.param
     out = tmp_path_factory.mktemp(f"async_lag{lag}")

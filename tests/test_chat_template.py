@@ -8,7 +8,7 @@ import asyncio
 import pytest
 
 from forge_agent.env.registry import make_env, registered_env_ids
-from forge_agent.tasks import load_tasks
+from forge_agent.env.tasks import load_tasks
 
 CONVERSATION = [
     {"role": "system", "content": "You are a careful assistant."},

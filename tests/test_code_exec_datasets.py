@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from forge_agent.tasks import load_tasks
+from forge_agent.env.tasks import load_tasks
 
 HUMANEVAL_FIELDS = {"test_code": "test", "reference": "{prompt}{canonical_solution}"}
 MBPP_FIELDS = {

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from forge_agent.config import (
+from forge_agent.run.config import (
     AgentConfig,
     ConfigError,
     LossConfig,
@@ -20,7 +20,7 @@ from forge_agent.config import (
     parse_cli,
     to_dict,
 )
-from forge_agent.runtime.placement import GeneratorPlacement, TrainerPlacement
+from forge_agent.run.placement import GeneratorPlacement, TrainerPlacement
 
 AGENT_DIR = Path(__file__).resolve().parents[1] / "apps" / "agent"
 SHIPPED = sorted(p.name for p in AGENT_DIR.glob("*.yaml"))  # every run config shipped
@@ -63,7 +63,7 @@ FREE_FORM |= {"hosts.slurm"}
 @pytest.mark.parametrize("name", SHIPPED)
 def test_every_shipped_yaml_loads_and_builds_its_components(name):
     from forge_agent.generator.engine import engine_args
-    from forge_agent.trainer.core import titan_degrees
+    from forge_agent.trainer.config import titan_degrees
 
     cfg = load_config(AGENT_DIR / name)
     assert isinstance(cfg, AgentConfig)
@@ -348,9 +348,9 @@ def test_a_loss_preset_stands_unless_a_key_is_set():
 def test_one_class_per_component():
     """The run's sections are the components' own config classes (no mirrors)."""
     from forge_agent.algorithms.advantages import AdvantageConfig
-    from forge_agent.generator.engine import GeneratorConfig
+    from forge_agent.generator.config import GeneratorConfig
     from forge_agent.rollout.engine import RolloutConfig
-    from forge_agent.trainer.core import TrainerConfig
+    from forge_agent.trainer.config import TrainerConfig
 
     cfg = AgentConfig()
     assert type(cfg.generator) is GeneratorConfig and type(cfg.rollout) is RolloutConfig

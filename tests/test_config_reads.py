@@ -13,7 +13,7 @@ import asyncio
 
 import pytest
 
-from forge_agent.config import load_config
+from forge_agent.run.config import load_config
 from tests.config_reads import record_reads
 
 # Read when the config is built, not later: documented, not dead.
@@ -46,7 +46,8 @@ def replay_actor_reads(cfg) -> None:
 
 @pytest.fixture(scope="module")
 def short_run_reads(tmp_path_factory):
-    import forge_agent.controller as controller
+    import forge_agent.run.controller as controller
+    import forge_agent.run.outputs as outputs
 
     out = tmp_path_factory.mktemp("reads")
     cfg = load_config(
@@ -71,17 +72,17 @@ def short_run_reads(tmp_path_factory):
         ],
     )
     with record_reads(cfg) as recorder:
-        dump = controller.dump_yaml
+        dump = outputs.dump_yaml
 
         def dump_paused(*args, **kwargs):  # writing config.yaml reads every key: not a use
             with recorder.paused():
                 return dump(*args, **kwargs)
 
-        controller.dump_yaml = dump_paused
+        outputs.dump_yaml = dump_paused
         try:
             summary = asyncio.run(controller.train(cfg))
         finally:
-            controller.dump_yaml = dump
+            outputs.dump_yaml = dump
         replay_actor_reads(cfg)
     return summary, recorder
 

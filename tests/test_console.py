@@ -20,7 +20,7 @@ _PROGRAM = textwrap.dedent(
         subprocess.run([sys.executable, "-c", "import sys; sys.stderr.write('child noise\\\\n')"])
         logging.getLogger("vllm.engine").warning("library warning")
         warnings.warn("a deprecated library call", FutureWarning)
-        logging.getLogger("forge_agent.controller").warning("project warning")
+        logging.getLogger("forge_agent.run.controller").warning("project warning")
         print("[eval] step 0: mean 0.5", file=sys.stderr, flush=True)
     print("after the run", flush=True)
     """

@@ -16,7 +16,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from forge_agent.config import load_config
+from forge_agent.run.config import load_config
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -40,7 +40,7 @@ def _short_overrides(model: Path, out: Path) -> list[str]:
 def faulty_run(policy_model_path, tmp_path_factory):
     """Three GRPO steps of the real stack, with env, tool, sandbox, reward and generator
     faults injected; returns the summary and the output folder."""
-    from forge_agent.controller import train
+    from forge_agent.run.controller import train
     from tests.faults import FlakyGenerate
 
     out = tmp_path_factory.mktemp("faulty_run")

@@ -77,7 +77,7 @@ def test_the_docs_env_gives_warm_start_demonstrations(reverse_package, tiny_toke
 
 def test_the_pyproject_entry_point_block_makes_an_env_id(reverse_package, tmp_path):
     from forge_agent.env import registered_env_ids
-    from forge_agent.tasks import load_tasks
+    from forge_agent.env.tasks import load_tasks
 
     (toml,) = [text for lang, text in docs_blocks() if lang == "toml"]
     declared = tomllib.loads(toml)["project"]["entry-points"]["forge_agent.envs"]
@@ -90,7 +90,7 @@ def test_the_pyproject_entry_point_block_makes_an_env_id(reverse_package, tmp_pa
 
 
 def test_every_command_is_a_valid_run_config():
-    from forge_agent.config import parse_cli
+    from forge_agent.run.config import parse_cli
 
     commands = docs_commands()
     assert len(commands) == 4
@@ -113,8 +113,8 @@ HUMANEVAL_ROWS = [
 
 def test_the_humaneval_command_loads_code_exec_tasks(tmp_path):
     """The page's HumanEval command, on a file in HumanEval's exact shape (gzipped jsonl)."""
-    from forge_agent.config import parse_cli
-    from forge_agent.tasks import load_tasks
+    from forge_agent.env.tasks import load_tasks
+    from forge_agent.run.config import parse_cli
 
     path = tmp_path / "HumanEval.jsonl.gz"
     with gzip.open(path, "wt") as f:

@@ -10,8 +10,15 @@ import textwrap
 
 import pytest
 
-from forge_agent.env import Dataset, EnvSetupError, env_spec, register, registered_env_ids
-from forge_agent.tasks import TaskStream, load_tasks
+from forge_agent.env import (
+    Dataset,
+    EnvConfig,
+    EnvSetupError,
+    env_spec,
+    register,
+    registered_env_ids,
+)
+from forge_agent.env.tasks import TaskStream, load_tasks
 from tests.user_envs import make_user_package, remove_user_package
 
 USER_ENVS = '''
@@ -150,7 +157,7 @@ def test_a_task_list_needs_no_task_code_and_splits_by_task_id(user_package):
 
 def test_a_generator_stream_never_yields_an_eval_task(user_package):
     held_out = {t["prompt"] for t in load_tasks("seam_user_envs:CountEnv", "eval", 50, seed=0)}
-    stream = TaskStream("seam_user_envs:CountEnv", seed=0)
+    stream = TaskStream("seam_user_envs:CountEnv")
     train = {next(stream)[0]["prompt"] for _ in range(300)}
     assert len(held_out) == 50 and len(train) == 300 and not held_out & train
 
@@ -206,7 +213,7 @@ def test_env_without_tasks_names_the_env_and_what_to_add(user_package):
 def test_missing_dataset_file_names_env_and_path(user_package, tmp_path):
     missing = str(tmp_path / "nope.jsonl")
     with pytest.raises(EnvSetupError) as err:
-        TaskStream("seam_user_envs:FileEnv", {"path": missing})
+        TaskStream(EnvConfig("seam_user_envs:FileEnv", {"path": missing}))
     assert "'seam_user_envs:FileEnv'" in str(err.value)
     assert missing in str(err.value) and "does not exist" in str(err.value)
 
@@ -247,8 +254,8 @@ def test_entry_point_that_does_not_import_names_env_and_entry_point(user_package
 
 
 def test_bad_env_fails_before_any_actor_starts(user_package, tmp_path):
-    from forge_agent.config import load_config
-    from forge_agent.controller import Controller
+    from forge_agent.run.config import load_config
+    from forge_agent.run.controller import Controller
 
     cfg = load_config(
         None,
@@ -278,7 +285,7 @@ def test_demonstrations_come_from_the_env(user_package):
 def test_env_without_demonstrations_skips_the_warm_start_with_one_line(
     user_package, caplog, tmp_path
 ):
-    from forge_agent.config import load_config
+    from forge_agent.run.config import load_config
     from forge_agent.warm_start import policy_model
 
     cfg = load_config(
@@ -329,6 +336,6 @@ def test_code_exec_task_shapes_normalize():
 
 def test_kwargs_meant_for_another_env_name_the_env_and_the_kwargs(user_package):
     with pytest.raises(EnvSetupError) as err:
-        TaskStream("seam_user_envs:CountEnv", {"difficulty": 1})
+        TaskStream(EnvConfig("seam_user_envs:CountEnv", {"difficulty": 1}))
     text = str(err.value)
     assert "'seam_user_envs:CountEnv'" in text and "env.kwargs={'difficulty': 1}" in text

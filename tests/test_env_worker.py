@@ -11,7 +11,7 @@ from typing import Any, ClassVar
 
 import pytest
 
-from forge_agent.env import Env, EnvFailure, EnvPool
+from forge_agent.env import Env, EnvConfig, EnvFailure, EnvPool
 from forge_agent.types import Status, StepResult
 
 pytestmark = pytest.mark.timeout(60)
@@ -59,7 +59,7 @@ async def episode(pool: EnvPool, text: str) -> StepResult:
 
 def test_episode_runs_in_a_worker_process() -> None:
     async def main() -> None:
-        async with EnvPool(ECHO, size=1, step_timeout_s=10) as pool:
+        async with EnvPool(EnvConfig(ECHO, kwargs={}, step_timeout_s=10), size=1) as pool:
             result = await episode(pool, "ok")
             assert int(result.messages[0]["content"]) != os.getpid()
             assert result.rewards == {"r": 1.0} and result.done
@@ -69,7 +69,7 @@ def test_episode_runs_in_a_worker_process() -> None:
 
 def test_worker_is_reused_across_episodes() -> None:
     async def main() -> None:
-        async with EnvPool(ECHO, size=1, step_timeout_s=10) as pool:
+        async with EnvPool(EnvConfig(ECHO, kwargs={}, step_timeout_s=10), size=1) as pool:
             first = await episode(pool, "ok")
             second = await episode(pool, "print")
             assert first.messages == second.messages
@@ -91,7 +91,9 @@ def test_failed_step_is_marked_and_next_episode_runs_on_a_fresh_worker(
     behaviour: str, status: Status, text: str
 ) -> None:
     async def main() -> None:
-        async with EnvPool(ECHO, size=1, step_timeout_s=1.0, reset_timeout_s=30) as pool:
+        async with EnvPool(
+            EnvConfig(ECHO, kwargs={}, step_timeout_s=1.0, reset_timeout_s=30), size=1
+        ) as pool:
             start = time.monotonic()
             with pytest.raises(EnvFailure) as failure:
                 await episode(pool, behaviour)
@@ -109,7 +111,10 @@ def test_failed_step_is_marked_and_next_episode_runs_on_a_fresh_worker(
 
 def test_lease_after_failure_keeps_failing_with_the_same_status() -> None:
     async def main() -> None:
-        async with EnvPool(ECHO, size=1, step_timeout_s=0.5) as pool, pool.lease() as env:
+        async with (
+            EnvPool(EnvConfig(ECHO, kwargs={}, step_timeout_s=0.5), size=1) as pool,
+            pool.lease() as env,
+        ):
             await env.reset({}, 0)
             with pytest.raises(EnvFailure):
                 await env.step(say("hang"))
@@ -122,7 +127,7 @@ def test_lease_after_failure_keeps_failing_with_the_same_status() -> None:
 
 def test_pool_runs_episodes_concurrently_up_to_its_size() -> None:
     async def main() -> None:
-        async with EnvPool(ECHO, size=2, step_timeout_s=10) as pool:
+        async with EnvPool(EnvConfig(ECHO, kwargs={}, step_timeout_s=10), size=2) as pool:
             await pool.start()
             results = await asyncio.gather(*(episode(pool, "ok") for _ in range(4)))
             pids = {r.messages[0]["content"] for r in results}
@@ -137,7 +142,10 @@ def test_registered_env_runs_in_pool() -> None:
     async def main() -> None:
         task = generate_tasks(1, seed=3)[0]
         demo = demonstration(task)
-        async with EnvPool("calculator", size=1, step_timeout_s=10) as pool, pool.lease() as env:
+        async with (
+            EnvPool(EnvConfig("calculator", kwargs={}, step_timeout_s=10), size=1) as pool,
+            pool.lease() as env,
+        ):
             messages, tools = await env.reset(task, 0)
             assert messages[-1]["content"] == task["prompt"] and tools
             await env.step(demo[2])
@@ -159,7 +167,9 @@ def test_worker_serves_its_envs_at_once_on_their_own_threads() -> None:
     inside a blocking step at the same time."""
 
     async def main() -> None:
-        async with EnvPool(ECHO, size=8, envs_per_worker=4, step_timeout_s=30) as pool:
+        async with EnvPool(
+            EnvConfig(ECHO, kwargs={}, step_timeout_s=30), size=8, envs_per_worker=4
+        ) as pool:
             await pool.start()
             results = await asyncio.gather(*(episode(pool, "meet") for _ in range(8)))
             pids = [r.messages[0]["content"] for r in results]
@@ -202,9 +212,8 @@ def test_envs_that_share_an_event_loop_run_their_episodes_as_tasks_on_one_thread
 
     async def main() -> None:
         env_kwargs = {"shared": shared}
-        async with EnvPool(
-            f"{__name__}:LoopEnv", size=4, envs_per_worker=4, env_kwargs=env_kwargs
-        ) as pool:
+        env = EnvConfig(f"{__name__}:LoopEnv", kwargs=env_kwargs)
+        async with EnvPool(env, size=4, envs_per_worker=4) as pool:
             results = await asyncio.gather(*(episode(pool, "go") for _ in range(4)))
             where = [r.messages[0]["content"].split() for r in results]
             assert {pid for pid, _, _ in where} != {str(os.getpid())}
@@ -217,7 +226,9 @@ def test_envs_that_share_an_event_loop_run_their_episodes_as_tasks_on_one_thread
 
 def test_a_hung_env_fails_alone_and_its_worker_is_replaced_after_its_other_episodes() -> None:
     async def main() -> None:
-        async with EnvPool(ECHO, size=3, envs_per_worker=3, step_timeout_s=2.5) as pool:
+        async with EnvPool(
+            EnvConfig(ECHO, kwargs={}, step_timeout_s=2.5), size=3, envs_per_worker=3
+        ) as pool:
             await pool.start()
 
             async def late_nap() -> StepResult:
@@ -238,7 +249,9 @@ def test_a_hung_env_fails_alone_and_its_worker_is_replaced_after_its_other_episo
 
 def test_a_dying_worker_marks_every_episode_it_was_running() -> None:
     async def main() -> None:
-        async with EnvPool(ECHO, size=3, envs_per_worker=3, step_timeout_s=20) as pool:
+        async with EnvPool(
+            EnvConfig(ECHO, kwargs={}, step_timeout_s=20), size=3, envs_per_worker=3
+        ) as pool:
             await pool.start()
 
             async def killer() -> StepResult:

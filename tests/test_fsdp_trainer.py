@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from forge_agent.algorithms.losses import LossConfig
-from forge_agent.config import load_config
 from forge_agent.generator import SamplingConfig
+from forge_agent.run.config import load_config
 from forge_agent.trainer import Trainer, TrainerConfig
 from forge_agent.types import Trajectory
 from tests.helpers import spawn_test_procs
@@ -56,7 +56,7 @@ def scenario(policy_model_path, tmp_path_factory):
     the two-rank trainer is checkpointed after step 1 and a fresh two-rank trainer resumes."""
     from transformers import AutoConfig
 
-    from forge_agent.runtime.services import free_port
+    from forge_agent.run.services import free_port
     from forge_agent.trainer.actor import TrainerActor
     from forge_agent.weights.store import MonarchWeightStore
 
@@ -162,7 +162,7 @@ def test_two_rank_weights_reach_the_generator(scenario, generator, policy_model_
 
 def test_a_two_rank_run_is_one_setting_and_resumes_from_its_checkpoint(policy_model_path, tmp_path):
     """`services.trainer.procs=2` is all a user sets; the run checkpoints and resumes."""
-    from forge_agent.controller import train
+    from forge_agent.run.controller import train
 
     out = tmp_path / "run"
     base = [*_short_overrides(policy_model_path, out), "services.trainer.procs=2"]

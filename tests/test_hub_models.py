@@ -8,8 +8,8 @@ import shutil
 import huggingface_hub.constants
 import pytest
 
-from forge_agent.config import load_config
 from forge_agent.models.hub import resolve_model
+from forge_agent.run.config import load_config
 
 HUB_NAME = "forge-test/tiny-qwen3"
 REVISION = "0123456789abcdef0123456789abcdef01234567"
@@ -43,7 +43,7 @@ def test_a_local_folder_is_used_as_given(tmp_path):
 
 
 def test_a_run_trains_from_a_hub_name_in_the_local_cache(hub_cache, policy_model_path, tmp_path):
-    from forge_agent.controller import train
+    from forge_agent.run.controller import train
 
     fake_hub_cache(hub_cache, policy_model_path)
     out = tmp_path / "run"

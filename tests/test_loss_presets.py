@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from forge_agent.config import load_config
+from forge_agent.run.config import load_config
 from tests.helpers import random_trajectories, spawn_test_procs
 
 

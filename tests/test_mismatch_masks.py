@@ -92,7 +92,7 @@ def test_bad_icepop_bounds_are_named(bounds):
 
 
 def test_config_selects_a_correction_and_names_a_bad_one():
-    from forge_agent.config import load_config
+    from forge_agent.run.config import load_config
     from forge_agent.typed_config import ConfigError
 
     cfg = load_config(None, ["trainer.loss.icepop_bounds=[0.5, 5.0]"])

@@ -43,7 +43,7 @@ for name in modules:
 
 from forge_agent.env import register, registered_env_ids
 from forge_agent.models.tiny import env_corpus
-from forge_agent.tasks import TaskStream, load_tasks
+from forge_agent.env.tasks import TaskStream, load_tasks
 from forge_agent.warm_start import demonstrations
 
 register("user_reverse", "user_reverse_env:ReverseEnv")

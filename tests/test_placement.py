@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from forge_agent.config import load_config
-from forge_agent.runtime.placement import Placement
+from forge_agent.run.config import load_config
+from forge_agent.run.placement import Placement
 from tests.helpers import VisibleDevices
 
 AGENT_DIR = Path(__file__).resolve().parents[1] / "apps" / "agent"
@@ -57,7 +57,7 @@ def test_on_this_host_the_weight_store_lives_in_the_controllers_process_without_
 
     import torch
 
-    from forge_agent.weights.store import WeightStoreConfig
+    from forge_agent.weights.config import WeightStoreConfig
 
     cfg = load_config(AGENT_DIR / "default.yaml")
 

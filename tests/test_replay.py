@@ -212,7 +212,7 @@ def test_resume_never_lowers_the_version_the_bound_is_checked_against():
     ],
 )
 def test_settings_the_bound_cannot_serve_are_refused_by_name(overrides, key):
-    from forge_agent.config import load_config
+    from forge_agent.run.config import load_config
     from forge_agent.typed_config import ConfigError
 
     with pytest.raises(ConfigError, match=rf"^{key}="):
@@ -220,7 +220,7 @@ def test_settings_the_bound_cannot_serve_are_refused_by_name(overrides, key):
 
 
 def test_a_sync_interval_within_the_lag_is_accepted():
-    from forge_agent.config import load_config
+    from forge_agent.run.config import load_config
 
     cfg = load_config(None, ["training.max_policy_lag=2", "training.sync_interval=3"])
     assert cfg.training.max_policy_lag == 2  # one name, one meaning: not lag + interval - 1

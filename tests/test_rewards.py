@@ -223,8 +223,8 @@ def test_reward_actor_runs_an_agent_programs_reward(reward_procs):
     `reward(task, result, transcript)` runs there and its dict lands in the breakdown."""
     import functools
 
-    from forge_agent.controller import AGENT_REWARD, build_rubric
     from forge_agent.rewards.actor import RewardActor
+    from forge_agent.rewards.build import AGENT_REWARD, build_rubric
 
     rubric = functools.partial(build_rubric, {}, 512, "tests.endpoint_agents:calculator_reward")
     actor = reward_procs.spawn("agent_reward", RewardActor, rubric)

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from forge_agent.env import EnvPool
+from forge_agent.env import EnvConfig, EnvPool
 from forge_agent.observability.traces import TraceWriter, read_traces
 from forge_agent.rollout import ChatRenderer, LocalEnvs, RolloutConfig, RolloutEngine
 from forge_agent.types import Status, Trajectory
@@ -158,7 +158,9 @@ def test_failures_become_statuses_not_exceptions(generator, renderer):
         ).run_episode(task, 0)
         async with EnvPool("tests.rollout_envs:CrashingEnv", size=1) as pool:
             out["crash"] = await RolloutEngine(gen, pool, renderer).run_episode(task, 0)
-        async with EnvPool("tests.rollout_envs:HangingEnv", size=1, step_timeout_s=1.0) as pool:
+        async with EnvPool(
+            EnvConfig("tests.rollout_envs:HangingEnv", kwargs={}, step_timeout_s=1.0), size=1
+        ) as pool:
             out["hang"] = await RolloutEngine(gen, pool, renderer).run_episode(task, 0)
             out["after_hang"] = await RolloutEngine(
                 gen, pool, renderer, RolloutConfig(max_turns=1)

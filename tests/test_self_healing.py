@@ -15,7 +15,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from forge_agent.config import load_config
+from forge_agent.run.config import load_config
 
 FAULTS = ("generator SIGKILL", "reward SIGKILL", "trainer SIGKILL", "generator SIGSTOP")
 
@@ -37,7 +37,7 @@ async def _inject(controller, out: Path, log: list[tuple[str, int, int]]) -> Non
         os.kill(pid, sig)
 
     gen = controller.services.generators[0]
-    await until(lambda: controller.step >= 1 and controller._gate.is_set(), "step 1's sync")
+    await until(lambda: controller.step >= 1 and controller.rollouts_open.is_set(), "step 1's sync")
     await asyncio.sleep(0.5)  # step 2's episodes are being generated: they die with it
     hit(FAULTS[0], gen, signal.SIGKILL)
     hit(FAULTS[1], controller.services.rewards, signal.SIGKILL)
@@ -54,7 +54,7 @@ def healing_run(policy_model_path, tmp_path_factory):
     """Three GRPO steps of the real stack with the four faults above; returns the summary,
     the faults as injected (name, pid, step), every process the run's services ever had, and
     the output folder."""
-    from forge_agent.controller import Controller
+    from forge_agent.run.controller import Controller
 
     out = tmp_path_factory.mktemp("healing_run")
     cfg = load_config(

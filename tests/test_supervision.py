@@ -13,7 +13,7 @@ import psutil
 import pytest
 from monarch.actor import ActorError, this_host
 
-from forge_agent.runtime.supervision import (
+from forge_agent.run.supervision import (
     Service,
     ServiceFailed,
     ServiceRestarted,

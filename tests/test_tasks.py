@@ -6,7 +6,8 @@ import itertools
 
 import pytest
 
-from forge_agent.tasks import TaskStream, load_tasks
+from forge_agent.env import EnvConfig
+from forge_agent.env.tasks import TaskStream, load_tasks
 
 SHIPPED_ENV_IDS = ("blackjack", "calculator", "code_exec", "frozen_lake", "sql_mcp")
 
@@ -82,22 +83,22 @@ def test_unknown_split_is_refused():
 
 @pytest.mark.parametrize("env_id", SHIPPED_ENV_IDS)
 def test_resumed_stream_yields_the_same_next_items(env_id):
-    original = TaskStream(env_id, {}, seed=5)
+    original = TaskStream(EnvConfig(env_id, kwargs={}, train_seed=5))
     for _ in range(10):
         next(original)
     state = original.state()
-    resumed = TaskStream(env_id, {}, seed=5)
+    resumed = TaskStream(EnvConfig(env_id, kwargs={}, train_seed=5))
     resumed.load_state(state)
     assert resumed.position == 10
     assert list(itertools.islice(resumed, 40)) == list(itertools.islice(original, 40))
 
 
 def test_stream_state_survives_a_dataset_epoch_boundary():
-    stream = TaskStream("code_exec", seed=0)
+    stream = TaskStream(EnvConfig("code_exec", kwargs={}))
     size = len(load_tasks("code_exec", "train", 1_000, seed=0))
     for _ in range(size + 3):
         next(stream)
-    resumed = TaskStream("code_exec", seed=0)
+    resumed = TaskStream(EnvConfig("code_exec", kwargs={}))
     resumed.load_state(stream.state())
     assert next(resumed) == next(stream)
     assert stream.epoch == 1
@@ -105,7 +106,7 @@ def test_stream_state_survives_a_dataset_epoch_boundary():
 
 def test_dataset_stream_visits_every_train_task_once_per_epoch_in_new_orders():
     size = len(load_tasks("code_exec", "train", 1_000, seed=0))
-    stream = TaskStream("code_exec", seed=0)
+    stream = TaskStream(EnvConfig("code_exec", kwargs={}))
     epoch0 = [next(stream)[0]["task_id"] for _ in range(size)]
     epoch1 = [next(stream)[0]["task_id"] for _ in range(size)]
     assert sorted(epoch0) == sorted(epoch1) and len(set(epoch0)) == size
@@ -113,18 +114,18 @@ def test_dataset_stream_visits_every_train_task_once_per_epoch_in_new_orders():
 
 
 def test_generated_stream_starts_with_the_train_tasks_of_load_tasks():
-    stream = TaskStream("calculator", {"difficulty": 2}, seed=3)
+    stream = TaskStream(EnvConfig("calculator", {"difficulty": 2}, train_seed=3))
     streamed = [task for task, _ in itertools.islice(stream, 100)]
     assert streamed == load_tasks("calculator", "train", 100, seed=3, env_kwargs={"difficulty": 2})
 
 
 def test_stream_env_seeds_are_deterministic_and_vary():
-    seeds_a = [s for _, s in itertools.islice(TaskStream("calculator", seed=0), 20)]
-    seeds_b = [s for _, s in itertools.islice(TaskStream("calculator", seed=0), 20)]
+    seeds_a = [s for _, s in itertools.islice(TaskStream(EnvConfig("calculator", kwargs={})), 20)]
+    seeds_b = [s for _, s in itertools.islice(TaskStream(EnvConfig("calculator", kwargs={})), 20)]
     assert seeds_a == seeds_b and len(set(seeds_a)) == 20
 
 
 def test_load_state_refuses_a_state_of_another_stream():
-    state = TaskStream("calculator", seed=0).state()
+    state = TaskStream(EnvConfig("calculator", kwargs={})).state()
     with pytest.raises(ValueError, match="seed=0"):
-        TaskStream("calculator", seed=1).load_state(state)
+        TaskStream(EnvConfig("calculator", kwargs={}, train_seed=1)).load_state(state)

@@ -15,7 +15,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from forge_agent.config import load_config
+from forge_agent.run.config import load_config
 from tests.helpers import short_training
 from tests.mcp_servers import require_servers
 
@@ -33,7 +33,7 @@ def sql_policy(policy_model_path) -> Path:
 
 
 def test_sql_mcp_trains_and_its_traces_show_mcp_tool_calls(sql_policy, tmp_path) -> None:
-    from forge_agent.controller import train
+    from forge_agent.run.controller import train
 
     out = tmp_path / "sql_mcp_run"
     cfg = load_config(

@@ -15,7 +15,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from forge_agent.config import load_config
+from forge_agent.run.config import load_config
 from tests.helpers import short_training
 from tests.user_envs import docs_commands, docs_reverse_package, remove_user_package
 
@@ -42,7 +42,7 @@ def _docs_command(env_id_prefix: str) -> list[str]:
 
 
 def _train(args: list[str], policy: Path, out: Path) -> dict:
-    from forge_agent.controller import train
+    from forge_agent.run.controller import train
 
     return asyncio.run(train(load_config(None, [*args, *_short(policy, out)])))
 

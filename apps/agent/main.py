@@ -19,7 +19,7 @@ from pathlib import Path
 
 
 def main(argv: list[str] | None = None) -> int:
-    from forge_agent.config import ConfigError, parse_cli
+    from forge_agent.run.config import ConfigError, parse_cli
 
     argv = list(sys.argv[1:] if argv is None else argv)
     verbose = "--verbose" in argv
@@ -29,8 +29,8 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"config error: {exc}", file=sys.stderr)
         return 2
-    from forge_agent.controller import train
     from forge_agent.observability.console import run_console
+    from forge_agent.run.controller import train
 
     level = os.environ.get("FORGE_AGENT_LOG", "WARNING")
     log = Path(cfg.output_dir) / "run.log"

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from forge_agent.bench_util import machine_info, print_table, write_json
-from forge_agent.config import load_config
+from forge_agent.run.config import load_config
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -44,7 +44,7 @@ def time_to_target(evals: list[dict[str, Any]], target: float) -> tuple[float | 
 
 def run_one(config: str | None, overrides: list[str], lag: int, out: Path) -> dict[str, Any]:
     """One training run with `training.max_policy_lag=lag`; its summary plus time to target."""
-    from forge_agent.controller import train
+    from forge_agent.run.controller import train
 
     cfg = load_config(
         config, [*overrides, f"training.max_policy_lag={lag}", f"output_dir={out / f'lag{lag}'}"]

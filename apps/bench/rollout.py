@@ -162,7 +162,7 @@ async def run_async(engine: Any, renderer: Any, episodes: list[Episode], concurr
         meter,
         LocalEnvs(SlowCalculatorEnv),
         renderer,
-        RolloutConfig(max_concurrent_episodes=concurrency, max_model_len=engine.max_model_len),
+        RolloutConfig(max_concurrent_episodes=concurrency),
     )
     started = time.perf_counter()
     trajs = await asyncio.gather(
@@ -190,7 +190,7 @@ async def run_lockstep(engine: Any, renderer: Any, episodes: list[Episode], conc
             generate,
             LocalEnvs(lambda b=barrier: LockstepEnv(SlowCalculatorEnv(), b)),
             renderer,
-            RolloutConfig(max_concurrent_episodes=concurrency, max_model_len=engine.max_model_len),
+            RolloutConfig(max_concurrent_episodes=concurrency),
         )
         trajs += await asyncio.gather(
             *(
@@ -224,7 +224,7 @@ def make_row(
 
 
 def episodes_for(repeat: int, n: int) -> list[Episode]:
-    from forge_agent.tasks import load_tasks
+    from forge_agent.env.tasks import load_tasks
 
     tasks = load_tasks("calculator", "train", n, seed=1_000 + repeat)
     return [(t, 1_000 * repeat + i, (repeat * n + i) * 100) for i, t in enumerate(tasks)]

@@ -30,7 +30,7 @@ from typing import Any
 import psutil
 
 from forge_agent.bench_util import machine_info, print_table, write_json
-from forge_agent.config import load_config
+from forge_agent.run.config import load_config
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -89,7 +89,7 @@ def sample(episodes: int) -> dict[str, Any]:
 
 
 async def soak(cfg: Any, every_s: float) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    from forge_agent.controller import Controller
+    from forge_agent.run.controller import Controller
 
     controller = Controller(cfg)
     samples: list[dict[str, Any]] = []

@@ -39,9 +39,9 @@ def profile_of(summary: dict[str, Any]) -> dict[str, Any]:
 
 def run(overrides: list[str], verbose: bool) -> dict[str, Any]:
     """Train with `overrides` on the default config; returns the run's summary."""
-    from forge_agent.config import parse_cli
-    from forge_agent.controller import train
     from forge_agent.observability.console import run_console
+    from forge_agent.run.config import parse_cli
+    from forge_agent.run.controller import train
 
     cfg = parse_cli(overrides)
     level = os.environ.get("FORGE_AGENT_LOG", "WARNING")

@@ -7,8 +7,8 @@ model is built locally and, when `warm_start.enabled`, given the same supervised
 training (cached after the first build). The vLLM engine runs in this process with the config's
 `generator` settings; episodes run in an `EnvPool` of `env.id` with the config's `rollout`
 limits and `eval.temperature`. The tasks are `eval.num_tasks` held-out tasks from
-`forge_agent.tasks.load_tasks(env.id, "eval", ..., seed=env.eval_seed)`, each run `eval.k` times
-with env and sampling seeds from `seed`, as the training controller's periodic eval does.
+`forge_agent.env.tasks.eval_tasks` (from `env.eval_seed`), each run `eval.k` times with
+env and sampling seeds from `seed`, as the training controller's periodic eval does.
 
 Writes into `--out` (default `runs/eval`): `eval.json` (report, metrics, config, model),
 `traces.jsonl` (one record per episode) and `traces.html` (the trace viewer page).
@@ -27,9 +27,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from forge_agent.config import AgentConfig, load_config, to_dict
+from forge_agent.env.tasks import eval_tasks
 from forge_agent.evaluation import EvalReport, evaluate
-from forge_agent.tasks import load_tasks
+from forge_agent.run.config import AgentConfig, load_config, to_dict
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
@@ -80,34 +80,13 @@ async def run_eval(cfg: AgentConfig, model_path: Path | str, out: Path) -> EvalR
     from forge_agent.generator import VLLMEngine
     from forge_agent.models.tiny import load_tokenizer
     from forge_agent.observability.traces import TraceWriter
-    from forge_agent.rollout import (
-        ChatRenderer,
-        RendererConfig,
-        RolloutEngine,
-    )
+    from forge_agent.rollout import ChatRenderer, RolloutEngine
 
-    tasks = load_tasks(
-        cfg.env.id,
-        "eval",
-        cfg.eval.num_tasks,
-        cfg.env.eval_seed,
-        env_kwargs=cfg.env.kwargs,
-        dataset=cfg.env.dataset,
-        fields=cfg.env.fields,
-    )
-    renderer = ChatRenderer(
-        load_tokenizer(model_path),
-        RendererConfig(kind=cfg.model.renderer, enable_thinking=cfg.model.enable_thinking),
-    )
+    tasks = eval_tasks(cfg.env, cfg.eval.num_tasks)
+    renderer = ChatRenderer(load_tokenizer(model_path), cfg.renderer)
     engine = VLLMEngine(cfg.generator, str(model_path), dtype=cfg.model.dtype, seed=cfg.seed)
-    pool = EnvPool(
-        cfg.env.id,
-        size=cfg.services.env.count() * cfg.services.env.envs_per_worker,
-        step_timeout_s=cfg.env.step_timeout_s,
-        reset_timeout_s=cfg.env.reset_timeout_s,
-        env_kwargs=dict(cfg.env.kwargs),
-        envs_per_worker=cfg.services.env.envs_per_worker,
-    )
+    workers = cfg.services.env
+    pool = EnvPool(cfg.env, workers.count() * workers.envs_per_worker, workers.envs_per_worker)
     traces_path = out / "traces.jsonl"
     traces_path.unlink(missing_ok=True)
     writer = TraceWriter(traces_path)
@@ -123,12 +102,9 @@ async def run_eval(cfg: AgentConfig, model_path: Path | str, out: Path) -> EvalR
             lambda ids, sampling, session: engine.generate(ids, sampling, session),
             pool,
             renderer,
-            replace(
-                cfg.rollout,
-                temperature=cfg.eval.temperature,
-                max_model_len=min(cfg.rollout.max_model_len, engine.max_model_len),
-            ),
+            replace(cfg.rollout, temperature=cfg.eval.temperature),
             on_trajectory=lambda traj: writer.write(traj, {"split": "eval"}),
+            max_model_len=engine.max_model_len,
         )
         progress = EpisodeProgress(len(tasks) * cfg.eval.k)  # after start-up: honest rate/ETA
         report = await evaluate(rollout, tasks, cfg.eval.k, seed=cfg.seed, progress=progress)

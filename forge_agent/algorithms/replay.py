@@ -160,6 +160,11 @@ class ReplayBuffer:
             "evicted_trajectories": self.evicted_trajectories,
         }
 
+    def counts(self) -> dict[str, int]:
+        """The eviction counts alone: a `load_state_dict` argument that empties the buffer
+        and keeps counting (going back to the start of a run)."""
+        return {"evicted": self.evicted, "evicted_trajectories": self.evicted_trajectories}
+
     def load_state_dict(self, state: dict[str, Any], current_version: int) -> None:
         """Restore `state_dict()` for a run resumed at policy `current_version`: groups that
         the resumed policy may no longer train on are evicted now, so the bound holds across

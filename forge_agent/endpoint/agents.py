@@ -28,22 +28,9 @@ import weakref
 from typing import Any
 
 from forge_agent.endpoint.server import EndpointServer
-from forge_agent.env.registry import EnvSpec, load_entry_point
+from forge_agent.env.registry import load_entry_point
 from forge_agent.rollout.engine import EpisodeEnv, RolloutEngine
 from forge_agent.types import Message, Status, StepResult, ToolSpec, Trajectory
-
-AGENT_PREFIX = "agent:"
-
-
-def agent_env_spec(
-    env_id: str, reward: str, tasks_from: str | None = None, **kwargs: Any
-) -> EnvSpec:
-    """The env spec of `agent:package.module:agent_fn` scored by `reward` ("module:fn")."""
-    if not env_id.startswith(AGENT_PREFIX) or ":" not in env_id.removeprefix(AGENT_PREFIX):
-        raise ValueError(f"agent env id must look like 'agent:package.module:fn', got {env_id!r}")
-    program = env_id.removeprefix(AGENT_PREFIX)
-    args = {"program": program, "reward": reward, "tasks_from": tasks_from, **kwargs}
-    return EnvSpec(env_id, "forge_agent.endpoint.agents:AgentProgramEnv", args)
 
 
 class AgentProgramEnv:

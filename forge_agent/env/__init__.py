@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from forge_agent.env.config import EnvConfig
 from forge_agent.env.protocol import AgentEnv, Env, EnvFailure, ToolEnv, maybe_await, message_text
 from forge_agent.env.registry import (
     ENTRY_POINT_GROUP,
@@ -35,6 +36,7 @@ __all__ = [
     "AgentGymEnv",
     "Dataset",
     "Env",
+    "EnvConfig",
     "EnvFailure",
     "EnvLease",
     "EnvPool",

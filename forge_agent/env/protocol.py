@@ -105,7 +105,7 @@ class Env:
     `default_task(seed)` gives the task to use when none is passed (Gymnasium's `reset(seed=)`
     and OpenEnv's `reset()` carry no task); override it in envs that generate tasks.
 
-    What training needs besides reset/step (the env seam; `forge_agent.tasks`,
+    What training needs besides reset/step (the env seam; `forge_agent.env.tasks`,
     `forge_agent.warm_start` and `forge_agent.models.tiny` read these, on any env class):
 
     - tasks, one of:

@@ -107,6 +107,15 @@ def registered_env_ids() -> list[str]:
     return sorted({*_REGISTRY, *_entry_point_specs()})
 
 
+AGENT_PREFIX = "agent:"
+"""Env ids of agent programs: "agent:package.module:fn"."""
+
+
+def is_agent_program(env_id: str) -> bool:
+    """`env_id` names an agent program on the openai client, not an env class."""
+    return env_id.startswith(AGENT_PREFIX)
+
+
 def env_spec(env_id: str) -> EnvSpec:
     """The spec of `env_id` (see the module docstring for how ids resolve)."""
     if env_id in _REGISTRY:
@@ -118,8 +127,8 @@ def env_spec(env_id: str) -> EnvSpec:
         return EnvSpec(
             env_id, "forge_agent.env.openenv_adapter:OpenEnvAgentEnv", {"base_url": env_id}
         )
-    if env_id.startswith("agent:"):  # an agent program on the openai client (docs/agents.md)
-        program = env_id.removeprefix("agent:")
+    if is_agent_program(env_id):  # an agent program on the openai client (docs/agents.md)
+        program = env_id.removeprefix(AGENT_PREFIX)
         return EnvSpec(env_id, "forge_agent.endpoint.agents:AgentProgramEnv", {"program": program})
     if ":" in env_id:
         return EnvSpec(env_id, env_id)

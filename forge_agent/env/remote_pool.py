@@ -1,6 +1,6 @@
 """Env workers on another host: an `EnvPool` inside a Monarch actor, leased from afar.
 
-    actor = procs.spawn("env_pool", EnvPoolActor, "calculator", EnvWorkers(), timeouts)
+    actor = procs.spawn("env_pool", EnvPoolActor, EnvConfig("calculator"), workers=0)
     envs = await RemoteEnvs.start(actor)        # an `EnvSource` for the rollout engine
     env = await envs.acquire()                  # one episode: reset / step / close, each a call
 
@@ -19,6 +19,7 @@ from typing import Any
 from monarch.actor import Actor, endpoint
 from monarch.actor.concurrent import concurrent_endpoint
 
+from forge_agent.env.config import EnvConfig
 from forge_agent.env.protocol import EnvFailure
 from forge_agent.env.worker import EnvLease, EnvPool
 from forge_agent.types import Message, StepResult, ToolSpec
@@ -31,27 +32,13 @@ class EnvPoolActor(Actor):
     `envs_per_worker` env instances at once."""
 
     def __init__(
-        self,
-        env_id: str,
-        workers: int,
-        per_core: int = 1,
-        step_timeout_s: float = 60.0,
-        reset_timeout_s: float = 120.0,
-        env_kwargs: dict[str, Any] | None = None,
-        envs_per_worker: int = 1,
+        self, env: EnvConfig, workers: int, per_core: int = 1, envs_per_worker: int = 1
     ) -> None:
         import os
 
         workers = workers or per_core * len(os.sched_getaffinity(0))
         self.size = workers * envs_per_worker
-        self.pool = EnvPool(
-            env_id,
-            size=self.size,
-            step_timeout_s=step_timeout_s,
-            reset_timeout_s=reset_timeout_s,
-            env_kwargs=env_kwargs,
-            envs_per_worker=envs_per_worker,
-        )
+        self.pool = EnvPool(env, size=self.size, envs_per_worker=envs_per_worker)
         self.leases: dict[int, EnvLease] = {}
         self._ids = itertools.count()
 

@@ -70,7 +70,7 @@ def corpus_of(env_id: str, env_kwargs: Mapping[str, Any] | None = None) -> list[
     hook = getattr(env, "corpus", None)
     if callable(hook):
         return [_pair(env, item) for item in hook()]
-    from forge_agent.tasks import load_tasks
+    from forge_agent.env.tasks import load_tasks
 
     tasks = load_tasks(env_id, "train", CORPUS_TASKS, seed=0, env_kwargs=env_kwargs)
 

@@ -6,7 +6,7 @@ pickle protocol over its stdin/stdout pipes. It serves up to `slots` env instanc
 `EnvPool` keeps up to `size` env instances on `ceil(size / envs_per_worker)` warm workers and
 lends one instance per episode:
 
-    pool = EnvPool("calculator", size=64, envs_per_worker=32, step_timeout_s=30)
+    pool = EnvPool(EnvConfig("calculator", step_timeout_s=30), size=64, envs_per_worker=32)
     async with pool.lease() as env:          # an AgentEnv backed by one slot of one worker
         messages, tools = await env.reset(task, seed)
         result = await env.step(assistant_message)
@@ -34,6 +34,7 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any, Self
 
+from forge_agent.env.config import EnvConfig
 from forge_agent.env.protocol import EnvFailure
 from forge_agent.env.registry import EnvSpec, env_spec
 from forge_agent.types import Message, Status, StepResult, ToolSpec
@@ -275,11 +276,11 @@ class EnvLease:
     async def reset(
         self, task: dict[str, Any], seed: int | None = None
     ) -> tuple[list[Message], list[ToolSpec]]:
-        timeout_s = self._pool.reset_timeout_s
+        timeout_s = self._pool.env.reset_timeout_s
         return await self._guard(self.worker.reset(self.slot, task, seed, timeout_s))
 
     async def step(self, assistant_message: Message) -> StepResult:
-        timeout_s = self._pool.step_timeout_s
+        timeout_s = self._pool.env.step_timeout_s
         return await self._guard(self.worker.step(self.slot, assistant_message, timeout_s))
 
     async def close(self) -> None:
@@ -305,38 +306,24 @@ class EnvPool:
     lent one per episode.
 
     Args:
-        env_id: a registered env id, a "module:Factory" entry point or an `EnvSpec`.
+        env: the run's `EnvConfig` (its id, constructor kwargs (must pickle) and the deadlines
+            of reset, step and close: `ENV_TIMEOUT` past them), or an env id alone (no kwargs,
+            default deadlines).
         size: the most env instances alive (and episodes running) at once.
         envs_per_worker: env instances one worker process serves at once (each on its own
             thread there); the pool runs `ceil(size / envs_per_worker)` workers.
-        step_timeout_s: bound on one `step` (`ENV_TIMEOUT` past it).
-        reset_timeout_s: bound on `reset` (which also builds the env) and on a worker's start.
-        close_timeout_s: bound on closing an env at the end of an episode.
-        env_kwargs: constructor arguments for every env (must pickle).
     """
 
-    def __init__(
-        self,
-        env_id: str | EnvSpec,
-        size: int = 8,
-        step_timeout_s: float = 60.0,
-        reset_timeout_s: float = 120.0,
-        close_timeout_s: float = 30.0,
-        env_kwargs: dict[str, Any] | None = None,
-        envs_per_worker: int = 1,
-    ) -> None:
+    def __init__(self, env: EnvConfig | str, size: int = 8, envs_per_worker: int = 1) -> None:
         if size < 1:
             raise ValueError(f"EnvPool size must be at least 1, got {size}")
         if envs_per_worker < 1:
             raise ValueError(f"EnvPool envs_per_worker must be at least 1, got {envs_per_worker}")
-        self.spec = env_spec(env_id) if isinstance(env_id, str) else env_id
+        self.env = EnvConfig(env, kwargs={}) if isinstance(env, str) else env
+        self.spec = env_spec(self.env.id)
         self.size = size
         self.envs_per_worker = min(envs_per_worker, size)
         self.num_workers = math.ceil(size / self.envs_per_worker)
-        self.step_timeout_s = step_timeout_s
-        self.reset_timeout_s = reset_timeout_s
-        self.close_timeout_s = close_timeout_s
-        self.env_kwargs = dict(env_kwargs or {})
         self._workers: list[EnvWorker] = []
         self._slots = asyncio.Semaphore(size)
         self._pick = asyncio.Lock()
@@ -408,10 +395,10 @@ class EnvPool:
         return [w for w in self._workers if w.alive and not w.retired]
 
     async def _new_worker(self) -> EnvWorker:
-        worker = EnvWorker(self.spec, self.env_kwargs, slots=self.envs_per_worker)
+        worker = EnvWorker(self.spec, dict(self.env.kwargs), slots=self.envs_per_worker)
         started = time.monotonic()
         try:
-            await worker.start(self.reset_timeout_s)
+            await worker.start(self.env.reset_timeout_s)
         except EnvFailure as failure:
             self._count(failure.status)
             raise
@@ -423,7 +410,7 @@ class EnvPool:
         try:
             if not worker.slot_failed(slot):
                 try:
-                    await worker.close_env(slot, self.close_timeout_s)
+                    await worker.close_env(slot, self.env.close_timeout_s)
                 except EnvFailure as failure:
                     self._count(failure.status)
         finally:

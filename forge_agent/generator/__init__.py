@@ -1,16 +1,19 @@
 """The policy's sampler: vLLM behind a token-in/token-out API with versioned weight reload.
 
-`import forge_agent.generator` does not import vLLM; the engine imports it when it starts.
+`import forge_agent.generator` loads only the configs; the engine (torch) and the actor
+(Monarch) load on first use, and vLLM when the engine starts.
 """
 
-from forge_agent.generator.engine import GeneratorConfig, GeneratorError, SamplingConfig, VLLMEngine
+from forge_agent.generator.config import GeneratorConfig, SamplingConfig
+from forge_agent.lazy import lazy_exports
 
 __all__ = ["Generator", "GeneratorConfig", "GeneratorError", "SamplingConfig", "VLLMEngine"]
 
-
-def __getattr__(name: str):
-    if name == "Generator":  # the Monarch actor; imported lazily so the engine API stays light
-        from forge_agent.generator.actor import Generator
-
-        return Generator
-    raise AttributeError(name)
+__getattr__ = lazy_exports(
+    __name__,
+    {
+        "Generator": "forge_agent.generator.actor",
+        "GeneratorError": "forge_agent.generator.engine",
+        "VLLMEngine": "forge_agent.generator.engine",
+    },
+)

@@ -27,12 +27,12 @@ import os
 import tempfile
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from forge_agent.generator.config import GeneratorConfig, SamplingConfig, on_cpu
 from forge_agent.types import Completion
 
 logger = logging.getLogger(__name__)
@@ -40,77 +40,6 @@ logger = logging.getLogger(__name__)
 
 class GeneratorError(Exception):
     """A request or weight update the generator refused; the message names the problem."""
-
-
-@dataclass
-class GeneratorConfig:
-    """How to start the engine (the model it serves, its dtype and seed are `VLLMEngine`'s
-    arguments: the run's)."""
-
-    max_model_len: int = 2048
-    enforce_eager: bool = True
-    tensor_parallel_size: int = 1
-    gpu_memory_utilization: float = 0.85
-    cpu_kv_cache_gb: float = 0.125  # KV cache size on the CPU build (GiB; fractions allowed)
-    enable_prefix_caching: bool = True
-    max_num_seqs: int = 128
-    # auto: on CPU with tensor_parallel_size 1, vLLM's worker runs inside its engine-core
-    # process ("uni": one torch process less, and no worker queue polled for 1 s after each
-    # message); otherwise vLLM's multiprocess executor ("mp")
-    executor: str = "auto"
-    # OpenMP threads of the CPU engine-core process between parallel regions: "passive" sleep
-    # (the cores go to the trainer, controller and env workers), "active" spin, null: OpenMP's
-    # default (spin a while, then sleep)
-    omp_wait_policy: str | None = "passive"
-    engine_kwargs: dict[str, Any] = field(default_factory=dict)  # passed to AsyncEngineArgs
-
-    def __post_init__(self) -> None:
-        from forge_agent.typed_config import check_field
-
-        check_field(self.max_model_len >= 16, "max_model_len", self.max_model_len, "an int >= 16")
-        check_field(
-            0.0 < self.gpu_memory_utilization <= 1.0,
-            "gpu_memory_utilization",
-            self.gpu_memory_utilization,
-            "a fraction in (0, 1]",
-        )
-        for key in ("tensor_parallel_size", "max_num_seqs"):
-            check_field(getattr(self, key) >= 1, key, getattr(self, key), "an int >= 1")
-        check_field(self.cpu_kv_cache_gb > 0, "cpu_kv_cache_gb", self.cpu_kv_cache_gb, "GiB > 0")
-        check_field(
-            self.executor in ("auto", "uni", "mp"), "executor", self.executor, "auto | uni | mp"
-        )
-        policy = self.omp_wait_policy
-        check_field(
-            policy in (None, "active", "passive"),
-            "omp_wait_policy",
-            policy,
-            "active | passive | null",
-        )
-
-    def resolved_executor(self) -> str:
-        """The executor `auto` stands for here: "uni" on CPU with one worker, else "mp"."""
-        if self.executor != "auto":
-            return self.executor
-        return "uni" if _on_cpu() and self.tensor_parallel_size == 1 else "mp"
-
-
-@dataclass
-class SamplingConfig:
-    """Per-request sampling settings (a subset of vLLM's `SamplingParams`)."""
-
-    max_tokens: int = 128
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = -1
-    stop_token_ids: list[int] = field(default_factory=list)
-    seed: int | None = None
-    prompt_logprobs: bool = False
-    ignore_eos: bool = False  # keep sampling past end-of-sequence (benchmarks, tests)
-
-
-def _on_cpu() -> bool:
-    return not torch.cuda.is_available()
 
 
 ONEDNN_CACHE_CAPACITY = 16
@@ -124,7 +53,7 @@ def engine_environ(config: GeneratorConfig) -> dict[str, str]:
         # vLLM's CPU platform turns "uni" into "mp" unless V1 multiprocessing is off; AsyncLLM
         # still runs its engine core in a process of its own (that is the only process left)
         env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
-    if _on_cpu():
+    if on_cpu():
         # oneDNN keeps a compiled primitive (with its buffers) per matmul shape, up to 1024;
         # the CPU engine sees a new token count almost every step, so the cache grew the
         # engine core by ~0.7 GB over a default run. A few recent shapes are the ones reused.
@@ -135,7 +64,7 @@ def engine_environ(config: GeneratorConfig) -> dict[str, str]:
 def engine_process_environ(config: GeneratorConfig) -> dict[str, str]:
     """The environment of the engine processes vLLM starts (not of the generator's own
     process): OpenMP's wait policy on CPU, unless the user's environment sets one."""
-    if config.omp_wait_policy is None or not _on_cpu() or "OMP_WAIT_POLICY" in os.environ:
+    if config.omp_wait_policy is None or not on_cpu() or "OMP_WAIT_POLICY" in os.environ:
         return {}
     return {"OMP_WAIT_POLICY": config.omp_wait_policy.upper()}
 
@@ -154,7 +83,7 @@ def _environ(values: dict[str, str]) -> Iterator[None]:
 def engine_args(config: GeneratorConfig, model: str, dtype: str, seed: int) -> dict[str, Any]:
     """The keyword arguments of vLLM's `AsyncEngineArgs` for `config` serving `model`."""
     if dtype == "auto":
-        dtype = "float32" if _on_cpu() else "bfloat16"
+        dtype = "float32" if on_cpu() else "bfloat16"
     return dict(
         model=model,
         dtype=dtype,
@@ -181,7 +110,7 @@ def _cpu_whole_prefills() -> dict[str, Any]:
     raises its token budget to at least max_model_len). A chunked prefill of a seeded request
     makes vLLM rewind the request's torch.Generator, which CPU generators cannot do ("CPU
     Generator does not use offset"): with many seeded requests in flight the engine died."""
-    return {"enable_chunked_prefill": False} if _on_cpu() else {}
+    return {"enable_chunked_prefill": False} if on_cpu() else {}
 
 
 class VLLMEngine:
@@ -478,7 +407,7 @@ def _cpu_kv_cache(gib: float) -> dict[str, Any]:
     """The CPU build's KV cache size as an engine argument (`kv_cache_memory_bytes`, which
     takes fractions of a GiB, unlike the VLLM_CPU_KVCACHE_SPACE variable; a user's variable
     still wins). Nothing on GPUs, where `gpu_memory_utilization` sizes it."""
-    if not _on_cpu() or os.environ.get("VLLM_CPU_KVCACHE_SPACE"):
+    if not on_cpu() or os.environ.get("VLLM_CPU_KVCACHE_SPACE"):
         return {}
     return {"kv_cache_memory_bytes": int(gib * 2**30)}
 

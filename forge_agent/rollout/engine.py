@@ -25,7 +25,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from forge_agent.generator.engine import SamplingConfig
+from forge_agent.generator.config import SamplingConfig
 from forge_agent.rollout.renderer import ChatRenderer, clean_text
 from forge_agent.types import Completion, Group, Message, Status, StepResult, ToolSpec, Trajectory
 
@@ -73,7 +73,6 @@ class RolloutConfig:
     max_concurrent_episodes: int = 64
     temperature: float = 1.0
     top_p: float = 1.0
-    max_model_len: int = 2048  # context cap; a run uses the smaller of this and its generator's
 
     def __post_init__(self) -> None:
         from forge_agent.typed_config import check_field
@@ -84,11 +83,14 @@ class RolloutConfig:
             check_field(getattr(self, key) >= 1, key, getattr(self, key), "an int >= 1")
         check_field(self.temperature > 0.0, "temperature", self.temperature, "a float > 0")
         check_field(0.0 < self.top_p <= 1.0, "top_p", self.top_p, "a float in (0, 1]")
-        check_field(self.max_model_len >= 16, "max_model_len", self.max_model_len, "an int >= 16")
 
 
 class RolloutEngine:
-    """Runs episodes of one env against one generate function."""
+    """Runs episodes of one env against one generate function.
+
+    `max_model_len`: the generator's context length (its setup answer); an episode's budget is
+    the smaller of it and `config.max_total_tokens`.
+    """
 
     def __init__(
         self,
@@ -97,12 +99,14 @@ class RolloutEngine:
         renderer: ChatRenderer,
         config: RolloutConfig | None = None,
         on_trajectory: Callable[[Trajectory], None] | None = None,
+        max_model_len: int | None = None,
     ) -> None:
         self.generate = generate
         self.envs = envs
         self.renderer = renderer
         self.config = config or RolloutConfig()
         self.on_trajectory = on_trajectory
+        self.max_model_len = max_model_len
         self._slots = asyncio.Semaphore(self.config.max_concurrent_episodes)
         self.stats: dict[str, float] = {"episodes": 0, "bridge_fallbacks": 0, "generate_s": 0.0}
 
@@ -175,7 +179,7 @@ class RolloutEngine:
             traj.status, traj.info["error"] = Status.ENV_ERROR, f"render: {exc!r}"
             return
         self._append(traj, context, sampled=False)
-        limit = min(cfg.max_total_tokens, cfg.max_model_len)
+        limit = min(cfg.max_total_tokens, self.max_model_len or cfg.max_total_tokens)
         if len(context) >= limit:
             traj.status = Status.PROMPT_TOO_LONG
             traj.info["error"] = f"prompt of {len(context)} tokens >= budget of {limit}"

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from forge_agent.tool_schema import loads_strict
 from forge_agent.types import Message, ToolSpec
@@ -21,7 +21,7 @@ class RendererConfig:
     """`kind`: "qwen3" (the tiny model and Qwen3 hub models), "default" (the model's own chat
     template through `renderers`' default renderer), or "auto" (qwen3 for Qwen3 models)."""
 
-    kind: str = "auto"
+    kind: Literal["auto", "qwen3", "default"] = "auto"
     enable_thinking: bool = False
 
 

@@ -1,21 +1,11 @@
 """Policy trainer: packing, the transformers trainer, its Monarch actor (`.actor`), the
-torchtitan backend (`.titan`) and checkpoints (`.checkpoint`)."""
+torchtitan backend (`.titan`) and checkpoints (`.checkpoint`).
 
-from forge_agent.trainer.checkpoint import (
-    TrainerState,
-    complete_checkpoints,
-    load_checkpoint,
-    prune_checkpoints,
-    save_checkpoint,
-)
-from forge_agent.trainer.core import (
-    Trainer,
-    TrainerConfig,
-    hf_logits,
-    logprobs_from_logits,
-    token_logprobs,
-)
-from forge_agent.trainer.packing import MicroBatch, pack_trajectories
+`import forge_agent.trainer` loads only `TrainerConfig`; the rest (torch) loads on first use.
+"""
+
+from forge_agent.lazy import lazy_exports
+from forge_agent.trainer.config import TrainerConfig
 
 __all__ = [
     "MicroBatch",
@@ -31,3 +21,22 @@ __all__ = [
     "save_checkpoint",
     "token_logprobs",
 ]
+
+_CHECKPOINT = "forge_agent.trainer.checkpoint"
+_CORE = "forge_agent.trainer.core"
+__getattr__ = lazy_exports(
+    __name__,
+    {
+        "TrainerState": _CHECKPOINT,
+        "complete_checkpoints": _CHECKPOINT,
+        "load_checkpoint": _CHECKPOINT,
+        "prune_checkpoints": _CHECKPOINT,
+        "save_checkpoint": _CHECKPOINT,
+        "Trainer": _CORE,
+        "hf_logits": _CORE,
+        "logprobs_from_logits": _CORE,
+        "token_logprobs": _CORE,
+        "MicroBatch": "forge_agent.trainer.packing",
+        "pack_trajectories": "forge_agent.trainer.packing",
+    },
+)

@@ -41,6 +41,7 @@ from typing import Any, Literal, Protocol
 import torch
 from monarch.actor import Actor, endpoint
 
+from forge_agent.weights.config import OnFull, WeightStoreConfig
 from forge_agent.weights.layout import (
     SharedView,
     StateDict,
@@ -49,8 +50,6 @@ from forge_agent.weights.layout import (
     pack_into,
     unpack,
 )
-
-OnFull = Literal["evict", "block"]
 
 
 class WeightStoreError(RuntimeError):
@@ -541,27 +540,6 @@ class TorchStoreWeightStore:
 
 
 # ---------------------------------------------------------------------------------------------
-
-
-@dataclass
-class WeightStoreConfig:
-    """Which weight store a run uses and how many versions it keeps.
-
-    ``backend``: "monarch" (a `WeightStoreActor`; shared memory on one host, messages across
-    hosts), "torchstore" (TorchStore; needs a build compatible with the installed Monarch) or
-    "local" (in-process; single-process runs and tests).
-    """
-
-    backend: Literal["monarch", "torchstore", "local"] = "monarch"
-    max_versions: int = 2
-    on_full: OnFull = "evict"
-    put_timeout_s: float = 60.0
-
-    def __post_init__(self) -> None:
-        from forge_agent.typed_config import check_field
-
-        check_field(self.max_versions >= 1, "max_versions", self.max_versions, "an int >= 1")
-        check_field(self.put_timeout_s > 0, "put_timeout_s", self.put_timeout_s, "seconds > 0")
 
 
 async def make_weight_store(cfg: WeightStoreConfig, procs: Any = None) -> WeightStore:

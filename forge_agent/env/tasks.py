@@ -1,7 +1,7 @@
 """Tasks for training and evaluation: held-out splits and a resumable training stream.
 
     eval_tasks = load_tasks("calculator", "eval", n=64, seed=10_000, env_kwargs={"difficulty": 1})
-    stream = TaskStream("calculator", {"difficulty": 1}, seed=0)
+    stream = TaskStream(EnvConfig("calculator", {"difficulty": 1}, train_seed=0))
     task, env_seed = next(stream)          # endless, deterministic
     state = stream.state()                 # save with the checkpoint; `load_state` resumes
 
@@ -33,6 +33,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from forge_agent.env.config import EnvConfig
 from forge_agent.env.registry import env_spec
 from forge_agent.env.sources import (
     HOLDOUT_FRACTION,
@@ -49,6 +50,7 @@ __all__ = [
     "HOLDOUT_FRACTION",
     "Split",
     "TaskStream",
+    "eval_tasks",
     "in_eval_split",
     "load_tasks",
     "task_source",
@@ -214,26 +216,26 @@ def load_tasks(
     return tasks[:n]
 
 
+def eval_tasks(env: EnvConfig, n: int) -> list[dict[str, Any]]:
+    """`n` held-out tasks of `env` (never in its training stream), from `env.eval_seed`."""
+    return load_tasks(env.id, "eval", n, env.eval_seed, env.kwargs, env.dataset, env.fields)
+
+
 class TaskStream(Iterator[tuple[dict[str, Any], int]]):
-    """An endless, deterministic stream of `(task, env_seed)` training pairs.
+    """An endless, deterministic stream of `(task, env_seed)` training pairs of `env` (an
+    `EnvConfig`: its id, kwargs, dataset and `train_seed`; an env id alone: no kwargs).
 
     Datasets: epoch after epoch over the train split, each epoch in its own seeded shuffle.
     Generated envs: fresh train tasks, one generator seed after another. `position` counts the
     pairs yielded; `state()` / `load_state(state)` resume at the same position.
     """
 
-    def __init__(
-        self,
-        env_id: str,
-        env_kwargs: Mapping[str, Any] | None = None,
-        seed: int = 0,
-        dataset: str | None = None,
-        fields: Mapping[str, str] | None = None,
-    ) -> None:
-        self.env_id = env_id
-        self.seed = seed
-        self.dataset = dataset
-        self._source = task_source(env_id, env_kwargs, dataset, fields)
+    def __init__(self, env: EnvConfig | str) -> None:
+        env = EnvConfig(env, kwargs={}) if isinstance(env, str) else env
+        self.env_id = env.id
+        self.seed = env.train_seed
+        self.dataset = env.dataset
+        self._source = task_source(env.id, env.kwargs, env.dataset, env.fields)
         self.position = 0
         self._block_index = 0
         self._offset = 0

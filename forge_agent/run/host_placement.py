@@ -12,7 +12,7 @@
 
 With `kind: slurm` or `kind: kubernetes`, `nodes` maps each mesh name to a node count and the
 meshes come from Monarch's own launchers (`monarch.job.SlurmJob` / `KubernetesJob`, see
-`forge_agent.runtime.launchers`). A service not named in `services` stays on this machine (`local`).
+`forge_agent.run.launchers`). A service not named in `services` stays on this machine (`local`).
 Weights cross hosts through `forge_agent.weights.relay` (`weights_backend`: gloo or nccl); env
 workers on another host run in an `EnvPoolActor` there (`forge_agent.env.remote_pool`).
 """
@@ -104,7 +104,7 @@ async def resolve_host_meshes(cfg: HostsConfig) -> dict[str, Any]:
             name: await attach_hosts(name, addresses, cfg.connect_timeout_s)
             for name, addresses in cfg.workers.items()
         }
-    from forge_agent.runtime.launchers import job_host_meshes, kubernetes_job, slurm_job
+    from forge_agent.run.launchers import job_host_meshes, kubernetes_job, slurm_job
 
     if cfg.kind == "slurm":
         job = slurm_job(cfg.nodes, **cfg.slurm)

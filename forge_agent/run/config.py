@@ -26,14 +26,16 @@ from typing import Any, ClassVar, Literal, TypeVar
 
 from forge_agent import typed_config
 from forge_agent.algorithms.advantages import AdvantageConfig
-from forge_agent.algorithms.losses import LossConfig
-from forge_agent.generator.engine import GeneratorConfig
+from forge_agent.algorithms.loss_config import LossConfig
+from forge_agent.env.config import EnvConfig
+from forge_agent.generator.config import GeneratorConfig
 from forge_agent.observability.metrics import MetricsConfig
 from forge_agent.rollout.engine import RolloutConfig
-from forge_agent.runtime.host_placement import HostsConfig
-from forge_agent.runtime.placement import PlacementConfig
-from forge_agent.runtime.supervision import SupervisionConfig
-from forge_agent.trainer.core import TrainerConfig, titan_degrees
+from forge_agent.rollout.renderer import RendererConfig
+from forge_agent.run.host_placement import HostsConfig
+from forge_agent.run.placement import PlacementConfig
+from forge_agent.run.supervision import SupervisionConfig
+from forge_agent.trainer.config import TrainerConfig, titan_degrees
 from forge_agent.typed_config import (
     ConfigError,
     dump_yaml,
@@ -42,7 +44,7 @@ from forge_agent.typed_config import (
 )
 from forge_agent.typed_config import check_field as _check
 from forge_agent.warm_start import WarmStartConfig
-from forge_agent.weights.store import WeightStoreConfig
+from forge_agent.weights.config import WeightStoreConfig
 
 __all__ = [
     "AdvantageConfig",
@@ -83,8 +85,6 @@ class ModelConfig:
     name: str = "tiny"
     tiny: dict[str, Any] = field(default_factory=dict)  # TinyModelConfig kwargs
     dtype: Literal["auto", "float32", "bfloat16"] = "auto"  # auto: float32 on CPU, bf16 on GPU
-    renderer: Literal["auto", "qwen3", "default"] = "auto"
-    enable_thinking: bool = False
 
     def __post_init__(self) -> None:
         _check(bool(self.name), "name", self.name, '"tiny" or a model folder / hub name')
@@ -95,25 +95,6 @@ class ModelConfig:
         from forge_agent.models.tiny import TinyModelConfig
 
         return from_dict(TinyModelConfig, self.tiny, "model.tiny")
-
-
-@dataclass
-class EnvConfig:
-    """Which environment to train on and how long its calls may take."""
-
-    id: str = "calculator"
-    kwargs: dict[str, Any] = field(default_factory=lambda: {"difficulty": 1})
-    step_timeout_s: float = 30.0
-    reset_timeout_s: float = 60.0
-    train_seed: int = 0  # seed of the first training task; eval tasks start at eval_seed
-    eval_seed: int = 10_000
-    dataset: str | None = None  # hub name or local json/jsonl/parquet/csv of tasks
-    fields: dict[str, str] = field(default_factory=dict)  # task field -> column or "{template}"
-
-    def __post_init__(self) -> None:
-        _check(bool(self.id), "id", self.id, "a registered env id or 'module:Name'")
-        for key in ("step_timeout_s", "reset_timeout_s"):
-            _check(getattr(self, key) > 0, key, getattr(self, key), "seconds > 0")
 
 
 @dataclass
@@ -218,6 +199,10 @@ class AgentConfig:
         "training.entropy_coef": "trainer.loss.entropy_coef",
         "training.backend": "trainer.backend",
         "training.titan": "trainer.titan",
+        # milestone 3: one renderer section, one context-length cap
+        "model.renderer": "renderer.kind",
+        "model.enable_thinking": "renderer.enable_thinking",
+        "rollout.max_model_len": "generator.max_model_len",
     }
 
     seed: int = 0
@@ -225,6 +210,7 @@ class AgentConfig:
     device: Literal["auto", "cpu", "cuda"] = "auto"
     resume: bool = False  # shortcut for checkpoint.resume
     model: ModelConfig = field(default_factory=ModelConfig)
+    renderer: RendererConfig = field(default_factory=RendererConfig)
     services: PlacementConfig = field(default_factory=PlacementConfig)
     hosts: HostsConfig = field(default_factory=HostsConfig)  # which host each service runs on
     generator: GeneratorConfig = field(default_factory=lambda: GeneratorConfig(max_model_len=1024))

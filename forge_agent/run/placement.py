@@ -4,7 +4,7 @@
     trainer_procs = placement.trainer_procs()        # services.trainer.procs procs, 1 GPU each
     generator_procs = placement.generator_procs(0)   # 1 proc seeing tensor_parallel_size GPUs
 
-    # several hosts (forge_agent.runtime.host_placement): each service on its host mesh
+    # several hosts (forge_agent.run.host_placement): each service on its host mesh
     placement = Placement(cfg.services, hosts=cfg.hosts, host_meshes=await resolve_host_meshes(...))
 
 Every proc that runs on GPUs gets its own, disjoint ``CUDA_VISIBLE_DEVICES``, set by the proc's
@@ -18,10 +18,13 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from forge_agent.runtime.host_placement import LOCAL, SERVICES, HostsConfig
+from forge_agent.run.host_placement import LOCAL, SERVICES, HostsConfig
 from forge_agent.typed_config import check_field as _check
+
+if TYPE_CHECKING:
+    from forge_agent.env.config import EnvConfig
 
 
 @dataclass
@@ -257,7 +260,7 @@ class Placement:
             "job; cross-host weights need the trainer on a `workers` mesh or on this host"
         )
 
-    async def env_pool(self, env: Any) -> Any:
+    async def env_pool(self, env: EnvConfig) -> Any:
         """The run's env workers (``env``: the run's ``EnvConfig``): an ``EnvPool`` of
         subprocesses of this process, or, with ``hosts.services.env`` naming a host mesh, a
         pool inside an ``EnvPoolActor`` on that mesh's first host (``RemoteEnvs``)."""
@@ -266,25 +269,17 @@ class Placement:
             from forge_agent.env import EnvPool
 
             return EnvPool(
-                env.id,
-                size=w.count() * w.envs_per_worker,
-                step_timeout_s=env.step_timeout_s,
-                reset_timeout_s=env.reset_timeout_s,
-                env_kwargs=dict(env.kwargs),
-                envs_per_worker=w.envs_per_worker,
+                env, size=w.count() * w.envs_per_worker, envs_per_worker=w.envs_per_worker
             )
         from forge_agent.env.remote_pool import EnvPoolActor, RemoteEnvs
 
         actor = self.spawn("env", 1, service="env", host=0).spawn(
             "env_pool",
             EnvPoolActor,
-            env.id,
-            w.num_replicas,
-            w.per_core,
-            env.step_timeout_s,
-            env.reset_timeout_s,
-            dict(env.kwargs),
-            w.envs_per_worker,
+            env,
+            workers=w.num_replicas,
+            per_core=w.per_core,
+            envs_per_worker=w.envs_per_worker,
         )
         return await RemoteEnvs.start(actor)
 

@@ -1,0 +1,53 @@
+"""`EnvConfig`: which env a run trains on, its tasks and how long its calls may take.
+
+The env layer owns it: the env workers (`EnvPool`, `EnvPoolActor`), the task stream, the
+evaluator and the agent-program path take this config, not copies of its fields.
+
+    env = EnvConfig("calculator", {"difficulty": 2})
+    stream = TaskStream(env)               # forge_agent.env.tasks; from env.train_seed
+    held_out = eval_tasks(env, 64)         # from env.eval_seed, disjoint from training
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from forge_agent.env.registry import is_agent_program
+from forge_agent.typed_config import check_field
+
+
+@dataclass
+class EnvConfig:
+    """Which environment to train on, where its tasks come from and its call deadlines.
+
+    `id`: a registered env id, a "package.module:Class" entry point, an OpenEnv server's
+    http(s) URL, or "agent:package.module:fn" (an agent program, docs/agents.md).
+    `kwargs`: the env's constructor arguments. `dataset` / `fields`: tasks from a hub dataset or
+    a local file instead of the env's own (task field -> column or "{template}").
+    """
+
+    id: str = "calculator"
+    kwargs: dict[str, Any] = field(default_factory=lambda: {"difficulty": 1})
+    step_timeout_s: float = 30.0  # one env step past this ends the episode `env_timeout`
+    reset_timeout_s: float = 60.0  # building + resetting an env, and a worker's start
+    close_timeout_s: float = 30.0  # closing an env at the end of its episode
+    train_seed: int = 0  # seed of the first training task; eval tasks start at eval_seed
+    eval_seed: int = 10_000
+    dataset: str | None = None
+    fields: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        check_field(bool(self.id), "id", self.id, "a registered env id or 'module:Name'")
+        for key in ("step_timeout_s", "reset_timeout_s", "close_timeout_s"):
+            check_field(getattr(self, key) > 0, key, getattr(self, key), "seconds > 0")
+
+    @property
+    def is_agent_program(self) -> bool:
+        """The env is an agent program on the openai client (`agent:...`)."""
+        return is_agent_program(self.id)
+
+    @property
+    def agent_reward(self) -> str | None:
+        """An agent program's reward function ("module:fn"), run by the reward actors."""
+        return self.kwargs.get("reward") if self.is_agent_program else None

@@ -1,0 +1,81 @@
+"""The generator's config (how to start the engine) and per-request sampling settings, as
+plain data: importing them loads neither torch nor vLLM."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class GeneratorConfig:
+    """How to start the engine (the model it serves, its dtype and seed are `VLLMEngine`'s
+    arguments: the run's)."""
+
+    max_model_len: int = 2048
+    enforce_eager: bool = True
+    tensor_parallel_size: int = 1
+    gpu_memory_utilization: float = 0.85
+    cpu_kv_cache_gb: float = 0.125  # KV cache size on the CPU build (GiB; fractions allowed)
+    enable_prefix_caching: bool = True
+    max_num_seqs: int = 128
+    # auto: on CPU with tensor_parallel_size 1, vLLM's worker runs inside its engine-core
+    # process ("uni": one torch process less, and no worker queue polled for 1 s after each
+    # message); otherwise vLLM's multiprocess executor ("mp")
+    executor: str = "auto"
+    # OpenMP threads of the CPU engine-core process between parallel regions: "passive" sleep
+    # (the cores go to the trainer, controller and env workers), "active" spin, null: OpenMP's
+    # default (spin a while, then sleep)
+    omp_wait_policy: str | None = "passive"
+    engine_kwargs: dict[str, Any] = field(default_factory=dict)  # passed to AsyncEngineArgs
+
+    def __post_init__(self) -> None:
+        from forge_agent.typed_config import check_field
+
+        check_field(self.max_model_len >= 16, "max_model_len", self.max_model_len, "an int >= 16")
+        check_field(
+            0.0 < self.gpu_memory_utilization <= 1.0,
+            "gpu_memory_utilization",
+            self.gpu_memory_utilization,
+            "a fraction in (0, 1]",
+        )
+        for key in ("tensor_parallel_size", "max_num_seqs"):
+            check_field(getattr(self, key) >= 1, key, getattr(self, key), "an int >= 1")
+        check_field(self.cpu_kv_cache_gb > 0, "cpu_kv_cache_gb", self.cpu_kv_cache_gb, "GiB > 0")
+        check_field(
+            self.executor in ("auto", "uni", "mp"), "executor", self.executor, "auto | uni | mp"
+        )
+        policy = self.omp_wait_policy
+        check_field(
+            policy in (None, "active", "passive"),
+            "omp_wait_policy",
+            policy,
+            "active | passive | null",
+        )
+
+    def resolved_executor(self) -> str:
+        """The executor `auto` stands for here: "uni" on CPU with one worker, else "mp"."""
+        if self.executor != "auto":
+            return self.executor
+        return "uni" if on_cpu() and self.tensor_parallel_size == 1 else "mp"
+
+
+@dataclass
+class SamplingConfig:
+    """Per-request sampling settings (a subset of vLLM's `SamplingParams`)."""
+
+    max_tokens: int = 128
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = -1
+    stop_token_ids: list[int] = field(default_factory=list)
+    seed: int | None = None
+    prompt_logprobs: bool = False
+    ignore_eos: bool = False  # keep sampling past end-of-sequence (benchmarks, tests)
+
+
+def on_cpu() -> bool:
+    """No CUDA device here (torch is imported only when asked)."""
+    import torch
+
+    return not torch.cuda.is_available()

@@ -1,0 +1,336 @@
+"""The driver: a rollout loop and a training loop, and the calls between the services.
+
+    model ─► (warm start) ─► Generator replicas (vLLM)  ◄── weights ── WeightStore ◄── Trainer
+                                   │ token ids                                          ▲
+    TaskStream ─► RolloutEngine ───┴─► env workers (EnvPool) ─► RewardActor ─► advantages
+                                                                                   │
+                                                  ReplayBuffer (staleness bound) ◄─┘
+
+`training.max_policy_lag` = 0 pauses rollouts while the trainer steps and syncs (on-policy);
+n > 0 lets them run on, and no trained token was sampled more than n versions before the policy
+it trains (per-token check; see algorithms/replay.py); a weight sync then interrupts running
+requests and continues them on the new weights. Where the rest lives: the services and their
+calls (`run.services`), checkpoints and going back to one (`run.recovery`), the engines
+(`run.rollouts`), the output folder (`run.outputs`), signals (`run.signals`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+import time
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+from forge_agent.algorithms.advantages import compute_advantages
+from forge_agent.algorithms.replay import ReplayBuffer, ZeroSignalWatch, check_token_lags
+from forge_agent.env.tasks import TaskStream, eval_tasks
+from forge_agent.evaluation import evaluate
+from forge_agent.observability.loop_timing import LoopTiming
+from forge_agent.observability.metrics import MetricLogger, record
+from forge_agent.observability.step_profile import PhaseClock
+from forge_agent.rewards.build import AGENT_REWARD
+from forge_agent.run import outputs
+from forge_agent.run.config import AgentConfig
+from forge_agent.run.recovery import Recovery
+from forge_agent.run.rollouts import Engines, build_engines, record_episode
+from forge_agent.run.services import Services
+from forge_agent.run.signals import cancel_on_signals, python_handlers
+from forge_agent.run.supervision import ServiceFailed, ServiceRestarted
+from forge_agent.types import Group
+
+logger = logging.getLogger(__name__)
+
+GenerateWrapper = Callable[[Any], Any]
+
+
+class Controller:
+    """Builds the services from an `AgentConfig` and runs GRPO over them.
+
+    `generate_wrapper` wraps the generate function (tests inject generator faults with it).
+    """
+
+    def __init__(self, cfg: AgentConfig, generate_wrapper: GenerateWrapper | None = None) -> None:
+        self.cfg = cfg
+        self.generate_wrapper = generate_wrapper
+        self.services: Services | None = None
+        self.engines: Engines | None = None
+        self.step = self.version = 0
+        self.epoch = 0  # advances when a restarted trainer goes back to a checkpoint
+        self.counts: Counter[str] = Counter()
+        self.evals: list[dict[str, float]] = []
+        self.resumed_from: dict[str, Any] | None = None
+        self.rollouts_open = asyncio.Event()  # closed while the policy changes (on-policy)
+        self.rollouts_open.set()
+        self.profile = PhaseClock()  # per-step phases (profile/* metrics)
+        self.timing = LoopTiming()
+
+    async def setup(self) -> None:
+        """Tasks, the policy (after its warm start), the services, engines, buffer, metrics."""
+        from forge_agent.models.tiny import load_tokenizer
+        from forge_agent.observability.trace_html import load_token_decoder
+        from forge_agent.observability.traces import TraceWriter
+        from forge_agent.rollout import ChatRenderer, SessionRouter
+        from forge_agent.run.host_placement import resolve_host_meshes
+        from forge_agent.warm_start import policy_model
+
+        cfg = self.cfg
+        meshes = await resolve_host_meshes(cfg.hosts)  # first: it picks Monarch's transport
+        self.out = outputs.prepare_output_dir(cfg)
+        self.tasks = TaskStream(cfg.env)  # a bad env, dataset or task fails here
+        self.eval_tasks = eval_tasks(cfg.env, cfg.eval.num_tasks) if cfg.eval.every else []
+        with python_handlers():  # the warm start blocks this thread for minutes
+            self.policy_path = policy_model(cfg)
+        print(f"[setup] policy: {self.policy_path}", flush=True)
+        self.services = Services(
+            cfg, self.policy_path, self._trainer_restarted, self._generator_restarted
+        )
+        generator = await self.services.start(meshes)
+        generate: Any = SessionRouter(list(self.services.generators))
+        if self.generate_wrapper is not None:
+            generate = self.generate_wrapper(generate)
+        renderer = ChatRenderer(load_tokenizer(self.policy_path), cfg.renderer)
+        self.engines = await build_engines(
+            cfg,
+            self.profile.timed_generate(generate),
+            self.profile.timed_envs(self.services.pool),
+            renderer,
+            int(generator["max_model_len"]),
+            agent_score=functools.partial(self.services.score, components=[AGENT_REWARD]),
+        )
+        self.traces = TraceWriter(self.out / "traces.jsonl")
+        self.buffer = ReplayBuffer(cfg.training.replay_capacity, cfg.training.max_policy_lag)
+        gps = cfg.training.groups_per_step
+        self.zero_signal = ZeroSignalWatch(warn_after=4 * gps, fail_after=25 * gps)
+        self.metrics = MetricLogger.from_config(cfg.metrics, self.out, cfg.training.steps)
+        self.decode = load_token_decoder(self.policy_path)
+        self.recovery = Recovery(
+            self.out / "checkpoints", cfg.checkpoint.keep, self.services, self.tasks, self.buffer
+        )
+        if cfg.checkpoint.resume:
+            await self._resume()
+
+    # ------------------------------------------------------------------ training loop
+    async def run(self) -> dict[str, Any]:
+        """The training loop. Consumes batches of fresh scored groups from the replay buffer;
+        produces policy versions (trainer step, then weight store -> every generator); waits on
+        the buffer, the trainer and the weight sync. Returns the summary (summary.json)."""
+        cfg, services = self.cfg, self.services
+        started, busy_at_start = time.monotonic(), await services.generators.busy_seconds()
+        if cfg.eval.every:
+            await self._evaluate()
+        self.profile.start()
+        rollouts = asyncio.create_task(self._rollout_loop())
+        try:
+            while self.step < cfg.training.steps:
+                batch = [t for g in await self._next_batch(rollouts) for t in g.trajectories]
+                lags = check_token_lags(batch, self.version, cfg.training.max_policy_lag)
+                if cfg.training.max_policy_lag == 0:
+                    self.rollouts_open.clear()  # on-policy: no rollouts while the policy changes
+                try:
+                    with self.timing.measure("trainer_busy"), self.profile.phase("train"):
+                        metrics = await services.train_step(batch)
+                    self.step += 1
+                    self.version = int(metrics.get("train/policy_version", self.version + 1))
+                    await self.buffer.set_version(self.version)
+                    if self.step % cfg.training.sync_interval == 0:
+                        await self._sync_weights(self.version)
+                except ServiceRestarted as exc:  # the trainer went back to its checkpoint
+                    if exc.service != services.trainer.name:
+                        raise
+                    self.counts["batches_lost_to_trainer_restart"] += 1
+                    continue
+                finally:
+                    self.rollouts_open.set()
+                last = self.step == cfg.training.steps
+                if cfg.eval.every and (self.step % cfg.eval.every == 0 or last):
+                    with self.profile.phase("eval"):
+                        await self._evaluate()
+                if cfg.checkpoint.every and (self.step % cfg.checkpoint.every == 0 or last):
+                    try:
+                        with self.profile.phase("checkpoint"):
+                            await self.recovery.save(self.step)
+                    except ServiceRestarted:  # died while saving: back to the last complete one
+                        self.counts["checkpoints_lost_to_trainer_restart"] += 1
+                        continue
+                outputs.log_step(self, metrics, lags)
+        finally:
+            rollouts.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await rollouts
+        return await self._summary(time.monotonic() - started, busy_at_start)
+
+    async def _next_batch(self, rollouts: asyncio.Task) -> list[Group]:
+        """The next batch; re-raises a crash of the rollout loop instead of waiting forever."""
+        take = asyncio.create_task(
+            self.buffer.take(self.cfg.training.groups_per_step, self.version)
+        )
+        done, _ = await asyncio.wait({take, rollouts}, return_when=asyncio.FIRST_COMPLETED)
+        if take not in done:
+            take.cancel()
+            rollouts.result()  # raises the rollout loop's error
+            raise RuntimeError("the rollout loop stopped")
+        return take.result()
+
+    async def _sync_weights(self, version: int) -> None:
+        """Trainer -> weight store -> every generator replica (fan-out), bounded in time.
+        Async (lag > 0): running requests continue on the new weights (partial rollouts);
+        on-policy: they finish on the old weights first."""
+        started = time.monotonic()
+        with self.profile.phase("weight_sync"):
+            version = await self.services.push_weights()
+            in_flight = "continue" if self.cfg.training.max_policy_lag > 0 else "finish"
+            await self.services.generators.update(version, in_flight=in_flight)
+        record("weight_sync/s", time.monotonic() - started)
+
+    # ------------------------------------------------------------------ rollout loop
+    async def _rollout_loop(self) -> None:
+        """The rollout loop. Consumes tasks; produces scored groups with advantages into the
+        replay buffer; waits on the generators, env workers, reward actors, and on buffer room
+        (`ReplayBuffer.room`: on-policy, exactly the groups the next step needs)."""
+        cfg = self.cfg
+        max_groups = max(1, cfg.rollout.max_concurrent_episodes // cfg.training.group_size)
+        running: set[asyncio.Task] = set()
+        try:
+            while True:
+                while not self.rollouts_open.is_set():  # a wake-up may come after it re-closed
+                    await self.rollouts_open.wait()
+                room = self.buffer.room(len(running), cfg.training.groups_per_step)
+                if len(running) < max_groups and room > 0:
+                    running.add(asyncio.create_task(self._one_group(*next(self.tasks))))
+                    continue
+                changed = asyncio.ensure_future(self.buffer.changed())  # a take, a new version
+                done, _ = await asyncio.wait(
+                    running | {changed}, timeout=1.0, return_when=asyncio.FIRST_COMPLETED
+                )
+                changed.cancel()
+                for finished in done - {changed}:
+                    running.discard(finished)
+                    finished.result()
+        finally:
+            for group in running:
+                group.cancel()
+            await asyncio.gather(*running, return_exceptions=True)
+
+    async def _one_group(self, task: dict[str, Any], seed: int) -> None:
+        """G episodes of one task -> reward service -> advantages -> replay buffer."""
+        epoch = self.epoch
+        group = await self.engines.train.run_group(task, seed, self.cfg.training.group_size)
+        try:
+            with self.profile.phase("reward"):
+                scored, reward_metrics = await self.services.score(group.trajectories)
+        except ServiceFailed:
+            raise
+        except Exception as exc:  # the whole reward service failed: mark, do not crash
+            self.counts["reward_service_error"] += 1
+            logger.warning("reward scoring failed for %s: %s", group.task_id, exc)
+            return
+        if epoch != self.epoch:  # sampled by a policy a trainer restart went back from
+            self.counts["groups_discarded_after_restart"] += 1
+            return
+        for traj in scored:
+            self.traces.write(traj, {"step": self.step, "policy_version": self.version})
+            record_episode(traj, self.counts)
+        for name, value in reward_metrics.items():
+            record(name, value)
+        kept, stats = compute_advantages([Group(group.task_id, list(scored))], self.cfg.advantages)
+        for name, value in stats.as_metrics().items():
+            record(name, value, "sum")
+        self.counts["groups_produced"] += 1
+        self.zero_signal.observe(bool(kept), [t.reward for t in scored], stats.dropped)
+        if kept:
+            await self.buffer.put(Group(task_id=group.task_id, trajectories=kept))
+        else:
+            self.counts["groups_filtered"] += 1
+
+    # ------------------------------------------------------------------ evaluation
+    async def _evaluate(self) -> None:
+        """Held-out tasks at `eval.temperature`, no training groups started meanwhile."""
+        self.rollouts_open.clear()
+        busy = await self.services.generators.busy_seconds()
+        try:
+            with self.timing.measure("eval"):
+                report = await evaluate(
+                    self.engines.eval,
+                    self.eval_tasks,
+                    self.cfg.eval.k,
+                    seed=self.cfg.seed,
+                    score=self.engines.eval_score,
+                )
+        finally:
+            self.rollouts_open.set()
+            busy = await self.services.generators.busy_seconds() - busy
+            self.timing.add("generator_busy_eval", busy)
+        metrics = report.as_metrics()
+        for name, value in metrics.items():
+            record(name, value, "last")
+        keys = ("eval/reward/mean", "eval/pass@1", "eval/tool_call_rate")
+        line = ", ".join(f"{k.split('/')[-1]} {metrics[k]:.3f}" for k in keys if k in metrics)
+        print(f"[eval] step {self.step}: {line}", flush=True)
+        # wall_s: seconds of training so far, evaluation excluded (time-to-reward comparisons)
+        self.evals.append({"step": self.step, "wall_s": self.timing.loop_seconds(), **metrics})
+
+    # ------------------------------------------------------------------ recovery
+    async def _resume(self) -> None:
+        """`resume=true`: continue from the newest complete checkpoint in `output_dir`."""
+        restored = await self.recovery.resume()
+        if restored is None:
+            logger.info("resume: no checkpoint under %s; starting fresh", self.out)
+            return
+        self.resumed_from = {k: v for k, v in restored.position.items() if k != "replay"}
+        self.step, self.version = restored.step, restored.version
+        if self.version > 0:
+            await self._sync_weights(self.version)
+        print(f"[resume] {restored.path.name}: step {self.step}, policy version {self.version}")
+
+    async def _trainer_restarted(self, trainer: Any) -> None:
+        """A replacement trainer goes back to the last checkpoint (`Recovery`); groups sampled
+        by the lost policy versions are discarded."""
+        self.epoch += 1  # groups started before now belong to lost policy versions
+        restored, self.version = await self.recovery.trainer_restarted(trainer)
+        self.step = restored.step if restored else 0
+        where = restored.path.name if restored else "the initial policy (no checkpoint yet)"
+        print(f"[restart] trainer resumed from {where}: step {self.step}, version {self.version}")
+
+    async def _generator_restarted(self, generator: Any) -> None:
+        """A replacement replica starts from the current policy, not the initial weights."""
+        if self.version > 0:
+            await self.services.generators.update(self.version, only=generator)
+
+    # ------------------------------------------------------------------ bookkeeping
+    async def _summary(self, wall_s: float, busy_at_start: float) -> dict[str, Any]:
+        busy = await self.services.generators.busy_seconds() - busy_at_start
+        busy -= self.timing.seconds["generator_busy_eval"]  # loop time only
+        self.counts["replay_evicted"] = self.buffer.evicted
+        summary = outputs.run_summary(self, wall_s, busy)
+        outputs.write_summary(self.out, summary)
+        return summary
+
+    async def shutdown(self) -> None:
+        """Stop everything this controller started (actors, workers, sandboxes) and write the
+        trace page and the curves."""
+        if hasattr(self, "traces"):
+            outputs.finish(self.out, self.traces, self.metrics, self.cfg.metrics, self.decode)
+        if self.engines is not None:
+            with contextlib.suppress(Exception):
+                await self.engines.stop()
+        if self.services is not None:
+            await self.services.shutdown()
+
+
+async def train(cfg: AgentConfig, generate_wrapper: GenerateWrapper | None = None) -> dict:
+    """Build, run and always shut down a controller for `cfg`; Ctrl-C (SIGINT) and SIGTERM
+    stop it at any point, every actor, env worker and sandbox shut down (`run.signals`)."""
+    controller = Controller(cfg, generate_wrapper)
+    try:
+        await controller.setup()
+        with cancel_on_signals(asyncio.current_task()):
+            return await controller.run()
+    finally:
+        await controller.shutdown()
+
+
+__all__ = ["Controller", "train"]

@@ -1,0 +1,123 @@
+"""What a run leaves in `output_dir`: its config, curves, the trace page and `summary.json`.
+
+prepare_output_dir(cfg)          make the folder, clear a previous run's outputs unless
+                                 resuming, write config.yaml
+plot_curves_safely(out)          curves.png from metrics.jsonl so far (never fails the run)
+write_trace_page(out, ...)       traces.html from the last traces
+write_summary(out, summary)      summary.json
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import shutil
+from pathlib import Path
+from typing import Any
+
+from forge_agent.run.config import AgentConfig, dump_yaml
+
+logger = logging.getLogger(__name__)
+
+PREVIOUS_RUN = ("metrics.jsonl", "traces.jsonl", "checkpoints")
+"""What a fresh run in a used `output_dir` clears (resume=true continues the run instead)."""
+
+
+def prepare_output_dir(cfg: AgentConfig) -> Path:
+    """The run's output folder, made; a previous run's metrics, traces and checkpoints cleared
+    unless `checkpoint.resume` (appending to them would mix two runs); config.yaml written."""
+    out = Path(cfg.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    old = [out / name for name in PREVIOUS_RUN if (out / name).exists()]
+    if old and not cfg.checkpoint.resume:
+        print(
+            f"[fresh run] clearing the previous run's outputs in {out} "
+            "(pass resume=true to continue it)",
+            flush=True,
+        )
+        for path in old:
+            shutil.rmtree(path) if path.is_dir() else path.unlink()
+    dump_yaml(cfg, out / "config.yaml")
+    return out
+
+
+def plot_curves_safely(out: Path) -> None:
+    """curves.png from metrics.jsonl so far; a failed plot is logged, never raised."""
+    from forge_agent.observability.plots import plot_curves
+
+    try:
+        plot_curves(out / "metrics.jsonl", out / "curves.png")
+    except Exception as exc:
+        logger.warning("plotting curves failed: %s", exc)
+
+
+def write_trace_page(out: Path, last: int, decode: Any) -> None:
+    """traces.html: the last `last` episodes of traces.jsonl, tokens decoded by `decode`."""
+    from forge_agent.observability.trace_html import write_html
+    from forge_agent.observability.traces import read_traces
+
+    try:
+        write_html(read_traces(out / "traces.jsonl", last=last), out / "traces.html", decode=decode)
+    except Exception as exc:
+        logger.warning("writing the trace page failed: %s", exc)
+
+
+def write_summary(out: Path, summary: dict[str, Any]) -> None:
+    """summary.json: steps, wall time, where the time went, evals, counts, restarts."""
+    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+
+
+def run_summary(controller: Any, wall_s: float, generator_busy_s: float) -> dict[str, Any]:
+    """summary.json's content for a finished `Controller` (steps, wall time, where the time
+    went, evals, counts, restarts, the policy folder, where it resumed from)."""
+    services = controller.services.supervised
+    counts = controller.counts
+    for service in services:
+        counts[f"restarts/{service.name}"] = service.restarts
+    generators = len(controller.services.generators)
+    return {
+        "steps": controller.step,
+        "policy_version": controller.version,
+        "wall_s": wall_s,
+        "timing": controller.timing.fractions(generator_busy_s, generators),
+        "profile": controller.profile.summary(),
+        "evals": controller.evals,
+        "counts": dict(counts),
+        "restarts": {s.name: s.causes for s in services if s.causes},
+        "policy_path": str(controller.policy_path),
+        "resumed_from": controller.resumed_from,
+    }
+
+
+def finish(out: Path, traces: Any, metrics: Any, metrics_cfg: Any, decode: Any) -> None:
+    """At shutdown: close the trace writer and the metric sinks, then write traces.html (the
+    last `metrics.traces_last` episodes) and curves.png. Never raises."""
+    with contextlib.suppress(Exception):
+        traces.close()
+    write_trace_page(out, metrics_cfg.traces_last, decode)
+    with contextlib.suppress(Exception):
+        metrics.close()
+    plot_curves_safely(out)
+
+
+def log_step(controller: Any, train_metrics: dict[str, float], lags: list[int]) -> None:
+    """A finished step's metrics (the trainer's, the trained tokens' policy lag, replay and
+    restart counts, where the step's time went) flushed to the sinks; curves.png every
+    `metrics.plot_every` steps."""
+    from forge_agent.observability.metrics import record
+
+    buffer = controller.buffer
+    for name, value in train_metrics.items():
+        record(name, value)
+    record("policy/lag", sum(lags) / len(lags))  # mean over trained tokens
+    record("policy/lag_max", max(lags), "max")
+    record("replay/evicted_stale", buffer.evicted, "last")
+    record("replay/evicted_trajectories", buffer.evicted_trajectories, "last")
+    record("restarts/total", controller.services.restarts(), "last")
+    for name, value in controller.profile.step_metrics().items():
+        record(name, value, "last")
+    controller.metrics.flush(controller.step)
+    plot_every = controller.cfg.metrics.plot_every
+    if plot_every and controller.step % plot_every == 0:
+        plot_curves_safely(controller.out)
