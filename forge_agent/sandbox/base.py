@@ -62,6 +62,8 @@ class Limits:
         file_size_mb: largest file a process may write (RLIMIT_FSIZE); also bounds ``/tmp``.
         output_bytes: stdout and stderr are each kept up to this many bytes, the rest dropped.
         network: False (default) gives the sandbox no network at all, not even loopback to the host.
+            True gives outbound access from a network namespace of the sandbox's own (Docker's
+            bridge); the bwrap backend refuses it (it could only share the host's).
         workspace_mb: bytes the whole workspace may hold (a session's limit, fixed at its
             start; enforced where the host may mount a tmpfs per workspace, i.e. as root).
         workspace_files: files and folders the whole workspace may hold (same conditions).
