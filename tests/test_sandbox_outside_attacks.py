@@ -19,13 +19,20 @@ import pytest
 from forge_agent.sandbox import Limits, Sandbox, SandboxError
 
 try:
-    from sandbox_fixtures import any_sandbox, bwrap_sandbox, docker_engine, docker_sandbox
+    from sandbox_fixtures import (
+        any_sandbox,
+        bwrap_sandbox,
+        docker_engine,
+        docker_sandbox,
+        unfiltered_prlimit,
+    )
 except ImportError:  # tests/ is a package
     from tests.sandbox_fixtures import (  # noqa: F401
         any_sandbox,
         bwrap_sandbox,
         docker_engine,
         docker_sandbox,
+        unfiltered_prlimit,
     )
 
 pytestmark = pytest.mark.timeout(120)
@@ -123,3 +130,48 @@ def test_network_on_bwrap_is_refused_and_never_reaches_the_host_loopback(
         acceptor.join(timeout=5)
         listener.close()
     assert not reached.is_set()
+
+
+LOWER_THE_SUPERVISORS_LIMITS = r"""
+import os, resource
+others = [int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) != os.getpid()]
+for pid in others:  # the supervisor (on bwrap PID 1), Docker's keep-alive, a checker
+    try:
+        resource.prlimit(pid, resource.RLIMIT_AS, (1 << 20, 1 << 20))
+        resource.prlimit(pid, resource.RLIMIT_NOFILE, (4, 4))
+        print("lowered", pid)
+    except OSError as exc:
+        print("refused", pid, exc.errno)
+os.write(2, b"x" * 200_000)  # the supervisor must now allocate to read this
+"""
+
+
+def test_code_cannot_lower_its_supervisors_limits(any_sandbox: Sandbox) -> None:
+    with any_sandbox.session(FAST) as session:
+        result = session.run(code=LOWER_THE_SUPERVISORS_LIMITS)
+        assert "lowered" not in result.stdout, result.stdout
+        assert result.stdout.count("refused") >= 1 and result.exit_code == 0, result
+        assert session.run(code="print('next')").stdout == "next\n"
+
+
+def test_a_supervisor_starved_by_the_code_is_the_codes_failure(
+    any_sandbox: Sandbox, unfiltered_prlimit: None
+) -> None:
+    with any_sandbox.session(FAST) as session:
+        result = session.run(code=LOWER_THE_SUPERVISORS_LIMITS)  # no SandboxError
+        assert not result.ok and "lowered" not in result.stderr, result
+        assert "counted as the code's failure" in result.stderr, result.stderr
+        assert "not hardened" not in result.stderr
+        assert session.run(code="print('next')").stdout == "next\n"  # a fresh supervisor
+
+
+STARVING_SOLUTION = LOWER_THE_SUPERVISORS_LIMITS + "\ndef add_one(x):\n    return x\n"
+
+
+def test_grading_a_solution_that_starves_its_supervisor_scores_zero(
+    any_sandbox: Sandbox, unfiltered_prlimit: None
+) -> None:
+    from envs.code_exec.grading import grade
+
+    result = grade(STARVING_SOLUTION, "add_one", [{"args": [1], "expected": 2}], any_sandbox)
+    assert result.passed == 0 and result.total == 1, result

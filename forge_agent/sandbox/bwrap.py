@@ -43,6 +43,7 @@ from forge_agent.sandbox.base import (
     SandboxError,
     WorkspaceSession,
     check_request,
+    supervisor_failed_after_code,
 )
 from forge_agent.sandbox.cgroups import SandboxCgroup
 from forge_agent.sandbox.seccomp import bwrap_filter
@@ -419,7 +420,9 @@ class BubblewrapSession(WorkspaceSession):
             if not isinstance(reply, dict):
                 reply = {"error": f"unreadable supervisor reply {line[:200]!r}"}
             if "error" in reply:
-                self._kill_and_collect_stderr()
+                self._kill_and_collect_stderr()  # the next run starts a fresh sandbox
+                if reply.get("after_code") is True:
+                    return supervisor_failed_after_code(str(reply["error"]), duration)
                 raise SandboxError(f"bubblewrap supervisor failed: {reply['error']}")
             if reply.get("id") != request_id or self._pending:
                 # Not the answer to this request: the supervisor's channel was tampered with.

@@ -54,6 +54,7 @@ from forge_agent.sandbox.base import (
     WorkspaceSession,
     check_request,
     host_write_file,
+    supervisor_failed_after_code,
 )
 from forge_agent.sandbox.bwrap import SUPERVISOR_SOURCE, hardening_problem
 from forge_agent.sandbox.docker_local import DEFAULT_IMAGE
@@ -530,6 +531,8 @@ def _result_from_reply(raw: bytes, start: float, who: str) -> RunResult:
             continue
     if not isinstance(reply, dict) or "stdout" not in reply:
         if isinstance(reply, dict) and "error" in reply:
+            if reply.get("after_code") is True:
+                return supervisor_failed_after_code(str(reply["error"]), duration)
             raise SandboxError(f"docker sandbox supervisor failed: {reply['error']}")
         return _no_answer(start, f"the {who} died during the run (killed by the code?)", False)
     problem = hardening_problem(reply.get("hardening"))
