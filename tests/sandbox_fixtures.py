@@ -89,3 +89,17 @@ def sandbox_processes(marker: str) -> list[str]:
         if marker in cmdline and str(os.getpid()) != name:
             found.append(f"{name}: {cmdline[:200]}")
     return found
+
+
+@pytest.fixture
+def unfiltered_prlimit(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Both backends' filters without the prlimit64 rule: code then really can starve its
+    supervisor (standing for any way code of the supervisor's uid may break it)."""
+    from forge_agent.sandbox import seccomp
+
+    monkeypatch.setattr(seccomp, "DENY_PRLIMIT_OF_OTHERS", False)
+    seccomp.bwrap_filter.cache_clear()
+    seccomp.docker_profile.cache_clear()
+    yield
+    seccomp.bwrap_filter.cache_clear()
+    seccomp.docker_profile.cache_clear()

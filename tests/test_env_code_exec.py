@@ -10,6 +10,11 @@ import pytest
 
 from envs.code_exec import CodeExecEnv, extract_code, load_tasks
 
+try:
+    from sandbox_fixtures import unfiltered_prlimit
+except ImportError:  # tests/ is a package
+    from tests.sandbox_fixtures import unfiltered_prlimit  # noqa: F401
+
 pytestmark = pytest.mark.timeout(120)
 
 
@@ -118,6 +123,33 @@ def test_solution_that_fakes_equality_earns_nothing() -> None:
     )
     final = final_result(task_named("is_even"), [answer(code)])
     assert final.rewards == {"tests_passed": 0.0}
+
+
+STARVES_ITS_SUPERVISOR = """
+import os, resource
+for pid in [int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) != os.getpid()]:
+    try:
+        resource.prlimit(pid, resource.RLIMIT_AS, (1 << 20, 1 << 20))
+        resource.prlimit(pid, resource.RLIMIT_NOFILE, (4, 4))
+    except OSError:
+        pass
+os.write(2, b"x" * 200_000)
+def is_even(n):
+    return n % 2 == 1
+"""
+
+
+@pytest.mark.parametrize("filtered", [True, False], ids=["filter", "no_prlimit_rule"])
+def test_a_wrong_solution_that_starves_its_supervisor_ends_scored_not_as_an_infra_failure(
+    request: pytest.FixtureRequest, filtered: bool
+) -> None:
+    """The episode ends normally with reward 0 (an env error would be an infra status,
+    excluded from baselines and loss), whether the filter stops the attack or not."""
+    if not filtered:
+        request.getfixturevalue("unfiltered_prlimit")
+    final = final_result(task_named("is_even"), [answer(STARVES_ITS_SUPERVISOR)])
+    assert final.done and final.rewards == {"tests_passed": 0.0}, final.info
+    assert final.info["outcome"] in ("failed", "error"), final.info
 
 
 def test_answer_without_code_block_is_no_code() -> None:

@@ -3,6 +3,8 @@
 Failure policy (the same for every backend):
 - What the *sandboxed code* does (crash, exceed a limit, kill its own supervisor, flood output)
   always comes back as a `RunResult`; the host and the next call are unaffected.
+- A supervisor that fails after the code started counts as the code's failure (a `RunResult`
+  saying so, `supervisor_failed_after_code`): the code shares its uid and may have caused it.
 - What goes wrong with the *sandbox itself* (bubblewrap missing, the Docker engine gone, a
   sandbox that cannot start) raises `SandboxError` with a message that names the cause, so the
   caller can mark the episode as an infrastructure failure instead of blaming the policy.
@@ -33,6 +35,7 @@ __all__ = [
     "SandboxError",
     "SandboxSession",
     "normalize_workspace_path",
+    "supervisor_failed_after_code",
 ]
 
 FileData = str | bytes
@@ -62,6 +65,8 @@ class Limits:
         file_size_mb: largest file a process may write (RLIMIT_FSIZE); also bounds ``/tmp``.
         output_bytes: stdout and stderr are each kept up to this many bytes, the rest dropped.
         network: False (default) gives the sandbox no network at all, not even loopback to the host.
+            True gives outbound access from a network namespace of the sandbox's own (Docker's
+            bridge); the bwrap backend refuses it (it could only share the host's).
         workspace_mb: bytes the whole workspace may hold (a session's limit, fixed at its
             start; enforced where the host may mount a tmpfs per workspace, i.e. as root).
         workspace_files: files and folders the whole workspace may hold (same conditions).
@@ -154,6 +159,29 @@ class RunResult:
         if self.signal is not None:
             return f"killed by signal {self.signal}"
         return f"exit code {self.exit_code}"
+
+
+def supervisor_failed_after_code(error: str, duration_s: float) -> RunResult:
+    """The result of a run whose supervisor failed after the code had started.
+
+    The code shares the supervisor's uid, so such a failure may be the code's doing (starving
+    it of memory, descriptors, ...): it counts as the code's failure, never as the sandbox's
+    (a `SandboxError` would end the episode as an infrastructure failure, which training
+    leaves out: a way for a wrong answer to escape its reward of 0).
+    """
+    return RunResult(
+        stdout="",
+        stderr=(
+            f"[sandbox] the supervisor failed after the code started ({error}); counted as the "
+            "code's failure (code can interfere with its supervisor)\n"
+        ),
+        exit_code=None,
+        signal=9,
+        timed_out=False,
+        oom=False,
+        duration_s=duration_s,
+        truncated=False,
+    )
 
 
 class SandboxSession(abc.ABC):

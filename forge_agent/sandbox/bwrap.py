@@ -4,7 +4,9 @@ Each sandbox is one ``bwrap`` process (``--unshare-all --die-with-parent --new-s
 --as-pid-1``) whose PID 1 is the supervisor (`forge_agent.sandbox.supervisor`) running on the
 system Python. The sandbox sees a read-only ``/usr`` (plus the ``/bin``, ``/lib*`` links and a
 few harmless ``/etc`` files), a private ``/proc`` and ``/dev``, a size-bounded tmpfs ``/tmp``, a
-read-only root and one writable directory: the workspace, bound at ``/workspace``. It runs as
+read-only root and one writable directory: the workspace, bound at ``/workspace``. Its network
+namespace is a new, empty one (no loopback to the host); ``Limits(network=True)`` is refused
+(`NETWORK_REFUSED` says why). It runs as
 uid/gid 65534; when the host process is root, bubblewrap itself is started as host uid 65534
 too, so nothing in the sandbox maps to host root and RLIMIT_NPROC is enforced.
 
@@ -41,6 +43,7 @@ from forge_agent.sandbox.base import (
     SandboxError,
     WorkspaceSession,
     check_request,
+    supervisor_failed_after_code,
 )
 from forge_agent.sandbox.cgroups import SandboxCgroup
 from forge_agent.sandbox.seccomp import bwrap_filter
@@ -67,6 +70,15 @@ ETC_FILES = (
 
 START_TIMEOUT_S = 30.0
 BACKSTOP_GRACE_S = 2.0
+
+NETWORK_REFUSED = (
+    "Limits(network=True) is refused on the bwrap backend: bubblewrap's only network option "
+    "(--share-net) runs the code in the host's network namespace, where it reaches every "
+    "listener on the host's 127.0.0.1 and the host's abstract unix sockets (this run's own "
+    "among them); use the docker backend (a network namespace of its own with outbound "
+    "access) for code that needs the network"
+)
+"""Why bwrap sandboxes have no network option (until one with a namespace of its own)."""
 
 
 class BubblewrapSandbox(Sandbox):
@@ -99,6 +111,8 @@ class BubblewrapSandbox(Sandbox):
         admission_timeout_s: float = 30.0,
     ) -> None:
         super().__init__(limits)
+        if self.limits.network:
+            raise SandboxError(NETWORK_REFUSED)
         self.memory_budget_mb = memory_budget_mb
         self.admission_timeout_s = admission_timeout_s
         found = shutil.which(bwrap)
@@ -134,12 +148,12 @@ class BubblewrapSandbox(Sandbox):
         """The bwrap command line of one sandbox whose PID 1 is the supervisor, or (with
         `entry`) one that runs `entry` under bubblewrap's own init, with `env` added;
         `seccomp_fd` is a readable descriptor holding the compiled filter
-        (`seccomp.bwrap_filter`)."""
+        (`seccomp.bwrap_filter`). The network namespace is always a new, empty one."""
+        if limits.network:
+            raise SandboxError(NETWORK_REFUSED)
         args = [self.bwrap, "--unshare-all"]
         if seccomp_fd is not None:
             args += ["--seccomp", str(seccomp_fd)]
-        if limits.network:
-            args.append("--share-net")
         args += ["--die-with-parent", "--new-session"]
         if entry is None:
             args.append("--as-pid-1")
@@ -164,10 +178,6 @@ class BubblewrapSandbox(Sandbox):
                 args += ["--ro-bind", top, top]
         for path in (*ETC_FILES, *self.ro_binds):
             args += ["--ro-bind-try", path, path]
-        if limits.network:
-            args += ["--ro-bind-try", "/etc/resolv.conf", "/etc/resolv.conf"]
-            args += ["--ro-bind-try", "/etc/hosts", "/etc/hosts"]
-            args += ["--ro-bind-try", "/etc/ssl", "/etc/ssl"]
         args += [
             "--proc", "/proc",
             "--dev", "/dev",
@@ -184,6 +194,8 @@ class BubblewrapSession(WorkspaceSession):
     """One bubblewrap sandbox with a warm supervisor and a persistent workspace."""
 
     def __init__(self, backend: BubblewrapSandbox, limits: Limits) -> None:
+        if limits.network:
+            raise SandboxError(NETWORK_REFUSED)
         self.backend = backend
         self.limits = limits
         self.restarts = 0
@@ -332,9 +344,9 @@ class BubblewrapSession(WorkspaceSession):
         env: Mapping[str, str] | None = None,
     ) -> subprocess.Popen[bytes]:
         """Start a long-lived process beside the supervisor: a sibling bubblewrap sandbox with
-        the same mounts, the same workspace, no network (unless the session has it), the rlimits
-        of `limits` and the session's memory/pids cgroup; it dies with the session (or with the
-        host process). Its own PID namespace keeps it out of reach of `run`'s cleanup."""
+        the same mounts, the same workspace, no network, the rlimits of `limits` and the
+        session's memory/pids cgroup; it dies with the session (or with the host process). Its
+        own PID namespace keeps it out of reach of `run`'s cleanup."""
         check_request(None, argv)
         limits = limits or self.limits
         if limits.network != self.limits.network:
@@ -408,7 +420,9 @@ class BubblewrapSession(WorkspaceSession):
             if not isinstance(reply, dict):
                 reply = {"error": f"unreadable supervisor reply {line[:200]!r}"}
             if "error" in reply:
-                self._kill_and_collect_stderr()
+                self._kill_and_collect_stderr()  # the next run starts a fresh sandbox
+                if reply.get("after_code") is True:
+                    return supervisor_failed_after_code(str(reply["error"]), duration)
                 raise SandboxError(f"bubblewrap supervisor failed: {reply['error']}")
             if reply.get("id") != request_id or self._pending:
                 # Not the answer to this request: the supervisor's channel was tampered with.

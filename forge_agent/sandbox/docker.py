@@ -54,11 +54,13 @@ from forge_agent.sandbox.base import (
     WorkspaceSession,
     check_request,
     host_write_file,
+    supervisor_failed_after_code,
 )
 from forge_agent.sandbox.bwrap import SUPERVISOR_SOURCE, hardening_problem
 from forge_agent.sandbox.docker_local import DEFAULT_IMAGE
 from forge_agent.sandbox.seccomp import docker_profile
-from forge_agent.sandbox.workspace import Workspace, remove_tree
+from forge_agent.sandbox.tree_removal import empty_folder
+from forge_agent.sandbox.workspace import Workspace
 
 __all__ = ["DockerSandbox", "DockerSession"]
 
@@ -347,7 +349,8 @@ class DockerSession(WorkspaceSession):
         env: Mapping[str, str] | None = None,
     ) -> subprocess.Popen[bytes]:
         """Start a long-lived process in a sibling container of the session's: the same image,
-        hardening, workspace volume and read-only binds, no network (unless the session has
+        hardening, workspace volume and read-only binds (not the reply folder: it lives on
+        while the host clears that folder before each run), no network (unless the session has
         it), the rlimits of `limits` and memory/pids limits of its own. Its stdio is attached
         through the ``docker`` CLI (``docker start -ai``); `kill()` removes the container. It is
         removed when the session closes. The session's runs cannot reach it."""
@@ -362,7 +365,7 @@ class DockerSession(WorkspaceSession):
         cli = shutil.which("docker")
         if cli is None:
             raise SandboxError("spawn needs the docker CLI on PATH (it attaches the pipes)")
-        options = container_options(self._dirs, limits, backend.ro_binds)
+        options = container_options(self._dirs, limits, backend.ro_binds, replies=False)
         options["environment"] = {**options["environment"], **(env or {})}
         command = [
             backend.python, "-I", f"{CONTROL_DIR}/supervisor.py", "exec",
@@ -393,8 +396,12 @@ class DockerSession(WorkspaceSession):
             return proc
 
 
-def container_options(dirs: _Dirs, limits: Limits, ro_binds: Sequence[str] = ()) -> dict[str, Any]:
-    """The hardening and limits every sandbox container gets."""
+def container_options(
+    dirs: _Dirs, limits: Limits, ro_binds: Sequence[str] = (), *, replies: bool = True
+) -> dict[str, Any]:
+    """The hardening and limits every sandbox container gets; `replies` binds the host-side
+    reply folder (only containers whose supervisor answers through it need it: a spawned
+    process, which lives on while the host clears that folder, never gets it)."""
     memory = f"{int(limits.memory_mb) + SUPERVISOR_MEMORY_MB}m"
     return {
         "user": SANDBOX_USER,
@@ -411,7 +418,7 @@ def container_options(dirs: _Dirs, limits: Limits, ro_binds: Sequence[str] = ())
             dirs.workspace: {"bind": WORKSPACE, "mode": "rw"},
             dirs.control: {"bind": CONTROL_DIR, "mode": "ro"},
             **{path: {"bind": path, "mode": "ro"} for path in ro_binds},
-            dirs.replies: {"bind": REPLY_DIR, "mode": "rw"},
+            **({dirs.replies: {"bind": REPLY_DIR, "mode": "rw"}} if replies else {}),
         },
         "environment": {"HOME": WORKSPACE, "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1"},
         "log_config": {"type": "json-file", "config": {"max-size": "1m", "max-file": "1"}},
@@ -470,8 +477,7 @@ class _Dirs:
     def new_reply(self) -> _Reply:
         """A fresh reply file (random name) with a host descriptor kept on it; whatever else
         the reply folder holds (files the code planted there) is cleared first."""
-        for name in os.listdir(self.replies):
-            remove_tree(os.path.join(self.replies, name))
+        empty_folder(self.replies)  # through descriptors: a planted symlink is never followed
         return _Reply(self.replies, self.owner)
 
     def remove(self) -> None:
@@ -525,6 +531,8 @@ def _result_from_reply(raw: bytes, start: float, who: str) -> RunResult:
             continue
     if not isinstance(reply, dict) or "stdout" not in reply:
         if isinstance(reply, dict) and "error" in reply:
+            if reply.get("after_code") is True:
+                return supervisor_failed_after_code(str(reply["error"]), duration)
             raise SandboxError(f"docker sandbox supervisor failed: {reply['error']}")
         return _no_answer(start, f"the {who} died during the run (killed by the code?)", False)
     problem = hardening_problem(reply.get("hardening"))

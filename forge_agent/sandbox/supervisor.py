@@ -279,8 +279,18 @@ def _use_workspace_path():
     sys.path.insert(0, "")
 
 
+_code_started = [False]  # set once a request's child was forked (see `failure_reply`)
+
+
+def failure_reply(exc):
+    """The reply when running a request raised: ``after_code`` says the code had started, so
+    the failure may be its doing (it shares our uid) and counts as the code's failure."""
+    return {"error": f"supervisor failed: {exc!r}", "after_code": _code_started[0]}
+
+
 def handle(request):
     """Run one request and return the result dict."""
+    _code_started[0] = False
     limits = request["limits"]
     oom_before = _oom_kills() if request.get("check_cgroup_oom") else None
     keep = int(limits["output_bytes"])
@@ -288,6 +298,7 @@ def handle(request):
     err_r, err_w = os.pipe()
     start = time.monotonic()
     pid = os.fork()
+    _code_started[0] = True
     if pid == 0:
         os.close(out_r)
         os.close(err_r)
@@ -416,7 +427,7 @@ def serve():
             request_id = request.get("id")
             reply = handle(request)
         except Exception as exc:
-            reply = {"error": f"supervisor failed: {exc!r}"}
+            reply = failure_reply(exc)
         reply["id"] = request_id
         os.write(proto_out, json.dumps(reply).encode() + b"\n")
 
@@ -430,13 +441,14 @@ def oneshot(path, reply_path=None):
         os.unlink(reply_path)
     with open(path, "rb") as f:
         request = json.load(f)
+    found = hardening()  # before the code runs: what it does later cannot blur the report
+    found["undumpable"] = undumpable
     try:
         reply = handle(request)
     except Exception as exc:
-        reply = {"error": f"supervisor failed: {exc!r}"}
+        reply = failure_reply(exc)
     reply["id"] = request.get("id")
-    reply["hardening"] = hardening()
-    reply["hardening"]["undumpable"] = undumpable
+    reply["hardening"] = found
     data = (json.dumps(reply) + "\n").encode()
     if reply_fd is None:
         sys.stdout.write(data.decode())

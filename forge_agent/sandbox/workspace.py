@@ -5,7 +5,8 @@
   create a million files. Elsewhere the workspace is a plain folder bounded per file only
   (RLIMIT_FSIZE).
 - Teardown: unmounting (``MNT_DETACH``) drops the whole tree at once, whatever its depth;
-  a plain folder is removed iteratively (`remove_tree`), never by recursion.
+  a plain folder is removed iteratively and never through a symlink the code planted
+  (`forge_agent.sandbox.tree_removal.remove_tree`: directory descriptors, no recursion).
 - No leaks: a workspace is removed by `Workspace.remove`, when its object is collected, at
   interpreter exit, and, for processes that were killed before any of those could run, by the
   process's janitor (`forge_agent.sandbox.janitor`) and by `sweep_stale` (folder names carry
@@ -15,15 +16,14 @@
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import os
 import secrets
-import stat
 import tempfile
 import weakref
 
 from forge_agent.sandbox import janitor
+from forge_agent.sandbox.tree_removal import remove_tree
 
 __all__ = ["Workspace", "remove_tree", "sweep_stale"]
 
@@ -50,49 +50,6 @@ def _unmount(path: str) -> None:
     if _libc is None:
         _libc = ctypes.CDLL(None, use_errno=True)
     _libc.umount2(os.fsencode(path), MNT_DETACH)
-
-
-def remove_tree(path: str) -> None:
-    """Delete `path` and everything under it without recursion (any depth) and without
-    following symlinks; folders the code made unreadable are opened up first."""
-    try:
-        top = os.lstat(path)
-    except FileNotFoundError:
-        return
-    if not stat.S_ISDIR(top.st_mode):
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(path)
-        return
-    stack = [path]
-    retries: dict[str, int] = {}
-    while stack:
-        current = stack[-1]
-        with contextlib.suppress(OSError):
-            os.chmod(current, 0o700)
-        subdirs = []
-        try:
-            with os.scandir(current) as entries:
-                for entry in entries:
-                    if entry.is_dir(follow_symlinks=False):
-                        subdirs.append(entry.path)
-                    else:
-                        with contextlib.suppress(FileNotFoundError):
-                            os.unlink(entry.path)
-        except FileNotFoundError:
-            stack.pop()
-            continue
-        if subdirs:
-            stack.extend(subdirs)
-            continue
-        stack.pop()
-        try:
-            os.rmdir(current)
-        except FileNotFoundError:
-            pass
-        except OSError:  # something appeared meanwhile: look again, a few times at most
-            retries[current] = retries.get(current, 0) + 1
-            if retries[current] <= 3:
-                stack.append(current)
 
 
 def _teardown(path: str, mounted: bool) -> None:

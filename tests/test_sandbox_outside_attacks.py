@@ -1,0 +1,177 @@
+"""What the second outside attack run found (issue 24), each attack done as an attacker does it.
+
+- A spawned container swapping folders of the reply folder for symlinks to host folders, so
+  that the host's cleanup before each run deletes host files (Docker).
+- `network=True` on bwrap reaching a listener on the host's loopback.
+- Code lowering its supervisor's limits with ``prlimit`` so that the run ends as an excluded
+  infrastructure failure instead of the code's own (both backends).
+"""
+
+from __future__ import annotations
+
+import socket
+import stat
+import threading
+from pathlib import Path
+
+import pytest
+
+from forge_agent.sandbox import Limits, Sandbox, SandboxError
+
+try:
+    from sandbox_fixtures import (
+        any_sandbox,
+        bwrap_sandbox,
+        docker_engine,
+        docker_sandbox,
+        unfiltered_prlimit,
+    )
+except ImportError:  # tests/ is a package
+    from tests.sandbox_fixtures import (  # noqa: F401
+        any_sandbox,
+        bwrap_sandbox,
+        docker_engine,
+        docker_sandbox,
+        unfiltered_prlimit,
+    )
+
+pytestmark = pytest.mark.timeout(120)
+
+FAST = Limits(wall_s=5.0, cpu_s=5.0)
+
+
+def _victim(root: Path) -> Path:
+    victim = root / "victim"
+    victim.mkdir(mode=0o755)
+    victim.chmod(0o755)
+    for i in range(5):
+        (victim / f"keep{i}").write_text("host data")
+    return victim
+
+
+def _intact(victim: Path) -> bool:
+    return (
+        sorted(p.name for p in victim.iterdir()) == [f"keep{i}" for i in range(5)]
+        and stat.S_IMODE(victim.stat().st_mode) == 0o755
+    )
+
+
+REPLY_SWAPPER = r"""
+import os, sys, time
+victim = sys.argv[1]
+print("reply folder visible" if os.path.isdir("/.forge-out") else "no reply folder", flush=True)
+end = time.monotonic() + 30
+while os.path.isdir("/.forge-out") and time.monotonic() < end:
+    for k in range(3):
+        sub, real = f"/.forge-out/sub{k}", f"/.forge-out/real{k}"
+        try:
+            os.makedirs(sub, exist_ok=True)
+            open(sub + "/f", "w").close()
+            os.rename(sub, real)
+            os.symlink(victim, sub)
+            os.unlink(sub)
+            os.rename(real, sub)
+        except OSError:
+            pass
+"""
+
+
+def test_a_spawned_container_cannot_plant_links_in_the_reply_folder(
+    docker_sandbox: Sandbox, tmp_path: Path
+) -> None:
+    victim = _victim(tmp_path)
+    with docker_sandbox.session(FAST) as session:
+        proc = session.spawn(["python3", "-c", REPLY_SWAPPER, str(victim)])
+        assert proc.stdout is not None
+        seen = proc.stdout.readline().decode().strip()
+        for _ in range(20):  # each run clears the reply folder on the host first
+            assert session.run(code="print('ok')").stdout == "ok\n"
+        proc.kill()
+    assert seen == "no reply folder"
+    assert _intact(victim), sorted(p.name for p in victim.iterdir())
+
+
+def test_network_on_bwrap_is_refused_and_never_reaches_the_host_loopback(
+    bwrap_sandbox: Sandbox,
+) -> None:
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(4)
+    listener.settimeout(0.2)
+    port = listener.getsockname()[1]
+    reached = threading.Event()
+    stop = threading.Event()
+
+    def accept() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                continue
+            reached.set()
+            conn.close()
+
+    acceptor = threading.Thread(target=accept, daemon=True)
+    acceptor.start()
+    code = (
+        "import socket\n"
+        f"socket.create_connection(('127.0.0.1', {port}), timeout=2).close()\n"
+        "print('connected to the host')\n"
+    )
+    try:
+        with pytest.raises(SandboxError, match=r"network=True.*refused.*host's network namespace"):
+            bwrap_sandbox.run(code=code, limits=FAST.with_(network=True))
+        with pytest.raises(SandboxError, match="refused"):
+            bwrap_sandbox.session(FAST.with_(network=True))
+        without = bwrap_sandbox.run(code=code, limits=FAST)  # the default: no network at all
+        assert "connected" not in without.stdout and without.exit_code != 0, without
+    finally:
+        stop.set()
+        acceptor.join(timeout=5)
+        listener.close()
+    assert not reached.is_set()
+
+
+LOWER_THE_SUPERVISORS_LIMITS = r"""
+import os, resource
+others = [int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) != os.getpid()]
+for pid in others:  # the supervisor (on bwrap PID 1), Docker's keep-alive, a checker
+    try:
+        resource.prlimit(pid, resource.RLIMIT_AS, (1 << 20, 1 << 20))
+        resource.prlimit(pid, resource.RLIMIT_NOFILE, (4, 4))
+        print("lowered", pid)
+    except OSError as exc:
+        print("refused", pid, exc.errno)
+os.write(2, b"x" * 200_000)  # the supervisor must now allocate to read this
+"""
+
+
+def test_code_cannot_lower_its_supervisors_limits(any_sandbox: Sandbox) -> None:
+    with any_sandbox.session(FAST) as session:
+        result = session.run(code=LOWER_THE_SUPERVISORS_LIMITS)
+        assert "lowered" not in result.stdout, result.stdout
+        assert result.stdout.count("refused") >= 1 and result.exit_code == 0, result
+        assert session.run(code="print('next')").stdout == "next\n"
+
+
+def test_a_supervisor_starved_by_the_code_is_the_codes_failure(
+    any_sandbox: Sandbox, unfiltered_prlimit: None
+) -> None:
+    with any_sandbox.session(FAST) as session:
+        result = session.run(code=LOWER_THE_SUPERVISORS_LIMITS)  # no SandboxError
+        assert not result.ok and "lowered" not in result.stderr, result
+        assert "counted as the code's failure" in result.stderr, result.stderr
+        assert "not hardened" not in result.stderr
+        assert session.run(code="print('next')").stdout == "next\n"  # a fresh supervisor
+
+
+STARVING_SOLUTION = LOWER_THE_SUPERVISORS_LIMITS + "\ndef add_one(x):\n    return x\n"
+
+
+def test_grading_a_solution_that_starves_its_supervisor_scores_zero(
+    any_sandbox: Sandbox, unfiltered_prlimit: None
+) -> None:
+    from envs.code_exec.grading import grade
+
+    result = grade(STARVING_SOLUTION, "add_one", [{"args": [1], "expected": 2}], any_sandbox)
+    assert result.passed == 0 and result.total == 1, result
