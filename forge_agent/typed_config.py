@@ -27,6 +27,8 @@ from typing import Any, Literal, TypeVar
 
 import yaml
 
+from forge_agent.errors import SetupError
+
 __all__ = [
     "ConfigError",
     "FieldError",
@@ -43,8 +45,10 @@ __all__ = [
 T = TypeVar("T")
 
 
-class ConfigError(ValueError):
+class ConfigError(SetupError, ValueError):
     """A configuration the schema refuses; the message names the key and what was expected."""
+
+    kind = "config error"
 
 
 class FieldError(ConfigError):
@@ -292,6 +296,16 @@ def _merge(base: dict[str, Any], update: Mapping[str, Any], cls: Any) -> dict[st
     return out
 
 
+def _yaml_error(path: Path, err: yaml.YAMLError) -> str:
+    """`FILE:LINE:COLUMN: not valid YAML: PROBLEM` (1-based, as editors count)."""
+    mark = getattr(err, "problem_mark", None) or getattr(err, "context_mark", None)
+    where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(path)
+    problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+    context = getattr(err, "context", None)
+    detail = f"{problem} ({context})" if context else problem
+    return f"{where}: not valid YAML: {detail}"
+
+
 def load_yaml(path: str | Path, schema: Any, _seen: tuple[Path, ...] = ()) -> dict:
     """Read a YAML config, resolving ``defaults:`` (a file name or list, relative to ``path``).
 
@@ -304,7 +318,10 @@ def load_yaml(path: str | Path, schema: Any, _seen: tuple[Path, ...] = ()) -> di
         raise ConfigError(f"config 'defaults' form a cycle: {chain}")
     if not path.is_file():
         raise ConfigError(f"config file {str(path)!r} does not exist")
-    data = yaml.safe_load(path.read_text()) or {}
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as err:
+        raise ConfigError(_yaml_error(path, err)) from None
     if not isinstance(data, Mapping):
         raise ConfigError(f"config file {str(path)!r} must hold a mapping, got {data!r}")
     data = dict(data)
@@ -335,7 +352,16 @@ def apply_override(data: dict[str, Any], override: str, schema: Any) -> dict[str
     try:
         value = yaml.safe_load(raw) if raw.strip() else None
     except yaml.YAMLError as err:
-        raise ConfigError(f"override {override!r}: the value is not valid YAML: {err}") from None
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        hint = ""
+        if raw.count("{") > raw.count("}") or raw.count("[") > raw.count("]"):
+            hint = (
+                "; the shell split it at a space: quote the whole override, e.g. "
+                "'env.kwargs={difficulty: 2}'"
+            )
+        raise ConfigError(
+            f"override {override!r}: the value is not valid YAML ({problem}){hint}"
+        ) from None
     parts = key.split(".")
     if any(not p for p in parts):
         raise ConfigError(f"override {override!r}: empty key part in {key!r}")

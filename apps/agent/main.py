@@ -19,16 +19,32 @@ from pathlib import Path
 
 
 def main(argv: list[str] | None = None) -> int:
-    from forge_agent.config import ConfigError, parse_cli
-
+    """Run the command line; returns the exit status (2 for a bad input, 130 for Ctrl-C)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     verbose = "--verbose" in argv
-    argv = [a for a in argv if a != "--verbose"]
+    check_only = "--check" in argv
+    argv = [a for a in argv if a not in ("--verbose", "--check")]
     try:
-        cfg = parse_cli(argv)
-    except ConfigError as exc:
-        print(f"config error: {exc}", file=sys.stderr)
-        return 2
+        return _run(argv, verbose, check_only)
+    except Exception as exc:
+        from forge_agent.errors import SetupError, report_setup_error
+
+        if not isinstance(exc, SetupError):
+            raise  # a bug: its traceback is the report
+        return report_setup_error(exc, verbose)
+
+
+def _run(argv: list[str], verbose: bool, check_only: bool) -> int:
+    from forge_agent.config import parse_cli
+    from forge_agent.setup_checks import check_setup
+
+    cfg = parse_cli(argv)
+    # the env, its tasks and the model, before anything starts: a bad one is one line
+    report = check_setup(cfg)
+    if check_only:
+        for line in ["config: ok", *report.lines()]:
+            print(line)
+        return 0
     from forge_agent.controller import train
     from forge_agent.observability.console import run_console
 
