@@ -34,6 +34,7 @@ __all__ = [
     "FieldError",
     "apply_override",
     "check_field",
+    "describe_keys",
     "dump_yaml",
     "from_dict",
     "load_config",
@@ -438,3 +439,60 @@ def parse_cli(argv: Sequence[str], schema: type[T]) -> T:
             overrides.append(word)
         i += 1
     return load_config(path, overrides, schema)
+
+
+def describe_keys(cfg: Any, width: int = 100, indent: str = "  ") -> list[str]:
+    """Every key of a config instance and its value, grouped by section, for ``--help``:
+
+        training: steps=40 groups_per_step=8 group_size=8 ...
+          trainer.loss: name=dapo clip_eps_low=null ...
+
+    Generated from the dataclasses, so it cannot drift from the schema.
+    """
+    import textwrap
+
+    def show(value: Any) -> str:
+        text = yaml.safe_dump(value, default_flow_style=True, width=10_000).strip()
+        return text.removesuffix("\n...").removesuffix("...").strip()
+
+    lines: list[str] = []
+    top: list[str] = []
+
+    def walk(obj: Any, where: str) -> None:
+        scalars, sections = [], []
+        for f in dataclasses.fields(obj):
+            if not f.init:
+                continue
+            value = getattr(obj, f.name)
+            if dataclasses.is_dataclass(value):
+                sections.append((f.name, value))
+            else:
+                plain = to_dict(value) if dataclasses.is_dataclass(value) else value
+                scalars.append(f"{f.name}={show(plain)}")
+        if where:
+            depth = where.count(".")
+            prefix = indent * (1 + depth) + f"{where}: "
+            lines.extend(
+                textwrap.wrap(
+                    " ".join(scalars),
+                    width,
+                    initial_indent=prefix,
+                    subsequent_indent=" " * len(prefix),
+                    break_on_hyphens=False,
+                )
+                or [prefix.rstrip()]
+            )
+        else:
+            top.extend(scalars)
+        for name, value in sections:
+            walk(value, f"{where}.{name}" if where else name)
+
+    walk(cfg, "")
+    head = textwrap.wrap(
+        " ".join(top),
+        width,
+        initial_indent=indent,
+        subsequent_indent=indent,
+        break_on_hyphens=False,
+    )
+    return head + lines

@@ -21,6 +21,9 @@ from pathlib import Path
 def main(argv: list[str] | None = None) -> int:
     """Run the command line; returns the exit status (2 for a bad input, 130 for Ctrl-C)."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    if "--help" in argv or "-h" in argv:
+        print(usage())
+        return 0
     verbose = "--verbose" in argv
     check_only = "--check" in argv
     argv = [a for a in argv if a not in ("--verbose", "--check")]
@@ -32,6 +35,36 @@ def main(argv: list[str] | None = None) -> int:
         if not isinstance(exc, SetupError):
             raise  # a bug: its traceback is the report
         return report_setup_error(exc, verbose)
+
+
+USAGE = """usage: python -m apps.agent.main [--config FILE] [--check] [--verbose] [key=value ...]
+
+Train a tool-using agent with GRPO. With no arguments: the embedded CPU default
+(apps/agent/default.yaml): the tiny Qwen3 model, a warm start, GRPO on the calculator env.
+
+options:
+  --config FILE  a YAML config; `defaults: default.yaml` inherits the default's keys
+  --check        check the config, the env, its tasks and the model, then exit (starts nothing)
+  --verbose      third-party logs (vLLM, torch, Monarch) on the console instead of
+                 OUTPUT_DIR/run.log, and the traceback of a setup error
+  -h, --help     this message
+  key=value      override any key below; quote values with spaces: 'env.kwargs={difficulty: 2}'
+
+examples:
+  python -m apps.agent.main training.steps=10 'env.kwargs={difficulty: 2}'
+  python -m apps.agent.main env.id=blackjack 'env.kwargs={}' --check
+  python -m apps.agent.main --config apps/agent/qwen3_8b_code_exec.yaml resume=true
+
+config sections and their keys, with the defaults (apps/agent/default.yaml says what each does):"""
+
+
+def usage() -> str:
+    """The `--help` text: options, examples, then every config key and its default, generated
+    from `AgentConfig` (so it cannot drift from the schema)."""
+    from forge_agent.config import AgentConfig
+    from forge_agent.typed_config import describe_keys
+
+    return "\n".join([USAGE, *describe_keys(AgentConfig())])
 
 
 def _run(argv: list[str], verbose: bool, check_only: bool) -> int:
