@@ -141,7 +141,8 @@ def check_prompt_lengths(
     Renders each task's opening messages (`env.prompt(task)`, the `ToolEnv` hook) with the
     env's Python tools, as the rollout engine renders an episode's first prompt; tools an env
     learns only at reset (an MCP server's) are not counted, so the check can only under-count.
-    Envs without a `prompt(task)` hook are not checked (None).
+    Envs without a `prompt(task)` hook, or whose prompt or tools exist only after a reset, are
+    not checked (None).
     """
     env = build_env(env_id, env_kwargs)
     prompt = getattr(env, "prompt", None)
@@ -150,8 +151,10 @@ def check_prompt_lengths(
     from forge_agent.toolset import ToolSet
 
     get_tools = getattr(env, "get_tools", None)
-    specs = ToolSet(get_tools()).specs if callable(get_tools) else []
-    lengths = [
-        len(renderer.render_prompt(prompt(task), specs)) for task in list(tasks)[:PROMPT_SAMPLE]
-    ]
+    try:
+        specs = ToolSet(get_tools()).specs if callable(get_tools) else []
+        messages = [prompt(task) for task in list(tasks)[:PROMPT_SAMPLE]]
+    except Exception:  # an env whose prompt or tools exist only after a reset (a Gymnasium game)
+        return None
+    lengths = [len(renderer.render_prompt(m, specs)) for m in messages]
     return prompt_length_warning(lengths, max_total_tokens, f"{env_id} tasks")

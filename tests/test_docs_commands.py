@@ -4,10 +4,12 @@ Commands come from the fenced code blocks (shell or unlabelled) of each page, as
 split them (`shlex`, `\\` continuations joined, `&&` chains split, comments dropped). Each runs
 as a real program in a subprocess:
 
-- `python -m apps.agent.main ARGS`: `ARGS --check` (config, env, tasks and model checked;
-  nothing starts). The page's own files are put in place first: `my_envs/reverse.py`
-  (docs/envs.md), `my_agents/calc.py` (docs/agents.md), HumanEval's file where a page names
-  it, and a Hugging Face cache holding the GPU configs' model names.
+- `python -m apps.agent.main ARGS`: `ARGS --check` (config, env, tasks, model and prompt
+  lengths checked; nothing starts), through the app's `main` in one subprocess for all of them
+  (`tests/test_setup_errors.py` runs the program itself). The page's own files are put in
+  place first: `my_envs/reverse.py` (docs/envs.md), `my_agents/calc.py` (docs/agents.md),
+  HumanEval's file where a page names it, and a Hugging Face cache holding the GPU configs'
+  model names.
 - any other `python -m MODULE ARGS`: `MODULE --help` exits 0 and lists every `--option` used.
 - `bash scripts/setup.sh`: `bash -n` (syntax); `python -m pytest PATH`: the path exists.
 """
@@ -100,8 +102,51 @@ def _run(argv: list[str], env: dict[str, str], timeout: float = 60) -> subproces
     )
 
 
+CHECK_ALL = """
+import contextlib, io, json, sys
+from apps.agent.main import main
+results = []
+for argv in json.loads(sys.argv[1]):
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            rc = main([*argv, "--check"])
+        except BaseException as exc:  # noqa: BLE001 - reported, not hidden
+            rc, _ = 1, print(repr(exc), file=err)
+    results.append([rc, out.getvalue(), err.getvalue()])
+print(json.dumps(results))
+"""
+
+
+def _agent_args(args: list[str], humaneval: str) -> list[str]:
+    return [  # the page names HumanEval's file, which the reader downloads
+        f"env.dataset={humaneval}"
+        if a.startswith("env.dataset=") and a.endswith("HumanEval.jsonl.gz")
+        else a
+        for a in args
+    ]
+
+
+@pytest.fixture(scope="module")
+def agent_checks(page_files) -> dict[tuple[str, ...], tuple[int, str, str]]:
+    """`apps.agent.main ARGS --check` of every documented training command, through the app's
+    own `main`, in one process (the imports and the tiny tokenizer load once: ~60 s saved)."""
+    import json
+
+    env = {k: v for k, v in page_files.items() if k != "HUMANEVAL"}
+    argvs = [
+        _agent_args(argv[3:], page_files["HUMANEVAL"])
+        for _, argv in COMMANDS
+        if argv[:3] == ["python", "-m", "apps.agent.main"]
+    ]
+    result = _run([sys.executable, "-c", CHECK_ALL, json.dumps(argvs)], env, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = json.loads(result.stdout.strip().splitlines()[-1])
+    return {tuple(a): tuple(r) for a, r in zip(argvs, rows, strict=True)}
+
+
 @pytest.mark.parametrize("argv", [a for _, a in COMMANDS], ids=[w for w, _ in COMMANDS])
-def test_documented_command_runs(argv, page_files):
+def test_documented_command_runs(argv, page_files, agent_checks):
     env = {k: v for k, v in page_files.items() if k != "HUMANEVAL"}
     if argv[:2] == ["bash", "scripts/setup.sh"]:
         result = _run(["bash", "-n", "scripts/setup.sh"], env)
@@ -114,15 +159,10 @@ def test_documented_command_runs(argv, page_files):
         assert paths and all((ROOT / p).exists() for p in paths), paths
         return
     if module == "apps.agent.main":
-        args = [  # the page names HumanEval's file, which the reader downloads
-            f"env.dataset={page_files['HUMANEVAL']}"
-            if a.startswith("env.dataset=") and a.endswith("HumanEval.jsonl.gz")
-            else a
-            for a in args
-        ]
-        result = _run([sys.executable, "-m", module, *args, "--check"], env)
-        assert result.returncode == 0, f"{shlex.join(argv)}\n{result.stderr[-3000:]}"
-        assert "config: ok" in result.stdout
+        rc, out, err = agent_checks[tuple(_agent_args(args, page_files["HUMANEVAL"]))]
+        assert rc == 0, f"{shlex.join(argv)}\n{err[-3000:]}"
+        assert "config: ok" in out
+        assert "warning:" not in out, out  # e.g. prompts over the budget
         return
     result = _run([sys.executable, "-m", module, "--help"], env)
     assert result.returncode == 0, f"{module} --help:\n{result.stderr[-3000:]}"

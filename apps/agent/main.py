@@ -16,6 +16,7 @@ import asyncio
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -67,6 +68,29 @@ def usage() -> str:
     return "\n".join([USAGE, *describe_keys(AgentConfig())])
 
 
+def prompt_lengths(cfg: Any, report: Any) -> str:
+    """`--check`'s line on prompt lengths: the warning of `check_prompt_lengths` over the
+    checked train and eval tasks, rendered with the policy's tokenizer (the tiny model's is
+    built if needed; a hub model's must load from its folder)."""
+    from forge_agent.models.tiny import ensure_tiny_model, load_tokenizer
+    from forge_agent.rollout import ChatRenderer, RendererConfig
+    from forge_agent.setup_checks import check_prompt_lengths
+
+    folder = report.model or ensure_tiny_model(cfg.model.tiny_config())
+    try:
+        tokenizer = load_tokenizer(folder)
+    except (OSError, ValueError) as exc:
+        return f"prompt lengths: not checked (the tokenizer of {folder} did not load: {exc})"
+    renderer = ChatRenderer(
+        tokenizer,
+        RendererConfig(kind=cfg.model.renderer, enable_thinking=cfg.model.enable_thinking),
+    )
+    tasks = [*report.train_tasks, *report.eval_tasks]
+    limit = min(cfg.rollout.max_total_tokens, cfg.rollout.max_model_len)
+    warning = check_prompt_lengths(cfg.env.id, cfg.env.kwargs, tasks, renderer, limit)
+    return f"warning: {warning}" if warning else f"prompt lengths: all < {limit} tokens"
+
+
 def _run(argv: list[str], verbose: bool, check_only: bool) -> int:
     from forge_agent.config import parse_cli
     from forge_agent.setup_checks import check_setup
@@ -75,7 +99,7 @@ def _run(argv: list[str], verbose: bool, check_only: bool) -> int:
     # the env, its tasks and the model, before anything starts: a bad one is one line
     report = check_setup(cfg)
     if check_only:
-        for line in ["config: ok", *report.lines()]:
+        for line in ["config: ok", *report.lines(), prompt_lengths(cfg, report)]:
             print(line)
         return 0
     from forge_agent.controller import train
