@@ -27,11 +27,14 @@ from typing import Any, Literal, TypeVar
 
 import yaml
 
+from forge_agent.errors import SetupError
+
 __all__ = [
     "ConfigError",
     "FieldError",
     "apply_override",
     "check_field",
+    "describe_keys",
     "dump_yaml",
     "from_dict",
     "load_config",
@@ -43,8 +46,10 @@ __all__ = [
 T = TypeVar("T")
 
 
-class ConfigError(ValueError):
+class ConfigError(SetupError, ValueError):
     """A configuration the schema refuses; the message names the key and what was expected."""
+
+    kind = "config error"
 
 
 class FieldError(ConfigError):
@@ -292,6 +297,16 @@ def _merge(base: dict[str, Any], update: Mapping[str, Any], cls: Any) -> dict[st
     return out
 
 
+def _yaml_error(path: Path, err: yaml.YAMLError) -> str:
+    """`FILE:LINE:COLUMN: not valid YAML: PROBLEM` (1-based, as editors count)."""
+    mark = getattr(err, "problem_mark", None) or getattr(err, "context_mark", None)
+    where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(path)
+    problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+    context = getattr(err, "context", None)
+    detail = f"{problem} ({context})" if context else problem
+    return f"{where}: not valid YAML: {detail}"
+
+
 def load_yaml(path: str | Path, schema: Any, _seen: tuple[Path, ...] = ()) -> dict:
     """Read a YAML config, resolving ``defaults:`` (a file name or list, relative to ``path``).
 
@@ -304,7 +319,10 @@ def load_yaml(path: str | Path, schema: Any, _seen: tuple[Path, ...] = ()) -> di
         raise ConfigError(f"config 'defaults' form a cycle: {chain}")
     if not path.is_file():
         raise ConfigError(f"config file {str(path)!r} does not exist")
-    data = yaml.safe_load(path.read_text()) or {}
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as err:
+        raise ConfigError(_yaml_error(path, err)) from None
     if not isinstance(data, Mapping):
         raise ConfigError(f"config file {str(path)!r} must hold a mapping, got {data!r}")
     data = dict(data)
@@ -335,7 +353,16 @@ def apply_override(data: dict[str, Any], override: str, schema: Any) -> dict[str
     try:
         value = yaml.safe_load(raw) if raw.strip() else None
     except yaml.YAMLError as err:
-        raise ConfigError(f"override {override!r}: the value is not valid YAML: {err}") from None
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        hint = ""
+        if raw.count("{") > raw.count("}") or raw.count("[") > raw.count("]"):
+            hint = (
+                "; the shell split it at a space: quote the whole override, e.g. "
+                "'env.kwargs={difficulty: 2}'"
+            )
+        raise ConfigError(
+            f"override {override!r}: the value is not valid YAML ({problem}){hint}"
+        ) from None
     parts = key.split(".")
     if any(not p for p in parts):
         raise ConfigError(f"override {override!r}: empty key part in {key!r}")
@@ -412,3 +439,60 @@ def parse_cli(argv: Sequence[str], schema: type[T]) -> T:
             overrides.append(word)
         i += 1
     return load_config(path, overrides, schema)
+
+
+def describe_keys(cfg: Any, width: int = 100, indent: str = "  ") -> list[str]:
+    """Every key of a config instance and its value, grouped by section, for ``--help``:
+
+        training: steps=40 groups_per_step=8 group_size=8 ...
+          trainer.loss: name=dapo clip_eps_low=null ...
+
+    Generated from the dataclasses, so it cannot drift from the schema.
+    """
+    import textwrap
+
+    def show(value: Any) -> str:
+        text = yaml.safe_dump(value, default_flow_style=True, width=10_000).strip()
+        return text.removesuffix("\n...").removesuffix("...").strip()
+
+    lines: list[str] = []
+    top: list[str] = []
+
+    def walk(obj: Any, where: str) -> None:
+        scalars, sections = [], []
+        for f in dataclasses.fields(obj):
+            if not f.init:
+                continue
+            value = getattr(obj, f.name)
+            if dataclasses.is_dataclass(value):
+                sections.append((f.name, value))
+            else:
+                plain = to_dict(value) if dataclasses.is_dataclass(value) else value
+                scalars.append(f"{f.name}={show(plain)}")
+        if where:
+            depth = where.count(".")
+            prefix = indent * (1 + depth) + f"{where}: "
+            lines.extend(
+                textwrap.wrap(
+                    " ".join(scalars),
+                    width,
+                    initial_indent=prefix,
+                    subsequent_indent=" " * len(prefix),
+                    break_on_hyphens=False,
+                )
+                or [prefix.rstrip()]
+            )
+        else:
+            top.extend(scalars)
+        for name, value in sections:
+            walk(value, f"{where}.{name}" if where else name)
+
+    walk(cfg, "")
+    head = textwrap.wrap(
+        " ".join(top),
+        width,
+        initial_indent=indent,
+        subsequent_indent=indent,
+        break_on_hyphens=False,
+    )
+    return head + lines

@@ -80,6 +80,10 @@ def test_agent_program_groups_are_recorded_and_scored(generator, tiny_tokenizer)
         assert traj.status == Status.OK, traj.info
         assert traj.info["result"] is not None and traj.info["task"]["task_id"]
         assert traj.turn_spans and traj.num_sampled > 0
+        calls = [
+            c for m in traj.messages if m["role"] == "assistant" for c in m.get("tool_calls") or []
+        ]
+        assert traj.tool_call_count == len(calls)  # tools/call_rate counts programs' calls too
         n = len(traj.token_ids)
         assert len(traj.loss_mask) == len(traj.logprobs) == len(traj.versions) == n
         sampled = {i for s, e in traj.turn_spans for i in range(s, e)}

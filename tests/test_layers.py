@@ -20,7 +20,7 @@ LAYERS: list[set[str]] = [
     {"env", "mcp"},  # environments, their workers and tasks
     {"trainer", "toolset"},  # the trainer; tools bound to an env
     {"algorithms", "weights", "observability", "rewards", "tool_schema"},
-    {"runtime", "sandbox", "typed_config", "types", "lazy", "worker"},  # leaves
+    {"runtime", "sandbox", "typed_config", "types", "lazy", "worker", "errors"},  # leaves
 ]
 
 

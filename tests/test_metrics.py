@@ -165,3 +165,20 @@ def test_tensorboard_sink_writes_scalars_readable_by_tensorboard(tmp_path):
     scalars = events.Scalars("reward/mean")
 
     assert [(e.step, e.value) for e in scalars] == [(0, 0.0), (1, 0.5), (2, 1.0)]
+
+
+def test_a_flush_without_progress_writes_step_0_to_the_files_but_not_the_progress(tmp_path):
+    stream = io.StringIO()
+    console = ConsoleSink(total_steps=2, use_tqdm=False, every_s=0, stream=stream)
+    logger = MetricLogger([console, JsonlSink(tmp_path / "m.jsonl")])
+    metrics.record("eval/reward/mean", 0.25, "last")  # the eval before the first step
+    logger.flush(0, progress=False)
+    metrics.record("reward/mean", 0.5)
+    logger.flush(1)
+
+    rows = [json.loads(line) for line in (tmp_path / "m.jsonl").read_text().splitlines()]
+    assert [(r["step"], list(r["metrics"])) for r in rows] == [
+        (0, ["eval/reward/mean"]),
+        (1, ["reward/mean"]),
+    ]
+    assert stream.getvalue().startswith("step 1/2 | reward 0.500")

@@ -125,3 +125,13 @@ def test_cli_writes_the_png_and_lists_the_panels(tmp_path, capsys):
     assert_png(out)
     printed = capsys.readouterr().out
     assert "loss/kl" in printed and "not recorded" in printed
+
+
+def test_the_kl_panel_titles_the_sampler_mismatch_as_what_it_is():
+    (kl_panel,) = [p for p in DEFAULT_PANELS if p.title == "KL"]
+    mismatch = "train/sampler_ratio/mismatch_kl_k3"
+    series = {mismatch: ([1, 2], [1e-9, -2e-10]), "reward/mean": ([1, 2], [0.1, 0.2])}
+    name = find_series(series, kl_panel.candidates)
+    assert name == mismatch
+    assert "mismatch" in kl_panel.title_for(name) and "not a policy KL" in kl_panel.title_for(name)
+    assert kl_panel.title_for("loss/kl") == "KL"  # the KL penalty's own curve keeps the title

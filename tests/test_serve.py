@@ -62,3 +62,18 @@ def test_serve_answers_openai_clients_and_refuses_unknown_keys(policy_model_path
         proc.wait(timeout=60)
         log.close()
     assert proc.returncode is not None
+
+
+def test_serve_refuses_a_missing_folder_naming_the_checkpoints_there(tmp_path):
+    (tmp_path / "checkpoints" / "step_000040" / "policy").mkdir(parents=True)
+    missing = tmp_path / "checkpoints" / "step_40" / "policy"  # docs/agents.md had this form
+    result = subprocess.run(
+        [sys.executable, "-m", "apps.serve", "--model", str(missing), "--api-key", "KEY"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2, result.stderr[-2000:]
+    (line,) = result.stderr.strip().splitlines()
+    assert f"--model={str(missing)!r}: no such folder" in line and "step_000040" in line, line
+    assert "Repo id" not in result.stderr

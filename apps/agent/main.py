@@ -16,19 +16,89 @@ import asyncio
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 
 def main(argv: list[str] | None = None) -> int:
-    from forge_agent.run.config import ConfigError, parse_cli
-
+    """Run the command line; returns the exit status (2 for a bad input, 130 for Ctrl-C)."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    if "--help" in argv or "-h" in argv:
+        print(usage())
+        return 0
     verbose = "--verbose" in argv
-    argv = [a for a in argv if a != "--verbose"]
+    check_only = "--check" in argv
+    argv = [a for a in argv if a not in ("--verbose", "--check")]
     try:
-        cfg = parse_cli(argv)
-    except ConfigError as exc:
-        print(f"config error: {exc}", file=sys.stderr)
-        return 2
+        return _run(argv, verbose, check_only)
+    except Exception as exc:
+        from forge_agent.errors import SetupError, report_setup_error
+
+        if not isinstance(exc, SetupError):
+            raise  # a bug: its traceback is the report
+        return report_setup_error(exc, verbose)
+
+
+USAGE = """usage: python -m apps.agent.main [--config FILE] [--check] [--verbose] [key=value ...]
+
+Train a tool-using agent with GRPO. With no arguments: the embedded CPU default
+(apps/agent/default.yaml): the tiny Qwen3 model, a warm start, GRPO on the calculator env.
+
+options:
+  --config FILE  a YAML config; `defaults: default.yaml` inherits the default's keys
+  --check        check the config, the env, its tasks and the model, then exit (starts nothing)
+  --verbose      third-party logs (vLLM, torch, Monarch) on the console instead of
+                 OUTPUT_DIR/run.log, and the traceback of a setup error
+  -h, --help     this message
+  key=value      override any key below; quote values with spaces: 'env.kwargs={difficulty: 2}'
+
+examples:
+  python -m apps.agent.main training.steps=10 'env.kwargs={difficulty: 2}'
+  python -m apps.agent.main env.id=blackjack 'env.kwargs={}' --check
+  python -m apps.agent.main --config apps/agent/qwen3_8b_code_exec.yaml resume=true
+
+config sections and their keys, with the defaults (apps/agent/default.yaml says what each does):"""
+
+
+def usage() -> str:
+    """The `--help` text: options, examples, then every config key and its default, generated
+    from `AgentConfig` (so it cannot drift from the schema)."""
+    from forge_agent.run.config import AgentConfig
+    from forge_agent.typed_config import describe_keys
+
+    return "\n".join([USAGE, *describe_keys(AgentConfig())])
+
+
+def prompt_lengths(cfg: Any, report: Any) -> str:
+    """`--check`'s line on prompt lengths: the warning of `check_prompt_lengths` over the
+    checked train and eval tasks, rendered with the policy's tokenizer (the tiny model's is
+    built if needed; a hub model's must load from its folder)."""
+    from forge_agent.models.tiny import ensure_tiny_model, load_tokenizer
+    from forge_agent.rollout import ChatRenderer
+    from forge_agent.run.setup_checks import check_prompt_lengths
+
+    folder = report.model or ensure_tiny_model(cfg.model.tiny_config())
+    try:
+        tokenizer = load_tokenizer(folder)
+    except (OSError, ValueError) as exc:
+        return f"prompt lengths: not checked (the tokenizer of {folder} did not load: {exc})"
+    renderer = ChatRenderer(tokenizer, cfg.renderer)
+    tasks = [*report.train_tasks, *report.eval_tasks]
+    limit = cfg.rollout.max_total_tokens  # <= generator.max_model_len (checked)
+    warning = check_prompt_lengths(cfg.env.id, cfg.env.kwargs, tasks, renderer, limit)
+    return f"warning: {warning}" if warning else f"prompt lengths: all < {limit} tokens"
+
+
+def _run(argv: list[str], verbose: bool, check_only: bool) -> int:
+    from forge_agent.run.config import parse_cli
+    from forge_agent.run.setup_checks import check_setup
+
+    cfg = parse_cli(argv)
+    # the env, its tasks and the model, before anything starts: a bad one is one line
+    report = check_setup(cfg)
+    if check_only:
+        for line in ["config: ok", *report.lines(), prompt_lengths(cfg, report)]:
+            print(line)
+        return 0
     from forge_agent.observability.console import run_console
     from forge_agent.run.controller import train
 

@@ -35,9 +35,12 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
 def resolve_model(cfg: AgentConfig, model: str | None) -> Path | str:
-    """The policy to evaluate: `model`, or the config's policy (tiny: built + warm-started)."""
+    """The policy to evaluate: `model` (a folder or a cached hub name), or the config's policy
+    (tiny: built + warm-started)."""
     if model:
-        return Path(model)
+        from forge_agent.models.hub import resolve_model as resolve_folder
+
+        return resolve_folder(model, key="--model")
     from forge_agent.warm_start import policy_model
 
     return policy_model(cfg)
@@ -140,23 +143,54 @@ def write_outputs(cfg: AgentConfig, model_path: Path | str, report: EvalReport, 
 
 
 def main(argv: list[str] | None = None) -> EvalReport:
-    """Parse the command line, evaluate, print the table and write the outputs."""
+    """Parse the command line, evaluate, print the table and write the outputs.
+
+    Raises a `SetupError` (one line: the input and the fix) for a bad config, env, data file
+    or model, before the engine starts; `cli` prints it and exits with status 2.
+    """
+    from forge_agent.observability.console import run_console
+    from forge_agent.run.setup_checks import check_setup
+
     parser = argparse.ArgumentParser(prog="python -m apps.eval", description=__doc__.split("\n")[0])
     parser.add_argument("--config", help="YAML config (default: the built-in CPU default)")
     parser.add_argument("--model", help="model folder to evaluate (default: the config's model)")
     parser.add_argument("--out", type=Path, default=Path("runs/eval"), help="output folder")
+    parser.add_argument(
+        "--verbose",
+        action="store_true",
+        help="third-party logs (vLLM, torch) on the console instead of OUT/eval.log",
+    )
     parser.add_argument("overrides", nargs="*", help="config overrides, key=value")
     args = parser.parse_args(argv)
 
     cfg = load_config(args.config, args.overrides)
-    model_path = resolve_model(cfg, args.model)
+    check_setup(cfg)  # env, tasks and model.name: a bad one fails here, in one line
+    if args.model:
+        resolve_model(cfg, args.model)  # a missing folder fails before the log file is made
     args.out.mkdir(parents=True, exist_ok=True)
-    report = asyncio.run(run_eval(cfg, model_path, args.out))
-    print(f"\n{cfg.env.id} held-out eval of {model_path}\n{report.table()}")
-    write_outputs(cfg, model_path, report, args.out)
-    print(f"wrote {args.out / 'eval.json'}, traces.jsonl and traces.html")
+    log = args.out / "eval.log"
+    with run_console(log, verbose=args.verbose):
+        if not args.verbose:
+            print(f"third-party logs: {log} (--verbose shows them here)", flush=True)
+        model_path = resolve_model(cfg, args.model)
+        report = asyncio.run(run_eval(cfg, model_path, args.out))
+        print(f"\n{cfg.env.id} held-out eval of {model_path}\n{report.table()}")
+        write_outputs(cfg, model_path, report, args.out)
+        print(f"wrote {args.out / 'eval.json'}, traces.jsonl and traces.html")
     return report
 
 
+def cli(argv: list[str] | None = None) -> int:
+    """`main` as a program: a `SetupError` is one line on stderr and exit status 2."""
+    from forge_agent.errors import SetupError, report_setup_error
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        main(argv)
+    except SetupError as exc:
+        return report_setup_error(exc, verbose="--verbose" in argv)
+    return 0
+
+
 if __name__ == "__main__":
-    main()
+    sys.exit(cli())

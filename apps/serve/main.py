@@ -1,6 +1,7 @@
 """Serve a policy checkpoint behind the OpenAI-compatible endpoint.
 
-    python -m apps.serve --model runs/default/checkpoints/step_40 [--port 8000] [--api-key KEY]
+    python -m apps.serve --model runs/default/checkpoints/step_000040/policy [--port 8000] \\
+        [--api-key KEY]
 
 Point any OpenAI-compatible tool at it (`base_url=http://127.0.0.1:8000/v1`, the printed key):
 
@@ -16,16 +17,17 @@ from __future__ import annotations
 import argparse
 import asyncio
 import secrets
-
-import uvicorn
-
-from forge_agent.endpoint import Endpoint, EndpointConfig, create_app
-from forge_agent.generator import GeneratorConfig, VLLMEngine
-from forge_agent.rollout import ChatRenderer
+import sys
 
 
 async def serve(args: argparse.Namespace) -> None:
+    """Start the engine on `args.model` and serve it until stopped."""
+    import uvicorn
+
+    from forge_agent.endpoint import Endpoint, EndpointConfig, create_app
+    from forge_agent.generator import GeneratorConfig, VLLMEngine
     from forge_agent.models.tiny import load_tokenizer
+    from forge_agent.rollout import ChatRenderer
 
     engine = VLLMEngine(GeneratorConfig(max_model_len=args.max_model_len), args.model)
     await engine.start()
@@ -51,9 +53,19 @@ async def serve(args: argparse.Namespace) -> None:
         await engine.shutdown()
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--model", required=True, help="a Hugging Face model folder or hub name")
+def main(argv: list[str] | None = None) -> int:
+    """Parse the command line and serve; a missing model is one line and exit status 2."""
+    from forge_agent.errors import SetupError, report_setup_error
+    from forge_agent.models.hub import resolve_model
+
+    parser = argparse.ArgumentParser(
+        prog="python -m apps.serve", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument(
+        "--model",
+        required=True,
+        help="a model folder (a run's checkpoints/step_NNNNNN/policy) or a cached hub name",
+    )
     parser.add_argument("--host", default="127.0.0.1", help="bind address (loopback default)")
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument(
@@ -61,6 +73,16 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--served-name", default="forge-agent-policy", help="the model's id")
     parser.add_argument("--max-model-len", type=int, default=2048)
+    parser.add_argument("--verbose", action="store_true", help="tracebacks of setup errors")
     args = parser.parse_args(argv)
+    try:
+        args.model = str(resolve_model(args.model, key="--model"))
+    except SetupError as exc:
+        return report_setup_error(exc, args.verbose)
     args.api_key = args.api_key or "fa-" + secrets.token_urlsafe(24)
     asyncio.run(serve(args))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -16,7 +16,8 @@ from forge_agent.observability.traces import read_traces
 def main(argv: list[str] | None = None) -> Path:
     """Parse arguments, write the page, print its path and return it."""
     parser = argparse.ArgumentParser(
-        prog="python -m apps.traces", description=__doc__.split("\n")[0]
+        prog="python -m apps.traces",
+        description=" ".join(__doc__.split("\n\n")[0].split()),  # the whole first paragraph
     )
     parser.add_argument("traces", type=Path, help="trace JSONL file")
     parser.add_argument("--out", type=Path, help="HTML page to write (default: <traces>.html)")

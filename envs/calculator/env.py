@@ -14,7 +14,7 @@ import random
 import re
 from typing import Any
 
-from envs.calculator.tasks import generate_tasks
+from envs.calculator.tasks import DIFFICULTIES, generate_tasks
 from forge_agent.env import Split, ToolEnv, holdout
 from forge_agent.types import Message
 from tools.calculator import calculator
@@ -52,6 +52,8 @@ class CalculatorEnv(ToolEnv):
     required_fields = ("prompt", "answer")
 
     def __init__(self, difficulty: int = 1) -> None:
+        if difficulty not in DIFFICULTIES:  # refused when built, before any task is made
+            raise ValueError(f"difficulty must be one of {DIFFICULTIES}, got {difficulty!r}")
         self.difficulty = int(difficulty)
 
     def default_task(self, seed: int) -> dict[str, Any]:

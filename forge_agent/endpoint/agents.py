@@ -133,7 +133,8 @@ class AgentRolloutEngine(RolloutEngine):
             status, error = _status_of(exc), f"agent: {exc}"
         traj.timings["agent_s"] = time.monotonic() - t0
         recorded = self.server.close_session(session.key, status)
-        for name in ("token_ids", "loss_mask", "logprobs", "versions", "turn_spans"):
+        names = ("token_ids", "loss_mask", "logprobs", "versions", "turn_spans", "tool_call_count")
+        for name in names:
             setattr(traj, name, getattr(recorded, name))
         traj.segment_starts = recorded.segment_starts
         traj.messages = recorded.messages

@@ -144,6 +144,7 @@ class Session:
         start = len(traj.token_ids)
         _append(traj, candidate.completion.token_ids[: candidate.cut], candidate.completion)
         traj.turn_spans.append((start, len(traj.token_ids)))
+        traj.tool_call_count += len(candidate.message.get("tool_calls") or [])  # the policy's
         self.messages.append(candidate.message)
         self.pending = []
 

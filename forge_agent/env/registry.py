@@ -28,6 +28,7 @@ from forge_agent.env.sources import EnvSetupError
 __all__ = [
     "ENTRY_POINT_GROUP",
     "EnvSpec",
+    "UnknownEnvError",
     "env_spec",
     "load_entry_point",
     "make_env",
@@ -35,6 +36,14 @@ __all__ = [
     "register",
     "registered_env_ids",
 ]
+
+
+class UnknownEnvError(EnvSetupError, KeyError):
+    """An env id that no registry, entry point, module path or URL names (a `KeyError` too,
+    as a lookup that failed)."""
+
+    __str__ = EnvSetupError.__str__  # KeyError's would quote the whole message
+
 
 ENTRY_POINT_GROUP = "forge_agent.envs"
 """The Python entry-point group packages declare their envs in."""
@@ -57,6 +66,12 @@ class EnvSpec:
         except (ImportError, AttributeError, ValueError) as exc:
             raise EnvSetupError(
                 self.env_id, f"entry point {self.entry_point!r}", f"does not import: {exc}"
+            ) from exc
+        except Exception as exc:  # the env's module raised while importing (SyntaxError, ...)
+            raise EnvSetupError(
+                self.env_id,
+                f"entry point {self.entry_point!r}",
+                f"its module raised while importing: {type(exc).__name__}: {exc}",
             ) from exc
 
     def make(self, **kwargs: Any) -> AgentEnv:
@@ -132,9 +147,11 @@ def env_spec(env_id: str) -> EnvSpec:
         return EnvSpec(env_id, "forge_agent.endpoint.agents:AgentProgramEnv", {"program": program})
     if ":" in env_id:
         return EnvSpec(env_id, env_id)
-    raise KeyError(
-        f"unknown env id {env_id!r}; registered ids: {', '.join(registered_env_ids())} "
-        "(or pass a 'package.module:Factory' entry point, or an OpenEnv server's http:// URL)"
+    raise UnknownEnvError(
+        env_id,
+        "env.id",
+        f"unknown env id; registered ids: {', '.join(registered_env_ids())} (or pass a "
+        "'package.module:Factory' entry point, or an OpenEnv server's http:// URL)",
     )
 
 

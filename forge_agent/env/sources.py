@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, Literal
 
+from forge_agent.errors import SetupError
+
 __all__ = [
     "HOLDOUT_FRACTION",
     "Dataset",
@@ -43,7 +45,7 @@ _EVAL_SPLIT_NAMES = ("test", "validation")
 _FILE_FORMATS = {".json": "json", ".jsonl": "json", ".parquet": "parquet", ".csv": "csv"}
 
 
-class EnvSetupError(ValueError):
+class EnvSetupError(SetupError, ValueError):
     """An env cannot be set up for training: names the env id, the source and what is missing."""
 
     def __init__(self, env_id: str, source: str, problem: str) -> None:
@@ -167,6 +169,11 @@ def load_dataset_splits(
             rows = list(_read_rows(source, dataset.split))
         except FileNotFoundError as exc:
             raise error(f"could not read it ({exc})") from exc
+        except ConnectionError as exc:  # a hub dataset, offline and not in the local cache
+            raise error(
+                f"could not read it ({exc}); a hub dataset needs the network or a copy in the "
+                "local Hugging Face datasets cache, or give env.dataset a local file"
+            ) from exc
         if not _looks_like_path(source):  # a hub dataset may have a held-out split
             for name in _EVAL_SPLIT_NAMES:
                 try:

@@ -11,13 +11,44 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from forge_agent.errors import SetupError
 
-def resolve_model(name: str | Path) -> Path:
+__all__ = ["ModelNotFoundError", "resolve_model"]
+
+
+class ModelNotFoundError(SetupError, FileNotFoundError):
+    """A model name that is neither a local folder nor in the local Hugging Face cache."""
+
+
+def _looks_like_path(name: str) -> bool:
+    """A folder path rather than a hub repo id (`org/name`: one slash, no leading `.`/`/`/`~`)."""
+    return name.startswith((".", "/", "~")) or name.count("/") > 1
+
+
+def _missing_folder(path: Path, key: str) -> ModelNotFoundError:
+    """'no such folder', listing what the parent or grandparent holds when one exists (the
+    checkpoints of a run folder, say)."""
+    near: list[str] = []
+    for ancestor in (path.parent, path.parent.parent):
+        if ancestor.is_dir() and ancestor != path:
+            near = sorted(p.name for p in ancestor.iterdir() if p.is_dir())
+            hint = f"; {str(ancestor)!r} holds: {', '.join(near[:8]) or 'no folders'}"
+            return ModelNotFoundError(f"{key}={str(path)!r}: no such folder{hint}")
+    return ModelNotFoundError(f"{key}={str(path)!r}: no such folder")
+
+
+def resolve_model(name: str | Path, key: str = "model.name") -> Path:
     """The local folder of model ``name``: an existing folder, or a hub name (``org/model``,
-    optionally ``org/model@revision``) found in the local Hugging Face cache."""
+    optionally ``org/model@revision``) found in the local Hugging Face cache.
+
+    Raises ``ModelNotFoundError`` naming ``key`` (the option that gave the name): "no such
+    folder" for a path, the cache and the download command for a hub name.
+    """
     path = Path(name).expanduser()
     if path.is_dir():
         return path
+    if _looks_like_path(str(name)) or path.exists():
+        raise _missing_folder(path, key)
     from huggingface_hub import constants, snapshot_download
     from huggingface_hub.errors import HFValidationError, LocalEntryNotFoundError
 
@@ -26,8 +57,8 @@ def resolve_model(name: str | Path) -> Path:
     try:
         return Path(snapshot_download(repo_id, revision=revision or None, local_files_only=True))
     except (LocalEntryNotFoundError, HFValidationError, FileNotFoundError) as exc:
-        raise FileNotFoundError(
-            f"model.name={str(name)!r} is not a local folder, and the Hugging Face cache "
+        raise ModelNotFoundError(
+            f"{key}={str(name)!r} is not a local folder, and the Hugging Face cache "
             f"{cache} holds no copy of it ({type(exc).__name__}); download it first "
             f"(`hf download {repo_id}`) or point HF_HUB_CACHE at a cache that has it"
         ) from None

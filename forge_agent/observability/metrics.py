@@ -352,11 +352,17 @@ class MetricLogger:
                 )
         return cls(sinks)
 
-    def flush(self, step: int) -> dict[str, float]:
-        """Reduce everything recorded since the last flush, emit it, return it."""
+    def flush(self, step: int, progress: bool = True) -> dict[str, float]:
+        """Reduce everything recorded since the last flush, emit it, return it.
+
+        `progress=False` leaves the console's progress display out: for metrics of a step
+        no training happened in (the eval before the first step, flushed at step 0, so its
+        curves start at 0 rather than sharing step 1 with the first training step).
+        """
         metrics = reduce_states(drain())
         for sink in self.sinks:
-            sink.write(step, metrics)
+            if progress or not isinstance(sink, ConsoleSink):
+                sink.write(step, metrics)
         return metrics
 
     def close(self) -> None:

@@ -1,6 +1,7 @@
 """Training curves as one PNG, from the metrics JSONL that `metrics.JsonlSink` writes.
 
-Six panels by default: reward, episode length, tool-call rate, KL, entropy and policy lag. Each
+Seven panels by default: reward, held-out reward, episode length, tool-call rate, KL (or, when
+no KL penalty is on, the sampler/trainer mismatch, titled so), entropy and policy lag. Each
 panel names the metric names it looks for (first found wins: an exact name, then any metric
 whose name ends with "/<candidate>"); a panel with none of them says "not recorded" instead of
 failing. Drawn with matplotlib's Agg canvas directly (no pyplot, no global backend switch).
@@ -20,10 +21,25 @@ Series = dict[str, tuple[list[int], list[float]]]
 
 @dataclass(frozen=True)
 class Panel:
-    """One subplot: a title and the metric names that can fill it, most preferred first."""
+    """One subplot: a title and the metric names that can fill it, most preferred first.
+
+    `retitle` gives a fallback metric its own title (name suffix -> title), for a candidate
+    that measures something else than the title says.
+    """
 
     title: str
     candidates: tuple[str, ...]
+    retitle: tuple[tuple[str, str], ...] = ()
+
+    def title_for(self, name: str | None) -> str:
+        """The title drawn over metric `name` (the panel's title unless `retitle` names it)."""
+        for suffix, title in self.retitle:
+            if name is not None and (name == suffix or name.endswith("/" + suffix)):
+                return title
+        return self.title
+
+
+MISMATCH_TITLE = "sampler/trainer mismatch (k3 KL; not a policy KL: ~0 when they agree)"
 
 
 DEFAULT_PANELS: tuple[Panel, ...] = (
@@ -31,8 +47,13 @@ DEFAULT_PANELS: tuple[Panel, ...] = (
     Panel("held-out reward (eval)", ("eval/reward/mean", "eval/pass@1")),
     Panel("episode length (tokens)", ("episode/length", "episode/num_tokens", "episode_length")),
     Panel("tool-call rate", ("tools/call_rate", "tool_call_rate", "episode/tool_calls")),
-    # KL to the reference policy when beta > 0, else the sampler-vs-trainer mismatch KL.
-    Panel("KL", ("loss/kl", "kl", "sampler_ratio/mismatch_kl_k3")),
+    # KL to the reference policy when kl_coef > 0; else the sampler-vs-trainer mismatch
+    # (~1e-9 on CPU, float noise can make its mean negative), titled as what it is.
+    Panel(
+        "KL",
+        ("loss/kl", "kl", "sampler_ratio/mismatch_kl_k3"),
+        retitle=(("sampler_ratio/mismatch_kl_k3", MISMATCH_TITLE),),
+    ),
     Panel("entropy", ("loss/entropy", "entropy")),
     Panel("policy lag", ("policy/lag", "policy_lag")),
 )
@@ -103,8 +124,8 @@ def plot_curves(
     used: dict[str, str | None] = {}
     for i, panel in enumerate(panels):
         ax = fig.add_subplot(nrows, ncols, i + 1)
-        ax.set_title(panel.title)
         name = find_series(series, panel.candidates)
+        ax.set_title(panel.title_for(name), fontsize=10 if name and panel.retitle else None)
         used[panel.title] = name
         if name is None:
             ax.text(

@@ -122,6 +122,7 @@ class Controller:
         started, busy_at_start = time.monotonic(), await services.generators.busy_seconds()
         if cfg.eval.every:
             await self._evaluate()
+            self.metrics.flush(self.step, progress=False)  # at its own step, not on step 1's
         self.profile.start()
         rollouts = asyncio.create_task(self._rollout_loop())
         try:
