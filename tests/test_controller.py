@@ -72,8 +72,10 @@ def test_short_run_trains_syncs_and_writes_metrics_and_traces(faulty_run, policy
     traces = [json.loads(line) for line in (out / "traces.jsonl").read_text().splitlines()]
     assert max(t["max_version"] for t in traces) >= 2
     metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    assert [m["step"] for m in metrics] == [1, 2, 3]
-    assert all("loss/total" in m["metrics"] and "reward/mean" in m["metrics"] for m in metrics)
+    assert [m["step"] for m in metrics] == [0, 1, 2, 3]  # the step-0 eval on a row of its own
+    assert "eval/reward/mean" in metrics[0]["metrics"]
+    trained = metrics[1:]
+    assert all("loss/total" in m["metrics"] and "reward/mean" in m["metrics"] for m in trained)
     assert (out / "traces.html").stat().st_size > 1000
     assert (out / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert [e["step"] for e in summary["evals"]] == [0, 3]
@@ -83,7 +85,7 @@ def test_on_policy_run_generates_no_group_it_cannot_train(faulty_run):
     summary, out = faulty_run
     metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert summary["counts"]["replay_evicted"] == 0
-    assert [m["metrics"]["replay/evicted_stale"] for m in metrics] == [0, 0, 0]
+    assert [m["metrics"]["replay/evicted_stale"] for m in metrics[1:]] == [0, 0, 0]
 
 
 def test_killed_env_worker_is_counted_and_survived(faulty_run):
