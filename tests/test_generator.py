@@ -89,10 +89,10 @@ def test_completions_carry_logprobs_and_version(generator, fixed_ids):
 
 def test_many_concurrent_requests_all_complete(generator, fixed_ids):
     async def run():
-        calls = [
-            generator.generate.call_one(fixed_ids, SamplingConfig(max_tokens=16, seed=i))
-            for i in range(16)
-        ]
+        # past end-of-sequence: a warm-started policy may answer this prompt with the same
+        # two tokens under every seed; 16 sampled tokens each tell the seeds apart
+        sampling = [SamplingConfig(max_tokens=16, seed=i, ignore_eos=True) for i in range(16)]
+        calls = [generator.generate.call_one(fixed_ids, s) for s in sampling]
         return await asyncio.gather(*calls)
 
     outs = asyncio.run(run())
