@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 
 import httpx
 import openai
@@ -332,3 +333,127 @@ def test_n_choices_stop_strings_and_the_chosen_branch_continues(generator, rende
     assert not any(d in text for d in "1234")
     s2, e2 = traj.turn_spans[1]
     assert traj.token_ids[s2:e2] == gen.calls[3][1].token_ids[: e2 - s2]
+
+
+def _raw_post(server: EndpointServer, headers: dict[str, str], body: bytes) -> httpx.Response:
+    return httpx.post(
+        f"{server.base_url}/chat/completions",
+        content=body,
+        headers={"Content-Type": "application/json", **headers},
+        timeout=60,
+    )
+
+
+def test_hostile_requests_get_openai_shaped_errors_naming_the_field(renderer):
+    """What an outside attack sent (issue 24 #4): each is refused before any generation, in
+    OpenAI's error shape, naming the field; the server keeps serving."""
+
+    async def never_called(prompt_ids, sampling, session):
+        raise AssertionError("a hostile request reached the generator")
+
+    messages = [{"role": "user", "content": "What is 2 + 2?"}]
+    deep_schema: dict = {"type": "string"}
+    for _ in range(200):
+        deep_schema = {"type": "object", "properties": {"a": deep_schema}}
+    tool = {"type": "function", "function": {"name": "f", "parameters": deep_schema}}
+    ok = json.dumps({"model": "p", "messages": messages})
+    cases = {  # name: (headers beyond the key, body, status, param)
+        "deep JSON": ({}, b'{"messages": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", 400, None),
+        "lone surrogate model": (
+            {}, ok.replace('"p"', '"\\ud800"').encode(), 400, "model"
+        ),
+        "lone surrogate content": (
+            {}, ok.replace("What is", "\\udfff").encode(), 400, "messages[0].content"
+        ),
+        "deep tool parameters": (
+            {}, json.dumps({"messages": messages, "tools": [tool]}).encode(), 400,
+            "tools[0].function.parameters.properties.a.properties.a",
+        ),
+        "8 MB message": (
+            {}, json.dumps({"messages": [{"role": "user", "content": "7 " * (4 << 20)}]}).encode(),
+            413, None,
+        ),
+        "key without the bearer scheme": ({"bare": "1"}, ok.encode(), 401, None),
+    }  # fmt: skip
+
+    async def run():
+        async with EndpointServer(never_called, renderer, MAX_MODEL_LEN) as server:
+            key = server.open_session("t").key
+            replies = {}
+            for name, (extra, body, _, _) in cases.items():
+                auth = key if extra.get("bare") else f"Bearer {key}"
+                replies[name] = await asyncio.to_thread(
+                    _raw_post, server, {"Authorization": auth}, body
+                )
+            async with _client(server, key) as client:  # still serving
+                models = [m.id async for m in client.models.list()]
+            return replies, models
+
+    replies, models = asyncio.run(run())
+    for name, (_, _, status, param) in cases.items():
+        r = replies[name]
+        assert r.status_code == status, (name, r.status_code, r.text[:300])
+        error = r.json()["error"]
+        assert set(error) == {"message", "type", "param", "code"}, (name, error)
+        assert error["param"] == param or (param and error["param"].startswith(param)), (
+            name,
+            error,
+        )
+    assert "Bearer" in replies["key without the bearer scheme"].json()["error"]["message"]
+    assert replies["8 MB message"].json()["error"]["code"] == "request_too_large"
+    assert models == [EndpointConfig().model_name]
+
+
+def test_one_huge_request_does_not_delay_others(renderer):
+    """Benchmark row: while 8 MB requests arrive, a concurrent small request still answers
+    at once (before the body bound, one 8 MB message blocked others for 10.4 s)."""
+
+    async def never_called(prompt_ids, sampling, session):
+        raise AssertionError("unreachable")
+
+    huge = json.dumps({"messages": [{"role": "user", "content": "7 " * (4 << 20)}]}).encode()
+
+    def small_request(server: EndpointServer, headers: dict[str, str]) -> tuple[int, float]:
+        time.sleep(1.0)  # the huge bodies have arrived and are being handled
+        start = time.perf_counter()
+        reply = httpx.get(f"{server.base_url}/models", headers=headers, timeout=60)
+        return reply.status_code, time.perf_counter() - start
+
+    async def run():
+        async with EndpointServer(never_called, renderer, MAX_MODEL_LEN) as server:
+            key = server.open_session("t").key
+            headers = {"Authorization": f"Bearer {key}"}
+            flood = [
+                asyncio.to_thread(_raw_post, server, headers, huge) for _ in range(4)
+            ]  # clients in threads of their own: only the server runs on this loop
+            small = asyncio.to_thread(small_request, server, headers)
+            *replies, (status, latency) = await asyncio.gather(*flood, small)
+            return status, latency, [r.status_code for r in replies]
+
+    status, latency, statuses = asyncio.run(run())
+    print(f"small request latency during 4 x 8 MB requests: {latency * 1000:.1f} ms")
+    assert status == 200 and statuses == [413] * 4
+    assert latency < 1.0, latency
+
+
+def test_the_stop_string_cut_is_not_quadratic(renderer):
+    """The shortest prefix holding a stop string, found in O(log n) decodes: 16 completions
+    of 2,000 tokens with a stop string near the end took 5.2 s with one decode per prefix."""
+    from forge_agent.endpoint.app import Endpoint
+
+    async def never_called(prompt_ids, sampling, session):
+        raise AssertionError("unreachable")
+
+    endpoint = Endpoint(never_called, renderer, MAX_MODEL_LEN)
+    encode = renderer.tokenizer.encode
+    ids = encode("count " * 1990, add_special_tokens=False)[:1990]
+    ids += encode(" now STOP and more words after it", add_special_tokens=False)
+    decode = renderer.tokenizer.decode
+    shortest = next(k for k in range(1900, len(ids) + 1) if "STOP" in decode(ids[:k]))
+    start = time.perf_counter()
+    cuts = [endpoint._cut_at_stop(ids, ["never", "STOP"]) for _ in range(16)]
+    elapsed = time.perf_counter() - start
+    print(f"16 stop cuts of {len(ids)} tokens: {elapsed * 1000:.1f} ms")
+    assert cuts == [(shortest, "STOP")] * 16
+    assert endpoint._cut_at_stop(ids, ["absent"]) == (len(ids), None)
+    assert elapsed < 1.0, elapsed

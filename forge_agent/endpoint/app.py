@@ -56,6 +56,9 @@ class EndpointConfig:
     api_key: str | None = None
     # how long an idle connection stays open: env workers keep theirs between episodes
     keep_alive_s: float = 60.0
+    # the largest request body (413 beyond): parsing and rendering run on the event loop the
+    # generator calls share, so one huge request must not stall the others
+    max_body_bytes: int = 2 << 20
 
 
 class Endpoint:
@@ -77,7 +80,13 @@ class Endpoint:
 
     # ------------------------------------------------------------------ auth
     def authenticate(self, authorization: str | None) -> Session:
-        key = (authorization or "").removeprefix("Bearer ").strip()
+        """The session of an ``Authorization: Bearer <key>`` header (401 otherwise)."""
+        scheme, _, key = (authorization or "").partition(" ")
+        if scheme != "Bearer":
+            raise SessionError(
+                401, "give the key as 'Authorization: Bearer <key>' (the bearer scheme)"
+            )
+        key = key.strip()
         session = self.sessions.get(key)
         if session is not None:
             return session
@@ -198,16 +207,32 @@ class Endpoint:
 
     def _cut_at_stop(self, ids: list[int], stops: list[str]) -> tuple[int, str | None]:
         """How many sampled tokens to keep so the text ends at the first stop string (the
-        sampler ran on; the tokens after the one completing the stop string are dropped)."""
+        sampler ran on; the tokens after the one completing the stop string are dropped).
+
+        The shortest prefix whose text holds a stop string is found by bisection over the
+        prefix length (a longer prefix's text extends a shorter one's), so a cut costs
+        O(log n) decodes, not the n decodes of trying each prefix (2,000 tokens x n=16
+        took 5.2 s that way, on the event loop).
+        """
         if not stops:
             return len(ids), None
         decode = self.renderer.tokenizer.decode
-        for k in range(1, len(ids) + 1):
+
+        def first_stop(k: int) -> str | None:
             text = decode(ids[:k])
-            for stop in stops:
-                if stop in text:
-                    return k, stop
-        return len(ids), None
+            found = [(text.find(s), s) for s in stops if s in text]
+            return min(found)[1] if found else None
+
+        if first_stop(len(ids)) is None:
+            return len(ids), None
+        low, high = 0, len(ids)  # no stop in ids[:low] (or low == 0); a stop in ids[:high]
+        while high - low > 1:
+            middle = (low + high) // 2
+            if first_stop(middle) is None:
+                low = middle
+            else:
+                high = middle
+        return high, first_stop(high)
 
     # ------------------------------------------------------------------ responses
     def _response(
@@ -298,6 +323,7 @@ def error_body(exc: SessionError) -> dict[str, Any]:
         401: "invalid_api_key",
         404: "not_found",
         405: "method_not_allowed",
+        413: "request_too_large",
         503: "generator_unavailable",
     }.get(exc.status)
     return {
@@ -310,19 +336,59 @@ def error_body(exc: SessionError) -> dict[str, Any]:
     }
 
 
+MAX_JSON_DEPTH = 64
+"""The deepest nesting a request may have (a tool's JSON schema included)."""
+
+
 def _parse(body: bytes) -> ChatCompletionRequest:
     try:
         data = json.loads(body)
+    except RecursionError:
+        raise SessionError(400, f"the body nests deeper than {MAX_JSON_DEPTH} levels") from None
     except ValueError as exc:
         raise SessionError(400, f"the body is not valid JSON: {exc}") from exc
     if not isinstance(data, dict):
         raise SessionError(400, "the body must be a JSON object")
+    _check_plain(data)
     try:
         return ChatCompletionRequest.model_validate(data)
     except ValidationError as exc:
         err = exc.errors()[0]
         name = field_name(tuple(err["loc"]))
         raise SessionError(400, f"{name}: {err['msg']}", name) from exc
+
+
+def _check_plain(data: dict[str, Any]) -> None:
+    """Refuse (400 naming the field) nesting past `MAX_JSON_DEPTH` and text that is not
+    valid Unicode (a lone surrogate such as ``"\\ud800"``, which no response could echo).
+    Walks the body without recursion, once."""
+    todo: list[tuple[Any, tuple[Any, ...]]] = [(data, ())]
+    while todo:
+        value, path = todo.pop()
+        if len(path) > MAX_JSON_DEPTH:
+            name = field_name(path[:8])
+            raise SessionError(400, f"{name}: nests deeper than {MAX_JSON_DEPTH} levels", name)
+        if isinstance(value, dict):
+            for key, item in value.items():
+                if not _valid_text(key):
+                    name = field_name(path) if path else "body"
+                    raise SessionError(400, f"{name}: a key is not valid Unicode text", name)
+                todo.append((item, (*path, key)))
+        elif isinstance(value, list):
+            todo.extend((item, (*path, i)) for i, item in enumerate(value))
+        elif isinstance(value, str) and not _valid_text(value):
+            name = field_name(path)
+            raise SessionError(
+                400, f"{name}: not valid Unicode text (a lone surrogate escape?)", name
+            )
+
+
+def _valid_text(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _wire_message(message: dict[str, Any]) -> dict[str, Any]:

@@ -42,7 +42,8 @@ def create_app(endpoint: Endpoint) -> Starlette:
     async def chat_completions(request: Request) -> Response:
         try:
             session = endpoint.authenticate(request.headers.get("authorization"))
-            response, parsed = await endpoint.complete(session, await request.body())
+            body = await _bounded_body(request, endpoint.config.max_body_bytes)
+            response, parsed = await endpoint.complete(session, body)
         except SessionError as exc:
             return refused(exc)
         if not parsed.stream:
@@ -74,6 +75,23 @@ def create_app(endpoint: Endpoint) -> Starlette:
         ],
         exception_handlers={404: no_route, 405: no_route},
     )
+
+
+async def _bounded_body(request: Request, limit: int) -> bytes:
+    """The request body, refused with 413 past `limit` bytes (read no further)."""
+    too_large = SessionError(
+        413, f"the request body is larger than {limit} bytes (EndpointConfig.max_body_bytes)"
+    )
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise too_large
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise too_large
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 class _EmbeddedServer(uvicorn.Server):
