@@ -121,3 +121,17 @@ def test_a_multi_turn_tool_conversation_matches_the_renderer(checkpoint, with_to
     )
     prompt = CONVERSATION[:-1]
     assert template_ids(tokenizer, prompt, tools, True) == renderer.render_prompt(prompt, tools)
+
+
+def test_the_corpus_tool_block_is_the_renderers(tiny_tokenizer):
+    """The tokenizer corpus writes the Qwen3 tool block as text (`TOOLS_HEADER`, `TOOLS_FOOTER`,
+    no private names of `renderers`); the renderer's own prompt carries exactly that text."""
+    from forge_agent.models.tiny import QWEN3_CHAT_TEMPLATE, TOOLS_FOOTER, TOOLS_HEADER
+    from forge_agent.rollout import ChatRenderer, RendererConfig
+
+    tool = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
+    renderer = ChatRenderer(tiny_tokenizer, RendererConfig(kind="qwen3"))
+    ids = renderer.render_prompt([{"role": "user", "content": "hi"}], [tool])
+    text = tiny_tokenizer.decode(ids)
+    assert TOOLS_HEADER in text and TOOLS_FOOTER in text
+    assert TOOLS_HEADER in QWEN3_CHAT_TEMPLATE and TOOLS_FOOTER.lstrip("\n") in QWEN3_CHAT_TEMPLATE

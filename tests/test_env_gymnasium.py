@@ -103,6 +103,7 @@ def test_shipped_env_passes_gymnasium_env_checker(gym_id: str) -> None:
 
 def test_calculator_through_gymnasium_with_text_actions() -> None:
     task = generate_tasks(1, seed=5)[0]
+    register_gymnasium_envs()
     env = gymnasium.make("forge_agent/Calculator-v0")
     obs, info = env.reset(seed=0, options={"task": task})
     assert task["prompt"] in obs and info["tools"][0]["function"]["name"] == "calculator"
@@ -120,3 +121,16 @@ def test_text_action_parsing() -> None:
     assert message["tool_calls"][0]["function"] == {"name": "f", "arguments": {"x": 1}}
     broken = parse_text_action("<tool_call>{not json</tool_call>")
     assert broken["tool_calls"][0]["function"]["name"] == ""
+
+
+def test_importing_the_adapter_registers_nothing() -> None:
+    """Registration is an explicit call (`register_gymnasium_envs`), not an import side effect."""
+    import subprocess
+    import sys
+
+    code = (
+        "import gymnasium, forge_agent.env.gym_adapter; "
+        "print(sum(k.startswith('forge_agent/') for k in gymnasium.registry))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "0", out.stdout + out.stderr

@@ -5,8 +5,9 @@
   `act(action)`, whose argument is an enum of the action names, so an illegal action comes back
   as a tool error message. The episode's return is the reward component `env_reward`.
 - `AgentGymEnv`: any agent env becomes a `gymnasium.Env` with `Text` observation and action
-  spaces; `register_gymnasium_envs()` (run on import of this module) registers every agent env
-  id as `gymnasium.make("forge_agent/<Name>-v0")`, e.g. "forge_agent/Calculator-v0".
+  spaces; `register_gymnasium_envs()` (an explicit call: importing this module registers
+  nothing) registers every agent env id as `gymnasium.make("forge_agent/<Name>-v0")`, e.g.
+  "forge_agent/Calculator-v0".
   Text actions are assistant messages; tool calls are written Hermes-style:
   `<tool_call>{"name": "calculator", "arguments": {"expression": "2 + 2"}}</tool_call>`.
 """
@@ -384,5 +385,3 @@ def register_gymnasium_envs(max_episode_steps: int = 32) -> list[str]:
         ids.append(gym_id)
     return ids
 
-
-register_gymnasium_envs()

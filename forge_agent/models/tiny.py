@@ -75,6 +75,19 @@ For each function call, return a json object with function name and arguments wi
 
 {% endif %}{% endif %}"""
 
+# The tool block of a Qwen3 system prompt, as the template above writes it (the corpus is
+# rendered as text before the tokenizer exists; tests/test_chat_template.py holds the template,
+# this text and the `renderers` Qwen3 renderer to the same tokens).
+TOOLS_HEADER = (
+    "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+    "You are provided with function signatures within <tools></tools> XML tags:\n<tools>"
+)
+TOOLS_FOOTER = (
+    "\n</tools>\n\nFor each function call, return a json object with function name and "
+    "arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n"
+    '{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call>'
+)
+
 _BUILTIN_CORPUS = (
     "You are a helpful assistant. Use the tools when they help. Answer with the final result.",
     "def solve(x):\n    return x\n\nimport math\nfor i in range(10):\n    print(i)\n",
@@ -137,14 +150,12 @@ def env_corpus(env_ids: Sequence[str] = DEFAULT_CORPUS_ENVS) -> list[str]:
 
 def _render_text(messages: list[dict], tools: list[dict]) -> str:
     """Qwen3 chat format as plain text (the tokenizer does not exist yet)."""
-    from renderers.qwen3 import _TOOLS_FOOTER, _TOOLS_HEADER
-
     parts = []
     system = messages[0]["content"] if messages and messages[0]["role"] == "system" else None
     if tools:
         specs = "".join("\n" + json.dumps(t) for t in tools)
         head = f"{system}\n\n" if system else ""
-        parts.append(f"<|im_start|>system\n{head}{_TOOLS_HEADER}{specs}{_TOOLS_FOOTER}<|im_end|>\n")
+        parts.append(f"<|im_start|>system\n{head}{TOOLS_HEADER}{specs}{TOOLS_FOOTER}<|im_end|>\n")
     elif system:
         parts.append(f"<|im_start|>system\n{system}<|im_end|>\n")
     for m in messages:

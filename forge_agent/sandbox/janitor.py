@@ -70,15 +70,15 @@ def forget(kind: str, target: str) -> None:
 def _clean(items: dict[tuple[str, str], str]) -> None:
     import time
 
-    from forge_agent.sandbox.workspace import _mounted_paths, _teardown
+    from forge_agent.sandbox.mounts import mounted_paths, teardown
 
     time.sleep(0.2)  # sandboxes die with their parent: let them go first
-    mounted = _mounted_paths()
+    mounted = mounted_paths()
     clients: dict[str, object] = {}
     for (kind, target), extra in items.items():
         try:
             if kind == "workspace":
-                _teardown(target, target in mounted)
+                teardown(target, target in mounted)
             elif kind == "cgroup":
                 for _ in range(50):
                     try:

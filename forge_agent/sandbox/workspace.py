@@ -16,46 +16,16 @@
 
 from __future__ import annotations
 
-import ctypes
 import os
 import secrets
 import tempfile
 import weakref
 
 from forge_agent.sandbox import janitor
+from forge_agent.sandbox.mounts import mount_tmpfs, mounted_paths, teardown
 from forge_agent.sandbox.tree_removal import remove_tree
 
 __all__ = ["Workspace", "remove_tree", "sweep_stale"]
-
-MNT_DETACH = 2
-_libc = None
-
-
-def _mount_tmpfs(path: str, size_mb: int, max_files: int, owner: tuple[int, int] | None) -> bool:
-    """Mount a bounded tmpfs on `path`; False where this process may not mount."""
-    global _libc
-    if os.geteuid() != 0:
-        return False
-    if _libc is None:
-        _libc = ctypes.CDLL(None, use_errno=True)
-    uid, gid = owner or (os.getuid(), os.getgid())
-    options = f"size={int(size_mb)}m,nr_inodes={int(max_files)},mode=0700,uid={uid},gid={gid}"
-    flags = ctypes.c_ulong(0x2 | 0x4)  # MS_NOSUID | MS_NODEV (code may exec its own scripts)
-    rc = _libc.mount(b"tmpfs", os.fsencode(path), b"tmpfs", flags, options.encode())
-    return rc == 0
-
-
-def _unmount(path: str) -> None:
-    global _libc
-    if _libc is None:
-        _libc = ctypes.CDLL(None, use_errno=True)
-    _libc.umount2(os.fsencode(path), MNT_DETACH)
-
-
-def _teardown(path: str, mounted: bool) -> None:
-    if mounted:
-        _unmount(path)
-    remove_tree(path)
 
 
 def _new_folder(root: str, prefix: str) -> str:
@@ -83,7 +53,7 @@ def sweep_stale(root: str | None = None, prefix: str = "forge-ws-") -> int:
         names = os.listdir(root)
     except OSError:
         return 0
-    mounted = _mounted_paths()
+    mounted = mounted_paths()
     for name in names:
         if not name.startswith(prefix):
             continue
@@ -91,17 +61,9 @@ def sweep_stale(root: str | None = None, prefix: str = "forge-ws-") -> int:
         if not pid.isdigit() or int(pid) == os.getpid() or os.path.exists(f"/proc/{pid}"):
             continue
         path = os.path.join(root, name)
-        _teardown(path, path in mounted)
+        teardown(path, path in mounted)
         removed += 1
     return removed
-
-
-def _mounted_paths() -> set[str]:
-    try:
-        with open("/proc/self/mounts") as f:
-            return {line.split()[1] for line in f if len(line.split()) > 1}
-    except OSError:
-        return set()
 
 
 class Workspace:
@@ -125,11 +87,11 @@ class Workspace:
     ) -> None:
         sweep_stale(root, prefix)
         self.path = _new_folder(root or tempfile.gettempdir(), f"{prefix}{os.getpid()}-")
-        self.mounted = _mount_tmpfs(self.path, size_mb, max_files, owner)
+        self.mounted = mount_tmpfs(self.path, size_mb, max_files, owner)
         os.chmod(self.path, 0o700)
         if owner is not None:
             os.chown(self.path, *owner)
-        self._finalizer = weakref.finalize(self, _teardown, self.path, self.mounted)
+        self._finalizer = weakref.finalize(self, teardown, self.path, self.mounted)
 
     def remove(self) -> None:
         """Unmount and delete the workspace (idempotent)."""
