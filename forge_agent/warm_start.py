@@ -182,6 +182,11 @@ def warm_start(
         TrainerConfig(lr=cfg.lr, row_tokens=512), str(model_path), device=device, seed=cfg.seed
     )
     rng = random.Random(cfg.seed)
+    print(
+        f"[warm start] {cfg.steps} supervised steps on {len(demos)} demonstrations of "
+        f"{', '.join(envs)} (cached: a later run with the same settings skips it)",
+        flush=True,
+    )
     started = time.monotonic()
     every = max(1, cfg.steps // 10)
     for step in range(1, cfg.steps + 1):

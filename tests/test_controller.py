@@ -53,7 +53,7 @@ def faulty_run(policy_model_path, tmp_path_factory):
             "env.step_timeout_s=10",
             "training.steps=3",
             "eval.every=3",
-            "checkpoint.every=3",
+            "checkpoint.every=2",  # step 3 is not a multiple: the last step checkpoints anyway
             "rewards.components={tests.faults:flaky_reward: 0.1}",
         ],
     )
@@ -79,6 +79,12 @@ def test_short_run_trains_syncs_and_writes_metrics_and_traces(faulty_run, policy
     assert (out / "traces.html").stat().st_size > 1000
     assert (out / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert [e["step"] for e in summary["evals"]] == [0, 3]
+
+
+def test_the_last_step_leaves_a_checkpoint_off_the_checkpoint_cadence(faulty_run):
+    _, out = faulty_run
+    names = sorted(p.name for p in (out / "checkpoints").iterdir())
+    assert names == ["step_000002", "step_000003"]
 
 
 def test_on_policy_run_generates_no_group_it_cannot_train(faulty_run):
@@ -261,3 +267,23 @@ def test_ctrl_c_shuts_the_whole_run_down(policy_model_path, tmp_path):
     left = subprocess.run(["pgrep", "-g", str(run.pid)], capture_output=True, text=True)
     assert left.stdout.split() == []
     assert _vllm_pids() - engines_before == set()
+
+
+def test_ctrl_c_during_the_warm_start_stops_within_seconds(tiny_model_path, tmp_path):
+    """The warm start blocks the main thread for minutes; SIGINT there stops the run at once
+    (main 7df18c1 was still running 30 s after it). A fresh seed makes the warm start uncached."""
+    out = tmp_path / "run"
+    args = [f"output_dir={out}", "metrics.console=false", "warm_start.steps=100000"]
+    args.append(f"warm_start.seed={time.time_ns() % 1_000_000}")
+    log = tmp_path / "run.log"
+    run = _run_main(args, log)
+    deadline = time.monotonic() + 300
+    while "supervised steps on" not in log.read_text():
+        assert run.poll() is None and time.monotonic() < deadline, log.read_text()
+        time.sleep(0.2)
+    time.sleep(2)  # inside the optimizer steps
+    run.send_signal(signal.SIGINT)
+    assert run.wait(timeout=15) == 130
+    assert "[SIGINT] stopping" in log.read_text() and "were shut down" in log.read_text()
+    left = subprocess.run(["pgrep", "-g", str(run.pid)], capture_output=True, text=True)
+    assert left.stdout.split() == []
