@@ -28,3 +28,25 @@ def test_prompts_are_rendered_with_the_envs_system_prompt_and_tools():
         check_prompt_lengths("calculator", {}, tasks, CharRenderer(), max(lengths) + 1) is not None
     )
     assert check_prompt_lengths("calculator", {}, tasks, CharRenderer(), 100_000) is None
+
+
+def test_a_run_warns_at_setup_when_prompts_exceed_the_episode_budget(tmp_path):
+    """Before anything starts, a run whose tasks' prompts alone exceed
+    `rollout.max_total_tokens` says so (share, longest, key) on stderr, then runs (here the
+    run itself is replaced by a stub, in a fresh interpreter)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import apps.agent.main as app, forge_agent.run.controller as controller\n"
+        "async def train(cfg):\n"
+        "    print('run started')\n"
+        "    return {'evals': [], 'profile': None, 'counts': {}, 'steps': 0, 'wall_s': 0.0}\n"
+        "controller.train = train\n"
+        f"raise SystemExit(app.main(['output_dir={tmp_path}', 'metrics.console=false',\n"
+        "    'rollout.max_total_tokens=24', 'rollout.max_new_tokens_per_turn=8']))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert "warning:" in out.stderr and "rollout.max_total_tokens=24" in out.stderr
+    assert "run started" in (tmp_path / "run.log").read_text() + out.stdout

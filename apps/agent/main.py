@@ -95,10 +95,13 @@ def _run(argv: list[str], verbose: bool, check_only: bool) -> int:
     cfg = parse_cli(argv)
     # the env, its tasks and the model, before anything starts: a bad one is one line
     report = check_setup(cfg)
+    lengths = prompt_lengths(cfg, report)
     if check_only:
-        for line in ["config: ok", *report.lines(), prompt_lengths(cfg, report)]:
+        for line in ["config: ok", *report.lines(), lengths]:
             print(line)
         return 0
+    if lengths.startswith("warning"):  # episodes that would end prompt_too_long, unsampled
+        print(lengths, file=sys.stderr, flush=True)
     from forge_agent.observability.console import run_console
     from forge_agent.run.controller import train
 
