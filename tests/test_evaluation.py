@@ -207,3 +207,26 @@ def test_evaluate_seeds_sampling_so_reruns_see_the_same_noise(tiny_tokenizer):
     asyncio.run(evaluate(_engine(tiny_tokenizer, second), TASKS, k=2, seed=4))
     assert sorted(first.seeds) == sorted(second.seeds)
     assert len(set(first.seeds)) == len(first.seeds) == 8  # 2 tasks x 2 episodes x 2 turns
+
+
+def test_apps_eval_reports_held_out_tasks_and_keeps_third_party_logs_off_the_console(
+    policy_model_path, tmp_path
+):
+    """`python -m apps.eval --model FOLDER`: the report on the console, vLLM's and torch's
+    output in OUT/eval.log (a first run printed ~10 vLLM/NUMA warnings on the console)."""
+    import json
+    import subprocess
+    import sys
+
+    out = tmp_path / "eval"
+    args = ["--model", str(policy_model_path), "--out", str(out), "eval.num_tasks=2", "eval.k=2"]
+    run = subprocess.run(
+        [sys.executable, "-m", "apps.eval", *args], capture_output=True, text=True, timeout=600
+    )
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    report = json.loads((out / "eval.json").read_text())
+    assert report["metrics"]["eval/episodes"] == 4
+    console = run.stdout + run.stderr
+    for noise in ("vllm", "INFO ", "WARNING ", "NUMA"):
+        assert noise not in console, console[-2000:]
+    assert "vllm" in (out / "eval.log").read_text().lower()

@@ -169,6 +169,11 @@ def main(argv: list[str] | None = None) -> EvalReport:
         resolve_model(cfg, args.model)  # a missing folder fails before the log file is made
     args.out.mkdir(parents=True, exist_ok=True)
     log = args.out / "eval.log"
+    if not args.verbose:
+        # vLLM runs in this process here, and its own log handler would write to the terminal
+        # stream `run_console` keeps for the project's lines; unconfigured, its records go to
+        # the root logger, which `run_console` points at OUT/eval.log
+        os.environ.setdefault("VLLM_CONFIGURE_LOGGING", "0")
     with run_console(log, verbose=args.verbose):
         if not args.verbose:
             print(f"third-party logs: {log} (--verbose shows them here)", flush=True)

@@ -147,6 +147,17 @@ class ReplayBuffer:
                     return batch
                 await self._changed.wait()
 
+    async def take_while(self, producer: asyncio.Task, n: int, current_version: int) -> list[Group]:
+        """`take(n, current_version)` while `producer` (the rollout loop filling the buffer)
+        runs: its crash is raised here instead of the wait lasting forever."""
+        take = asyncio.create_task(self.take(n, current_version))
+        done, _ = await asyncio.wait({take, producer}, return_when=asyncio.FIRST_COMPLETED)
+        if take not in done:
+            take.cancel()
+            producer.result()  # raises the producer's error
+            raise RuntimeError("the rollout loop stopped")
+        return take.result()
+
     # ------------------------------------------------------------------ checkpoints
     def state_dict(self) -> dict[str, Any]:
         """Plain data to save with a checkpoint: the buffered groups and the counters."""

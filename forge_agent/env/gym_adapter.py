@@ -384,4 +384,3 @@ def register_gymnasium_envs(max_episode_steps: int = 32) -> list[str]:
             )
         ids.append(gym_id)
     return ids
-

@@ -1,16 +1,12 @@
 """The driver: a rollout loop and a training loop, and the calls between the services.
 
-    model ─► (warm start) ─► Generator replicas (vLLM)  ◄── weights ── WeightStore ◄── Trainer
-                                   │ token ids                                          ▲
-    TaskStream ─► RolloutEngine ───┴─► env workers (EnvPool) ─► RewardActor ─► advantages
-                                                                                   │
-                                                  ReplayBuffer (staleness bound) ◄─┘
+    TaskStream ─► RolloutEngine ─► generator replicas (vLLM) + env workers ─► reward actor
+       ─► advantages ─► ReplayBuffer (staleness bound) ─► Trainer ─► WeightStore ─► generators
 
 `training.max_policy_lag` = 0 pauses rollouts while the trainer steps and syncs (on-policy);
-n > 0 lets them run on, and no trained token was sampled more than n versions before the policy
-it trains (per-token check; see algorithms/replay.py); a weight sync then interrupts running
-requests and continues them on the new weights. Where the rest lives: the services and their
-calls (`run.services`), checkpoints and going back to one (`run.recovery`), the engines
+n > 0 lets them run on (no trained token more than n versions old; algorithms/replay.py) and a
+weight sync continues running requests on the new weights. Elsewhere: services and their calls
+(`run.services`), checkpoints and going back (`run.recovery`), engines and eval
 (`run.rollouts`), the output folder (`run.outputs`), signals (`run.signals`).
 """
 
@@ -18,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
 import time
 from collections import Counter
@@ -28,15 +23,13 @@ from typing import Any
 from forge_agent.algorithms.advantages import compute_advantages
 from forge_agent.algorithms.replay import ReplayBuffer, ZeroSignalWatch, check_token_lags
 from forge_agent.env.tasks import TaskStream, eval_tasks
-from forge_agent.evaluation import evaluate
 from forge_agent.observability.loop_timing import LoopTiming
 from forge_agent.observability.metrics import MetricLogger, record
 from forge_agent.observability.step_profile import PhaseClock
-from forge_agent.rewards.build import AGENT_REWARD
 from forge_agent.run import outputs
 from forge_agent.run.config import AgentConfig
 from forge_agent.run.recovery import Recovery
-from forge_agent.run.rollouts import Engines, build_engines, record_episode
+from forge_agent.run.rollouts import Engines, build_engines, evaluate_policy, record_episode
 from forge_agent.run.services import Services
 from forge_agent.run.signals import cancel_on_signals, python_handlers
 from forge_agent.run.supervision import ServiceFailed, ServiceRestarted
@@ -70,10 +63,7 @@ class Controller:
 
     async def setup(self) -> None:
         """Tasks, the policy (after its warm start), the services, engines, buffer, metrics."""
-        from forge_agent.models.tiny import load_tokenizer
-        from forge_agent.observability.trace_html import load_token_decoder
         from forge_agent.observability.traces import TraceWriter
-        from forge_agent.rollout import ChatRenderer, SessionRouter
         from forge_agent.run.host_placement import resolve_host_meshes
         from forge_agent.warm_start import policy_model
 
@@ -89,24 +79,15 @@ class Controller:
             cfg, self.policy_path, self._trainer_restarted, self._generator_restarted
         )
         generator = await self.services.start(meshes)
-        generate: Any = SessionRouter(list(self.services.generators))
-        if self.generate_wrapper is not None:
-            generate = self.generate_wrapper(generate)
-        renderer = ChatRenderer(load_tokenizer(self.policy_path), cfg.renderer)
         self.engines = await build_engines(
-            cfg,
-            self.profile.timed_generate(generate),
-            self.profile.timed_envs(self.services.pool),
-            renderer,
-            int(generator["max_model_len"]),
-            agent_score=functools.partial(self.services.score, components=[AGENT_REWARD]),
-        )
+            cfg, self.services, self.policy_path, int(generator["max_model_len"]),
+            wrap=self._wrap_generate, wrap_envs=self.profile.timed_envs,
+        )  # fmt: skip
         self.traces = TraceWriter(self.out / "traces.jsonl")
         self.buffer = ReplayBuffer(cfg.training.replay_capacity, cfg.training.max_policy_lag)
         gps = cfg.training.groups_per_step
         self.zero_signal = ZeroSignalWatch(warn_after=4 * gps, fail_after=25 * gps)
         self.metrics = MetricLogger.from_config(cfg.metrics, self.out, cfg.training.steps)
-        self.decode = load_token_decoder(self.policy_path)
         self.recovery = Recovery(
             self.out / "checkpoints", cfg.checkpoint.keep, self.services, self.tasks, self.buffer
         )
@@ -118,7 +99,7 @@ class Controller:
         """The training loop. Consumes batches of fresh scored groups from the replay buffer;
         produces policy versions (trainer step, then weight store -> every generator); waits on
         the buffer, the trainer and the weight sync. Returns the summary (summary.json)."""
-        cfg, services = self.cfg, self.services
+        cfg, services, gps = self.cfg, self.services, self.cfg.training.groups_per_step
         started, busy_at_start = time.monotonic(), await services.generators.busy_seconds()
         if cfg.eval.every:
             await self._evaluate()
@@ -127,7 +108,8 @@ class Controller:
         rollouts = asyncio.create_task(self._rollout_loop())
         try:
             while self.step < cfg.training.steps:
-                batch = [t for g in await self._next_batch(rollouts) for t in g.trajectories]
+                groups = await self.buffer.take_while(rollouts, gps, self.version)
+                batch = [t for g in groups for t in g.trajectories]
                 lags = check_token_lags(batch, self.version, cfg.training.max_policy_lag)
                 if cfg.training.max_policy_lag == 0:
                     self.rollouts_open.clear()  # on-policy: no rollouts while the policy changes
@@ -163,18 +145,6 @@ class Controller:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await rollouts
         return await self._summary(time.monotonic() - started, busy_at_start)
-
-    async def _next_batch(self, rollouts: asyncio.Task) -> list[Group]:
-        """The next batch; re-raises a crash of the rollout loop instead of waiting forever."""
-        take = asyncio.create_task(
-            self.buffer.take(self.cfg.training.groups_per_step, self.version)
-        )
-        done, _ = await asyncio.wait({take, rollouts}, return_when=asyncio.FIRST_COMPLETED)
-        if take not in done:
-            take.cancel()
-            rollouts.result()  # raises the rollout loop's error
-            raise RuntimeError("the rollout loop stopped")
-        return take.result()
 
     async def _sync_weights(self, version: int) -> None:
         """Trainer -> weight store -> every generator replica (fan-out), bounded in time.
@@ -254,25 +224,19 @@ class Controller:
         busy = await self.services.generators.busy_seconds()
         try:
             with self.timing.measure("eval"):
-                report = await evaluate(
-                    self.engines.eval,
-                    self.eval_tasks,
-                    self.cfg.eval.k,
-                    seed=self.cfg.seed,
-                    score=self.engines.eval_score,
-                )
+                metrics = await evaluate_policy(self.engines, self.eval_tasks, self.cfg, self.step)
         finally:
             self.rollouts_open.set()
             busy = await self.services.generators.busy_seconds() - busy
             self.timing.add("generator_busy_eval", busy)
-        metrics = report.as_metrics()
-        for name, value in metrics.items():
-            record(name, value, "last")
-        keys = ("eval/reward/mean", "eval/pass@1", "eval/tool_call_rate")
-        line = ", ".join(f"{k.split('/')[-1]} {metrics[k]:.3f}" for k in keys if k in metrics)
-        print(f"[eval] step {self.step}: {line}", flush=True)
         # wall_s: seconds of training so far, evaluation excluded (time-to-reward comparisons)
         self.evals.append({"step": self.step, "wall_s": self.timing.loop_seconds(), **metrics})
+
+    def _wrap_generate(self, generate: Any) -> Any:
+        """Step timing around the test's `generate_wrapper` (if any) around `generate`."""
+        if self.generate_wrapper is not None:
+            generate = self.generate_wrapper(generate)
+        return self.profile.timed_generate(generate)
 
     # ------------------------------------------------------------------ recovery
     async def _resume(self) -> None:
@@ -304,8 +268,6 @@ class Controller:
     # ------------------------------------------------------------------ bookkeeping
     async def _summary(self, wall_s: float, busy_at_start: float) -> dict[str, Any]:
         busy = await self.services.generators.busy_seconds() - busy_at_start
-        busy -= self.timing.seconds["generator_busy_eval"]  # loop time only
-        self.counts["replay_evicted"] = self.buffer.evicted
         summary = outputs.run_summary(self, wall_s, busy)
         outputs.write_summary(self.out, summary)
         return summary
@@ -314,7 +276,7 @@ class Controller:
         """Stop everything this controller started (actors, workers, sandboxes) and write the
         trace page and the curves."""
         if hasattr(self, "traces"):
-            outputs.finish(self.out, self.traces, self.metrics, self.cfg.metrics, self.decode)
+            outputs.finish(self.out, self.traces, self.metrics, self.cfg.metrics, self.policy_path)
         if self.engines is not None:
             with contextlib.suppress(Exception):
                 await self.engines.stop()

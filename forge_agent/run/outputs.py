@@ -70,9 +70,12 @@ def write_summary(out: Path, summary: dict[str, Any]) -> None:
 
 def run_summary(controller: Any, wall_s: float, generator_busy_s: float) -> dict[str, Any]:
     """summary.json's content for a finished `Controller` (steps, wall time, where the time
-    went, evals, counts, restarts, the policy folder, where it resumed from)."""
+    went, evals, counts, restarts, the policy folder, where it resumed from).
+    `generator_busy_s`: the replicas' busy seconds over the run, evaluation included."""
     services = controller.services.supervised
     counts = controller.counts
+    counts["replay_evicted"] = controller.buffer.evicted
+    generator_busy_s -= controller.timing.seconds["generator_busy_eval"]  # the loop's only
     for service in services:
         counts[f"restarts/{service.name}"] = service.restarts
     generators = len(controller.services.generators)
@@ -90,12 +93,16 @@ def run_summary(controller: Any, wall_s: float, generator_busy_s: float) -> dict
     }
 
 
-def finish(out: Path, traces: Any, metrics: Any, metrics_cfg: Any, decode: Any) -> None:
+def finish(out: Path, traces: Any, metrics: Any, metrics_cfg: Any, policy: Any) -> None:
     """At shutdown: close the trace writer and the metric sinks, then write traces.html (the
-    last `metrics.traces_last` episodes) and curves.png. Never raises."""
+    last `metrics.traces_last` episodes, decoded with `policy`'s tokenizer) and curves.png.
+    Never raises."""
+    from forge_agent.observability.trace_html import load_token_decoder
+
     with contextlib.suppress(Exception):
         traces.close()
-    write_trace_page(out, metrics_cfg.traces_last, decode)
+    with contextlib.suppress(Exception):
+        write_trace_page(out, metrics_cfg.traces_last, load_token_decoder(policy))
     with contextlib.suppress(Exception):
         metrics.close()
     plot_curves_safely(out)

@@ -11,6 +11,7 @@ started here; its engines turn each program run into one episode.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections import Counter
 from collections.abc import Awaitable, Callable
@@ -43,16 +44,24 @@ class Engines:
 
 async def build_engines(
     cfg: AgentConfig,
-    generate: Any,
-    envs: Any,
-    renderer: ChatRenderer,
+    services: Any,
+    policy_path: Any,
     max_model_len: int,
-    agent_score: Callable[[list[Trajectory]], Awaitable[tuple[list[Trajectory], dict]]],
+    wrap: Callable[[Any], Any] = lambda generate: generate,
+    wrap_envs: Callable[[Any], Any] = lambda envs: envs,
 ) -> Engines:
-    """Rollout engines over `generate` and the env workers `envs`: training episodes sample at
-    `rollout.temperature`, evaluation episodes at `eval.temperature`; both within the
-    generator's context length `max_model_len`. `agent_score`: an agent program's reward (a
-    reward actor call), for its eval episodes."""
+    """Rollout engines over the generator replicas (a session router: each episode stays on
+    one replica) and the env workers of `services`: training episodes sample at
+    `rollout.temperature`, evaluation episodes at `eval.temperature`, both within the
+    generator's context length `max_model_len`. `wrap` / `wrap_envs` wrap the generate
+    function and the env source (step timing, fault injection in tests)."""
+    from forge_agent.models.tiny import load_tokenizer
+    from forge_agent.rewards.build import AGENT_REWARD
+    from forge_agent.rollout import SessionRouter
+
+    generate = wrap(SessionRouter(list(services.generators)))
+    envs = wrap_envs(services.pool)
+    renderer = ChatRenderer(load_tokenizer(policy_path), cfg.renderer)
     configs = [cfg.rollout, replace(cfg.rollout, temperature=cfg.eval.temperature)]
     if cfg.env.is_agent_program:
         from forge_agent.endpoint.agents import start_agent_engines
@@ -60,11 +69,30 @@ async def build_engines(
         endpoint, (train, evaluate) = await start_agent_engines(
             generate, envs, renderer, max_model_len, configs
         )
-        return Engines(train, evaluate, endpoint, _agent_outcome(agent_score))
+        score = functools.partial(services.score, components=[AGENT_REWARD])
+        return Engines(train, evaluate, endpoint, _agent_outcome(score))
     train, evaluate = (
         RolloutEngine(generate, envs, renderer, c, max_model_len=max_model_len) for c in configs
     )
     return Engines(train, evaluate)
+
+
+async def evaluate_policy(
+    engines: Engines, tasks: list[dict[str, Any]], cfg: AgentConfig, step: int
+) -> dict[str, float]:
+    """`eval.k` episodes of each held-out task; the report's metrics, recorded and printed
+    (`[eval] step N: mean ..., pass@1 ..., tool_call_rate ...`)."""
+    from forge_agent.evaluation import evaluate
+
+    score = engines.eval_score
+    report = await evaluate(engines.eval, tasks, cfg.eval.k, seed=cfg.seed, score=score)
+    metrics = report.as_metrics()
+    for name, value in metrics.items():
+        record(name, value, "last")
+    keys = ("eval/reward/mean", "eval/pass@1", "eval/tool_call_rate")
+    line = ", ".join(f"{k.split('/')[-1]} {metrics[k]:.3f}" for k in keys if k in metrics)
+    print(f"[eval] step {step}: {line}", flush=True)
+    return metrics
 
 
 def record_episode(traj: Trajectory, counts: Counter[str]) -> None:
