@@ -16,6 +16,7 @@ from envs.sql_mcp.tasks import query_result_text
 from forge_agent.mcp import MCP_HOME, MCPToolEnv
 from forge_agent.mcp.warm import WARM_SERVERS
 from forge_agent.sandbox import make_sandbox
+from forge_agent.sandbox.admission import BUDGET_ENV, LEDGER_ENV
 from tests.mcp_servers import require_servers, sqlite_server
 
 pytestmark = pytest.mark.timeout(180)
@@ -41,8 +42,12 @@ class ScratchDbEnv(MCPToolEnv):
 
 
 @pytest.fixture(autouse=True)
-def no_warm_servers() -> Iterator[None]:
+def no_warm_servers(tmp_path, monkeypatch) -> Iterator[None]:
+    """No idle servers before or after; a sandbox memory budget of the test's own (the
+    machine's is shared with whatever else runs sandboxes)."""
     require_servers()
+    monkeypatch.setenv(LEDGER_ENV, str(tmp_path / "ledger"))
+    monkeypatch.setenv(BUDGET_ENV, "16000")
     WARM_SERVERS.close()
     WARM_SERVERS.stats.clear()
     yield
@@ -164,3 +169,16 @@ def test_a_server_killed_mid_episode_is_restarted_and_its_count_ends_with_the_ep
     assert second.messages[0]["content"] == expected
     assert "mcp_errors" not in second.info and restarts == 0
     assert WARM_SERVERS.stats["reused"] == 1  # the restarted server was kept warm
+
+
+def test_an_idle_server_is_not_kept_when_the_sandbox_budget_has_no_room(monkeypatch) -> None:
+    monkeypatch.setenv(BUDGET_ENV, "1000")  # room for one sandbox of 768 MB, not two
+
+    async def main() -> tuple[int, int]:
+        first = await episode(ScratchDbEnv(), {"prompt": "one"}, call("list_tables"))
+        second = await episode(ScratchDbEnv(), {"prompt": "two"}, call("list_tables"))
+        return first[1], second[1]
+
+    pid1, pid2 = asyncio.run(main())
+    assert pid1 != pid2
+    assert WARM_SERVERS.stats["closed"] == 2 and WARM_SERVERS.stats["given"] == 0

@@ -33,6 +33,10 @@ SYSTEM_PROMPT = (
     "with only the number."
 )
 DB_PATH = "/workspace/task.db"
+SESSION_LIMITS = Limits(wall_s=10, cpu_s=10, memory_mb=256, workspace_mb=16)
+"""The episode sandbox's limits: the server's memory cgroup (it uses ~50 MB) and a workspace
+for a database of a few KB. They are what the sandbox reserves of the host's sandbox memory
+budget (272 MB: 70 sandboxes in a 19 GB budget, so 64 episodes and their warm servers fit)."""
 EVAL_SEED_OFFSET = 1_000_003
 """Eval tasks come from seeds this far from the training seeds (their own stream)."""
 
@@ -102,7 +106,7 @@ class SqlMcpEnv(MCPToolEnv):
     Args:
         sandbox_backend: "bwrap" (default) or "docker" (the server runs in the episode's
             sandbox either way; the backend must bind `MCP_HOME` read-only).
-        limits: the episode sandbox's limits.
+        limits: the episode sandbox's limits (default `SESSION_LIMITS`).
     """
 
     system_prompt = SYSTEM_PROMPT
@@ -113,7 +117,7 @@ class SqlMcpEnv(MCPToolEnv):
 
     def __init__(self, sandbox_backend: str = "bwrap", limits: Limits | None = None) -> None:
         self.backend = make_sandbox(sandbox_backend, ro_binds=[MCP_HOME])
-        self.limits = limits or Limits(wall_s=10, cpu_s=10, memory_mb=512)
+        self.limits = limits or SESSION_LIMITS
 
     def get_mcp_servers(self) -> list[MCPServerConfig]:
         return [sqlite_server()]

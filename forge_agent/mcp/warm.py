@@ -12,7 +12,10 @@ workspace is emptied and written afresh for the new task, the servers keep runni
     WARM_SERVERS.give(key, servers)         # idle again (closed if a server died)
 
 A set whose server died (crashed, killed for its CPU rlimit, hung and being restarted) is
-closed when it is taken or given back, and the episode starts a fresh one.
+closed when it is taken or given back, and the episode starts a fresh one. An idle set keeps
+its sandbox's reservation of the host's sandbox memory budget, so it is kept only while the
+budget has room for another sandbox like it: where sandboxes wait for room, a finished
+episode's set is closed as before and nothing waits on an idle one.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from forge_agent.mcp.client import MCPConnection
+from forge_agent.sandbox.admission import room_mb
 
 __all__ = ["WARM_SERVERS", "ServerSet", "WarmServers"]
 
@@ -41,6 +45,20 @@ class ServerSet:
     def alive(self) -> bool:
         """True while every server answers (its session is open, its process runs)."""
         return all(conn.alive for conn in self.connections)
+
+    def fits_beside(self) -> bool:
+        """Whether another sandbox like this one could start now: the host's sandbox memory
+        budget (`forge_agent.sandbox.admission`) has room for its limits. An idle set holds
+        its reservation, so it is kept only while it does not make others wait."""
+        limits = getattr(self.sandbox, "limits", None)
+        if limits is None:
+            return True
+        backend = getattr(self.sandbox, "backend", None)
+        budget = getattr(backend, "memory_budget_mb", None)
+        try:
+            return room_mb(budget) >= limits.memory_mb + limits.workspace_mb
+        except (OSError, ValueError):
+            return False
 
     def close(self) -> None:
         """End the servers, then the sandbox session. Never raises."""
@@ -59,7 +77,7 @@ class WarmServers:
 
     Attributes:
         stats: ``reused`` (sets taken back), ``given`` (sets kept idle), ``dead`` (sets found
-            dead and closed).
+            dead and closed), ``closed`` (live sets closed: no room to keep them).
     """
 
     def __init__(self, max_idle: int = 64) -> None:
@@ -87,17 +105,20 @@ class WarmServers:
         return found
 
     def give(self, key: Hashable, servers: ServerSet) -> None:
-        """Keep `servers` idle for the next episode of `key` (closed if dead or over
-        `max_idle`)."""
-        keep = servers.alive
+        """Keep `servers` idle for the next episode of `key`; closed instead when a server
+        is dead, when `max_idle` sets wait already, or when the host's sandbox memory budget
+        has no room left for another like it (sandboxes waiting for room get this one's)."""
+        keep = servers.alive and servers.fits_beside()
         with self._lock:
             idle = self._idle.setdefault(key, [])
             keep = keep and len(idle) < self.max_idle
             if keep:
                 idle.append(servers)
                 self.stats["given"] += 1
+            elif not servers.alive:
+                self.stats["dead"] += 1
             else:
-                self.stats["dead"] += not servers.alive
+                self.stats["closed"] += 1
         if not keep:
             servers.close()
 
