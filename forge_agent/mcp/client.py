@@ -222,6 +222,12 @@ class MCPConnection:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=5)
 
+    def begin_episode(self) -> None:
+        """Count errors and restarts afresh: the connection serves a next episode (a server
+        kept warm across episodes, `forge_agent.mcp.warm`)."""
+        self.error_counts = collections.Counter()
+        self.restarts = 0
+
     def close(self) -> None:
         """End the server and the connection's thread. Idempotent; never raises."""
         if self._closed:
@@ -243,6 +249,12 @@ class MCPConnection:
         if self._session is None or self._broken is not None:
             return False
         return self._proc is None or self._proc.poll() is None
+
+    @property
+    def pid(self) -> int | None:
+        """The host pid of the running stdio server's process (its sandbox), or None."""
+        proc = self._proc
+        return proc.pid if proc is not None and proc.poll() is None else None
 
     def _describe_failure(self, what: str) -> str:
         text = f"MCP server {self.config.name!r}"

@@ -23,7 +23,7 @@ import weakref
 
 from forge_agent.sandbox.base import SandboxError
 
-__all__ = ["Reservation", "default_budget_mb", "reserve"]
+__all__ = ["Reservation", "default_budget_mb", "reserve", "room_mb"]
 
 BUDGET_ENV = "FORGE_SANDBOX_MEMORY_BUDGET_MB"
 LEDGER_ENV = "FORGE_SANDBOX_LEDGER"
@@ -92,6 +92,16 @@ def _in_use(ledger: str) -> tuple[int, int]:
         total += int(parts[2])
         count += 1
     return total, count
+
+
+def room_mb(budget_mb: int | None = None) -> int:
+    """MB of the host-wide budget not reserved by live sandboxes now (may be negative)."""
+    budget = default_budget_mb() if budget_mb is None else int(budget_mb)
+    ledger = _ledger_dir()
+    with open(os.path.join(ledger, ".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        used, _ = _in_use(ledger)
+    return budget - used
 
 
 def reserve(memory_mb: int, budget_mb: int | None = None, timeout_s: float = 30.0) -> Reservation:

@@ -27,6 +27,8 @@ from dataclasses import dataclass, replace
 from types import TracebackType
 from typing import Self
 
+from forge_agent.sandbox.tree_removal import empty_folder
+
 __all__ = [
     "FileData",
     "Limits",
@@ -215,6 +217,15 @@ class SandboxSession(abc.ABC):
     def close(self) -> None:
         """Stop the sandbox and delete the workspace. Idempotent."""
 
+    def clear_workspace(self) -> None:
+        """Delete every file and folder in the workspace (processes keep running), so the
+        session can serve a next episode that must not see this one's files.
+
+        Raises:
+            SandboxError: when the backend cannot clear its workspace.
+        """
+        raise SandboxError(f"{type(self).__name__} cannot clear its workspace")
+
     def spawn(
         self,
         argv: list[str],
@@ -277,6 +288,12 @@ class WorkspaceSession(SandboxSession):
         """Read a workspace file as text (at most 1 MB; symlinks never followed)."""
         self._check_open()
         return host_read_file(self.workspace, path, READ_FILE_MAX_BYTES)
+
+    def clear_workspace(self) -> None:
+        """Delete everything in the workspace (never through a symlink; the folder is kept)."""
+        with self._lock:
+            self._check_open()
+            empty_folder(self.workspace)
 
     def _check_open(self) -> None:
         if self._closed:
