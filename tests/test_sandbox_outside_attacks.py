@@ -5,6 +5,8 @@
 - `network=True` on bwrap reaching a listener on the host's loopback.
 - Code lowering its supervisor's limits with ``prlimit`` so that the run ends as an excluded
   infrastructure failure instead of the code's own (both backends).
+- The low findings: output at a raised ``output_bytes`` limit reported as a hang or a dead
+  container (both backends).
 """
 
 from __future__ import annotations
@@ -175,3 +177,35 @@ def test_grading_a_solution_that_starves_its_supervisor_scores_zero(
 
     result = grade(STARVING_SOLUTION, "add_one", [{"args": [1], "expected": 2}], any_sandbox)
     assert result.passed == 0 and result.total == 1, result
+
+
+BIG_OUTPUT = r"""
+import sys
+sys.stdout.buffer.write(b"\x00" * (SIZE - 3) + b"end")  # JSON's worst case: 6 bytes per byte
+sys.stdout.flush()
+sys.stderr.buffer.write(b"\xff" * SIZE)  # undecodable: each byte one U+FFFD
+"""
+
+
+def test_output_up_to_a_raised_limit_comes_back_whole(any_sandbox: Sandbox) -> None:
+    n = 8_000_000
+    limits = FAST.with_(output_bytes=n)
+    code = BIG_OUTPUT.replace("SIZE", str(n))
+    with any_sandbox.session(limits) as session:
+        for result in (session.run(code=code), any_sandbox.run(code=code, limits=limits)):
+            assert result.exit_code == 0 and not result.truncated, result.stderr[:300]
+            assert len(result.stdout) == n and result.stdout.endswith("end")
+            assert result.stderr == "\ufffd" * n
+            assert result.duration_s < 4, result.duration_s
+        more = session.run(code=code.replace("end", "end!"))  # 1 byte over: kept up to n
+        assert more.truncated and len(more.stdout) == n, more.stderr[:300]
+
+
+def test_an_output_limit_over_the_maximum_is_refused_naming_it() -> None:
+    from forge_agent.sandbox.base import MAX_OUTPUT_BYTES
+
+    most = MAX_OUTPUT_BYTES
+    refused = rf"Limits.output_bytes must be at most {most}\b.*got {most + 1}"
+    with pytest.raises(ValueError, match=refused):
+        Limits(output_bytes=MAX_OUTPUT_BYTES + 1)
+    assert Limits(output_bytes=MAX_OUTPUT_BYTES).output_bytes == MAX_OUTPUT_BYTES

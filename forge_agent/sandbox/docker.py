@@ -54,6 +54,9 @@ from forge_agent.sandbox.base import (
     WorkspaceSession,
     check_request,
     host_write_file,
+    output_memory_mb,
+    reply_max_bytes,
+    result_from_reply,
     supervisor_failed_after_code,
 )
 from forge_agent.sandbox.bwrap import SUPERVISOR_SOURCE, hardening_problem
@@ -70,9 +73,11 @@ REPLY_DIR = "/.forge-out"
 BACKSTOP_GRACE_S = 5.0
 START_TIMEOUT_S = 30.0
 SUPERVISOR_MEMORY_MB = 48
-REPLY_MAX_BYTES = 16 << 20
+"""Memory of the container beyond `Limits.memory_mb` for the supervisor (plus its output's
+`output_memory_mb`)."""
 CONTROL_MB = 48
-"""Quota of the control and reply folders (requests hold the code; replies hold output)."""
+"""Quota of the control and reply folders beyond the largest reply (requests hold the code;
+replies hold output, up to `reply_max_bytes`)."""
 
 
 class DockerSandbox(Sandbox):
@@ -181,7 +186,7 @@ class DockerSandbox(Sandbox):
             except Exception:
                 _kill_quietly(container)
                 return _no_answer(start, f"no answer within {backstop:.1f} s; container killed")
-            return _result_from_reply(reply.read(), start, "container")
+            return _result_from_reply(reply.read(reply_max_bytes(limits)), start, "container")
         finally:
             if container is not None:
                 with contextlib.suppress(Exception):
@@ -314,7 +319,7 @@ class DockerSession(WorkspaceSession):
             return _no_answer(start, f"no answer within {backstop:.1f} s; container killed")
         with contextlib.suppress(OSError):
             os.unlink(os.path.join(self._dirs.control, os.path.basename(request_path)))
-        result = _result_from_reply(reply.read(), start, "supervisor")
+        result = _result_from_reply(reply.read(reply_max_bytes(limits)), start, "supervisor")
         if result.stderr.startswith("[sandbox]"):
             # The supervisor died, so nothing bounds what the run left behind: drop the
             # container (the next run starts a new one on the same workspace).
@@ -402,7 +407,7 @@ def container_options(
     """The hardening and limits every sandbox container gets; `replies` binds the host-side
     reply folder (only containers whose supervisor answers through it need it: a spawned
     process, which lives on while the host clears that folder, never gets it)."""
-    memory = f"{int(limits.memory_mb) + SUPERVISOR_MEMORY_MB}m"
+    memory = f"{int(limits.memory_mb) + SUPERVISOR_MEMORY_MB + output_memory_mb(limits)}m"
     return {
         "user": SANDBOX_USER,
         "working_dir": WORKSPACE,
@@ -440,7 +445,8 @@ class _Dirs:
         if owner is None:
             os.chmod(self.workspace, 0o777)
         try:  # a second small quota: the code filling its workspace cannot stop the reply
-            self._control = Workspace(CONTROL_MB, 256, root=root, prefix="forge-ctl-")
+            control_mb = CONTROL_MB + -(-reply_max_bytes(limits) // (1 << 20))
+            self._control = Workspace(control_mb, 256, root=root, prefix="forge-ctl-")
         except BaseException:
             self._workspace.remove()
             raise
@@ -499,16 +505,19 @@ class _Reply:
         self.host_path = path
         self.container_path = f"{REPLY_DIR}/{name}"
 
-    def read(self) -> bytes:
-        """The reply (empty if the supervisor never wrote one); closes the descriptor."""
+    def read(self, max_bytes: int) -> bytes | None:
+        """The reply (empty if the supervisor never wrote one), None when it is longer than
+        `max_bytes` (more than the run's output limit allows); closes the descriptor."""
         try:
-            data = b""
-            while len(data) <= REPLY_MAX_BYTES:
-                chunk = os.pread(self.fd, 1 << 20, len(data))
-                if not chunk:
-                    break
+            size = os.fstat(self.fd).st_size
+            if size > max_bytes:
+                return None
+            data = bytearray()
+            while chunk := os.pread(self.fd, 1 << 20, len(data)):
                 data += chunk
-            return data
+                if len(data) > max_bytes:
+                    return None
+            return bytes(data)
         finally:
             self.close()
 
@@ -520,8 +529,11 @@ class _Reply:
             os.unlink(self.host_path)
 
 
-def _result_from_reply(raw: bytes, start: float, who: str) -> RunResult:
+def _result_from_reply(raw: bytes | None, start: float, who: str) -> RunResult:
     duration = time.monotonic() - start
+    if raw is None:
+        note = f"the {who}'s reply was longer than the output limit allows (tampering?)"
+        return _no_answer(start, note, False)
     reply = None
     for line in reversed(raw.splitlines()):
         try:
@@ -529,7 +541,7 @@ def _result_from_reply(raw: bytes, start: float, who: str) -> RunResult:
             break
         except ValueError:
             continue
-    if not isinstance(reply, dict) or "stdout" not in reply:
+    if not isinstance(reply, dict) or "stdout_b64" not in reply:
         if isinstance(reply, dict) and "error" in reply:
             if reply.get("after_code") is True:
                 return supervisor_failed_after_code(str(reply["error"]), duration)
@@ -538,16 +550,7 @@ def _result_from_reply(raw: bytes, start: float, who: str) -> RunResult:
     problem = hardening_problem(reply.get("hardening"))
     if problem is not None:
         raise SandboxError(f"Docker sandbox is not hardened: {problem}")
-    return RunResult(
-        stdout=reply["stdout"],
-        stderr=reply["stderr"],
-        exit_code=reply["exit_code"],
-        signal=reply["signal"],
-        timed_out=reply["timed_out"],
-        oom=reply["memory_error"],
-        duration_s=duration,
-        truncated=reply["truncated"],
-    )
+    return result_from_reply(reply, duration, False)
 
 
 def _no_answer(start: float, note: str, timed_out: bool = True) -> RunResult:
