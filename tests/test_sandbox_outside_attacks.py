@@ -6,7 +6,8 @@
 - Code lowering its supervisor's limits with ``prlimit`` so that the run ends as an excluded
   infrastructure failure instead of the code's own (both backends).
 - The low findings: output at a raised ``output_bytes`` limit reported as a hang or a dead
-  container (both backends).
+  container (both backends); code that SIGSTOPs its supervisor running past ``wall_s``
+  (Docker; bwrap's supervisor is its namespace's init, which code cannot stop).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import socket
 import stat
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -209,3 +211,35 @@ def test_an_output_limit_over_the_maximum_is_refused_naming_it() -> None:
     with pytest.raises(ValueError, match=refused):
         Limits(output_bytes=MAX_OUTPUT_BYTES + 1)
     assert Limits(output_bytes=MAX_OUTPUT_BYTES).output_bytes == MAX_OUTPUT_BYTES
+
+
+STOP_THE_SUPERVISOR = r"""
+import os, signal, time
+for pid in [int(p) for p in os.listdir("/proc") if p.isdigit()]:
+    if pid != os.getpid():
+        try:
+            os.kill(pid, signal.SIGSTOP)  # the supervisor (our parent) among them
+        except OSError:
+            pass
+while True:  # how long the code ran, in the workspace (the host's clock: the same kernel)
+    with open("alive.tmp", "w") as f:
+        f.write(str(time.time()))
+    os.replace("alive.tmp", "alive")
+    time.sleep(0.05)
+"""
+
+
+def test_code_that_stops_its_supervisor_still_ends_at_its_wall_time(
+    any_sandbox: Sandbox,
+) -> None:
+    wall_s = 2.0
+    with any_sandbox.session(FAST.with_(wall_s=wall_s)) as session:
+        session.write_file("alive", "0")
+        before = time.time()
+        result = session.run(code=STOP_THE_SUPERVISOR)
+        last = float(session.read_file("alive"))
+        assert result.timed_out and not result.ok, result
+        assert before < last < before + wall_s + 1.5, (last - before, result.stderr)
+        time.sleep(0.5)
+        assert float(session.read_file("alive")) == last  # nothing runs after the answer
+        assert session.run(code="print('next')").stdout == "next\n"

@@ -23,8 +23,12 @@ descriptor. Every reply and the keep-alive's ready line carry a hardening report
 mode, no_new_privs, dumpable); a container where a step did not take effect is refused with a
 `SandboxError`.
 
-The supervisor enforces the wall time; the host adds a backstop that kills the container if no
-answer comes (the session then starts a new container on the next run, same workspace).
+The supervisor enforces the wall time, and so does the host, whatever state the supervisor is in
+(code of its uid can SIGSTOP it): the supervisor unlinks the reply file just before the code
+starts, the host sees that through its descriptor (`_Reply.taken`) and kills the container when
+no answer came within ``wall_s`` + `WALL_GRACE_S` of it (or `BACKSTOP_GRACE_S` after the start
+when the code never started). The session then starts a new container on the next run, same
+workspace.
 """
 
 from __future__ import annotations
@@ -39,7 +43,7 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from forge_agent.sandbox import janitor
@@ -71,6 +75,11 @@ SANDBOX_USER = "65534:65534"
 CONTROL_DIR = "/.forge"
 REPLY_DIR = "/.forge-out"
 BACKSTOP_GRACE_S = 5.0
+"""How long past ``wall_s`` the host waits for a supervisor whose code never started."""
+WALL_GRACE_S = 1.0
+"""How long past ``wall_s`` from the code's start the host waits for the supervisor's answer
+(its own kill, the reply, the exec's end) before it kills the container itself."""
+START_POLL_S = 0.02
 START_TIMEOUT_S = 30.0
 SUPERVISOR_MEMORY_MB = 48
 """Memory of the container beyond `Limits.memory_mb` for the supervisor (plus its output's
@@ -181,11 +190,16 @@ class DockerSandbox(Sandbox):
                 raise SandboxError(f"docker run failed: {exc}") from exc
             janitor.watch("container", container.id, self.base_url or "")
             backstop = limits.wall_s + BACKSTOP_GRACE_S
-            try:
-                container.wait(timeout=backstop)
-            except Exception:
+
+            def wait_for_exit() -> None:
+                with contextlib.suppress(Exception):
+                    container.wait(timeout=backstop + START_TIMEOUT_S)
+
+            late = _wait_within_wall(wait_for_exit, reply, limits, start)
+            if late is not None:
                 _kill_quietly(container)
-                return _no_answer(start, f"no answer within {backstop:.1f} s; container killed")
+                reply.close()
+                return _no_answer(start, late)
             return _result_from_reply(reply.read(reply_max_bytes(limits)), start, "container")
         finally:
             if container is not None:
@@ -309,14 +323,11 @@ class DockerSession(WorkspaceSession):
                 for _ in api.exec_start(exec_id, stream=True, demux=True):
                     pass  # the supervisor prints nothing; the stream ends when it exits
 
-        waiter = threading.Thread(target=wait_for_exit, daemon=True)
-        waiter.start()
-        backstop = limits.wall_s + BACKSTOP_GRACE_S
-        waiter.join(backstop)
-        if waiter.is_alive():
+        late = _wait_within_wall(wait_for_exit, reply, limits, start)
+        if late is not None:
             reply.close()
             self._remove_container()
-            return _no_answer(start, f"no answer within {backstop:.1f} s; container killed")
+            return _no_answer(start, late)
         with contextlib.suppress(OSError):
             os.unlink(os.path.join(self._dirs.control, os.path.basename(request_path)))
         result = _result_from_reply(reply.read(reply_max_bytes(limits)), start, "supervisor")
@@ -505,6 +516,10 @@ class _Reply:
         self.host_path = path
         self.container_path = f"{REPLY_DIR}/{name}"
 
+    def taken(self) -> bool:
+        """True once the supervisor unlinked the file (it does so just before the code starts)."""
+        return self.fd >= 0 and os.fstat(self.fd).st_nlink == 0
+
     def read(self, max_bytes: int) -> bytes | None:
         """The reply (empty if the supervisor never wrote one), None when it is longer than
         `max_bytes` (more than the run's output limit allows); closes the descriptor."""
@@ -527,6 +542,38 @@ class _Reply:
             self.fd = -1
         with contextlib.suppress(OSError):  # the supervisor never took it
             os.unlink(self.host_path)
+
+
+def _wait_within_wall(
+    wait_for_exit: Callable[[], None], reply: _Reply, limits: Limits, start: float
+) -> str | None:
+    """Run `wait_for_exit` (returns when the supervisor exits) in a thread, enforcing the wall
+    time from the host: None when the supervisor exited in time, else why the caller must kill
+    the container (no exit within ``wall_s`` + `WALL_GRACE_S` of the code's start, seen as
+    `reply.taken`, or ``wall_s`` + `BACKSTOP_GRACE_S` of `start` when it never started)."""
+    waiter = threading.Thread(target=wait_for_exit, daemon=True)
+    waiter.start()
+    started = None
+    while True:
+        now = time.monotonic()
+        if started is None and reply.taken():
+            started = now
+        if started is None:
+            deadline = start + limits.wall_s + BACKSTOP_GRACE_S
+            waiter.join(min(START_POLL_S, max(0.0, deadline - now)))
+        else:
+            deadline = started + limits.wall_s + WALL_GRACE_S
+            waiter.join(max(0.0, deadline - now))
+        if not waiter.is_alive():
+            return None
+        if time.monotonic() >= deadline:
+            if started is None:
+                return f"no answer within {deadline - start:.1f} s; container killed"
+            return (
+                f"the code ran past wall_s={limits.wall_s:g} s and the supervisor did not stop "
+                f"it (stopped by the code?); container killed {deadline - started:.1f} s "
+                "after the code started"
+            )
 
 
 def _result_from_reply(raw: bytes | None, start: float, who: str) -> RunResult:
