@@ -7,7 +7,8 @@
   infrastructure failure instead of the code's own (both backends).
 - The low findings: output at a raised ``output_bytes`` limit reported as a hang or a dead
   container (both backends); code that SIGSTOPs its supervisor running past ``wall_s``
-  (Docker; bwrap's supervisor is its namespace's init, which code cannot stop).
+  (Docker; bwrap's supervisor is its namespace's init, which code cannot stop); a file path
+  of a lone surrogate writing a file of undecodable name (both backends).
 """
 
 from __future__ import annotations
@@ -243,3 +244,21 @@ def test_code_that_stops_its_supervisor_still_ends_at_its_wall_time(
         time.sleep(0.5)
         assert float(session.read_file("alive")) == last  # nothing runs after the answer
         assert session.run(code="print('next')").stdout == "next\n"
+
+
+def test_a_lone_surrogate_path_is_refused_naming_it(any_sandbox: Sandbox) -> None:
+    from tools.files import read_file, write_file
+
+    path = "notes/\udcff.txt"  # what json.loads makes of "notes/\\udcff.txt" in a tool call
+    refused = r"path 'notes/\\udcff.txt' is not valid Unicode text"
+    with any_sandbox.session(FAST) as session:
+        reply = write_file(path, "x", sandbox=session)
+        assert reply.startswith("Error: ") and "'notes/\\udcff.txt'" in reply, reply
+        assert read_file(path, sandbox=session).startswith("Error: path 'notes/\\udcff.txt'")
+        with pytest.raises(ValueError, match=refused):
+            session.write_file(path, "x")
+        with pytest.raises(ValueError, match=refused):
+            session.run(code="print(1)", files={path: "x"})
+        with pytest.raises(ValueError, match=refused):
+            any_sandbox.run(code="print(1)", files={path: "x"}, limits=FAST)
+        assert list(Path(session.workspace).rglob("*")) == []  # nothing written

@@ -77,13 +77,14 @@ def test_deeply_nested_tool_call_is_an_error_observation_not_a_crash(renderer) -
     assert traj.tool_error_count == 1
 
 
-def test_a_lone_surrogate_in_a_tool_result_does_not_break_the_next_prompt(renderer) -> None:
-    # Valid ASCII JSON whose path decodes to a lone surrogate; the tool echoes it back.
+def test_a_lone_surrogate_path_is_an_error_and_the_next_prompt_renders(renderer) -> None:
+    # Valid ASCII JSON whose path decodes to a lone surrogate: no file is written.
     call = _call('{"name": "write_file", "arguments": {"path": "\\udcff", "content": "x"}}')
     traj = _episode(renderer, [call, "done"])
     assert traj.status == Status.OK, traj.info
     (reply,) = _tool_messages(traj)
-    assert reply == "Wrote 1 bytes to \ufffd", reply
+    assert reply.startswith("Error: path '\\udcff' is not valid Unicode text"), reply
+    assert traj.tool_error_count == 1
     reply.encode("utf-8")  # every message of the trajectory is valid text
 
 

@@ -386,12 +386,20 @@ def normalize_workspace_path(path: str) -> str:
     """Validate a path relative to the workspace and return it normalized.
 
     Raises:
-        ValueError: for absolute paths, ``..`` components, empty paths or NUL bytes.
+        ValueError: for absolute paths, ``..`` components, empty paths, NUL bytes or text that
+            is not valid Unicode (a lone surrogate would name a file of undecodable bytes).
     """
     if not isinstance(path, str) or not path.strip():
         raise ValueError(f"path must be a non-empty relative path, got {path!r}")
     if "\x00" in path:
         raise ValueError(f"path {path!r} contains a NUL byte")
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError(
+            f"path {path!r} is not valid Unicode text (a lone surrogate at character "
+            f"{exc.start}); file names must be valid UTF-8"
+        ) from None
     if path.startswith(WORKSPACE + "/"):
         path = path[len(WORKSPACE) + 1 :]
     if posixpath.isabs(path):
