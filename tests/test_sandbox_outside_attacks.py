@@ -5,6 +5,10 @@
 - `network=True` on bwrap reaching a listener on the host's loopback.
 - Code lowering its supervisor's limits with ``prlimit`` so that the run ends as an excluded
   infrastructure failure instead of the code's own (both backends).
+- The low findings: output at a raised ``output_bytes`` limit reported as a hang or a dead
+  container (both backends); code that SIGSTOPs its supervisor running past ``wall_s``
+  (Docker; bwrap's supervisor is its namespace's init, which code cannot stop); a file path
+  of a lone surrogate writing a file of undecodable name (both backends).
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from __future__ import annotations
 import socket
 import stat
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -175,3 +180,85 @@ def test_grading_a_solution_that_starves_its_supervisor_scores_zero(
 
     result = grade(STARVING_SOLUTION, "add_one", [{"args": [1], "expected": 2}], any_sandbox)
     assert result.passed == 0 and result.total == 1, result
+
+
+BIG_OUTPUT = r"""
+import sys
+sys.stdout.buffer.write(b"\x00" * (SIZE - 3) + b"end")  # JSON's worst case: 6 bytes per byte
+sys.stdout.flush()
+sys.stderr.buffer.write(b"\xff" * SIZE)  # undecodable: each byte one U+FFFD
+"""
+
+
+def test_output_up_to_a_raised_limit_comes_back_whole(any_sandbox: Sandbox) -> None:
+    n = 8_000_000
+    limits = FAST.with_(output_bytes=n)
+    code = BIG_OUTPUT.replace("SIZE", str(n))
+    with any_sandbox.session(limits) as session:
+        for result in (session.run(code=code), any_sandbox.run(code=code, limits=limits)):
+            assert result.exit_code == 0 and not result.truncated, result.stderr[:300]
+            assert len(result.stdout) == n and result.stdout.endswith("end")
+            assert result.stderr == "\ufffd" * n
+            assert result.duration_s < 4, result.duration_s
+        more = session.run(code=code.replace("end", "end!"))  # 1 byte over: kept up to n
+        assert more.truncated and len(more.stdout) == n, more.stderr[:300]
+
+
+def test_an_output_limit_over_the_maximum_is_refused_naming_it() -> None:
+    from forge_agent.sandbox.base import MAX_OUTPUT_BYTES
+
+    most = MAX_OUTPUT_BYTES
+    refused = rf"Limits.output_bytes must be at most {most}\b.*got {most + 1}"
+    with pytest.raises(ValueError, match=refused):
+        Limits(output_bytes=MAX_OUTPUT_BYTES + 1)
+    assert Limits(output_bytes=MAX_OUTPUT_BYTES).output_bytes == MAX_OUTPUT_BYTES
+
+
+STOP_THE_SUPERVISOR = r"""
+import os, signal, time
+for pid in [int(p) for p in os.listdir("/proc") if p.isdigit()]:
+    if pid != os.getpid():
+        try:
+            os.kill(pid, signal.SIGSTOP)  # the supervisor (our parent) among them
+        except OSError:
+            pass
+while True:  # how long the code ran, in the workspace (the host's clock: the same kernel)
+    with open("alive.tmp", "w") as f:
+        f.write(str(time.time()))
+    os.replace("alive.tmp", "alive")
+    time.sleep(0.05)
+"""
+
+
+def test_code_that_stops_its_supervisor_still_ends_at_its_wall_time(
+    any_sandbox: Sandbox,
+) -> None:
+    wall_s = 2.0
+    with any_sandbox.session(FAST.with_(wall_s=wall_s)) as session:
+        session.write_file("alive", "0")
+        before = time.time()
+        result = session.run(code=STOP_THE_SUPERVISOR)
+        last = float(session.read_file("alive"))
+        assert result.timed_out and not result.ok, result
+        assert before < last < before + wall_s + 1.5, (last - before, result.stderr)
+        time.sleep(0.5)
+        assert float(session.read_file("alive")) == last  # nothing runs after the answer
+        assert session.run(code="print('next')").stdout == "next\n"
+
+
+def test_a_lone_surrogate_path_is_refused_naming_it(any_sandbox: Sandbox) -> None:
+    from tools.files import read_file, write_file
+
+    path = "notes/\udcff.txt"  # what json.loads makes of "notes/\\udcff.txt" in a tool call
+    refused = r"path 'notes/\\udcff.txt' is not valid Unicode text"
+    with any_sandbox.session(FAST) as session:
+        reply = write_file(path, "x", sandbox=session)
+        assert reply.startswith("Error: ") and "'notes/\\udcff.txt'" in reply, reply
+        assert read_file(path, sandbox=session).startswith("Error: path 'notes/\\udcff.txt'")
+        with pytest.raises(ValueError, match=refused):
+            session.write_file(path, "x")
+        with pytest.raises(ValueError, match=refused):
+            session.run(code="print(1)", files={path: "x"})
+        with pytest.raises(ValueError, match=refused):
+            any_sandbox.run(code="print(1)", files={path: "x"}, limits=FAST)
+        assert list(Path(session.workspace).rglob("*")) == []  # nothing written

@@ -77,13 +77,14 @@ def test_deeply_nested_tool_call_is_an_error_observation_not_a_crash(renderer) -
     assert traj.tool_error_count == 1
 
 
-def test_a_lone_surrogate_in_a_tool_result_does_not_break_the_next_prompt(renderer) -> None:
-    # Valid ASCII JSON whose path decodes to a lone surrogate; the tool echoes it back.
+def test_a_lone_surrogate_path_is_an_error_and_the_next_prompt_renders(renderer) -> None:
+    # Valid ASCII JSON whose path decodes to a lone surrogate: no file is written.
     call = _call('{"name": "write_file", "arguments": {"path": "\\udcff", "content": "x"}}')
     traj = _episode(renderer, [call, "done"])
     assert traj.status == Status.OK, traj.info
     (reply,) = _tool_messages(traj)
-    assert reply == "Wrote 1 bytes to \ufffd", reply
+    assert reply.startswith("Error: path '\\udcff' is not valid Unicode text"), reply
+    assert traj.tool_error_count == 1
     reply.encode("utf-8")  # every message of the trajectory is valid text
 
 
@@ -135,3 +136,30 @@ def test_errors_a_tool_returns_count_as_tool_errors(renderer) -> None:
     (reply,) = _tool_messages(traj)
     assert reply.startswith("Error:"), reply
     assert traj.tool_error_count == 1
+
+
+def test_a_tool_call_inside_think_is_answered_with_an_error(renderer) -> None:
+    call = _call('{"name": "write_file", "arguments": {"path": "thought.txt", "content": "x"}}')
+    traj = _episode(renderer, [f"<think>\nfirst {call}\n</think>\nok", "done"])
+    assert traj.status == Status.OK, traj.info
+    (reply,) = _tool_messages(traj)
+    assert reply == (
+        "Error: tool calls inside the <think>...</think> block are not executed; "
+        "write the <tool_call> after </think>"
+    ), reply
+    assert traj.tool_call_count == 1 and traj.tool_error_count == 1
+
+
+def test_a_well_formed_call_after_think_runs_as_before(renderer) -> None:
+    call = _call('{"name": "write_file", "arguments": {"path": "a.txt", "content": "x"}}')
+    message = renderer.parse(_ids(renderer, f"<think>\nplan\n</think>\n{call}"), None, [])
+    assert message["tool_calls"] == [
+        {
+            "id": "call_0",
+            "type": "function",
+            "function": {"name": "write_file", "arguments": '{"path": "a.txt", "content": "x"}'},
+        }
+    ]
+    traj = _episode(renderer, [f"<think>\nplan\n</think>\n{call}", "done"])
+    assert _tool_messages(traj) == ["Wrote 1 bytes to a.txt"]
+    assert traj.tool_call_count == 1 and traj.tool_error_count == 0

@@ -334,6 +334,9 @@ class OpenEnvAgentEnv:
         fn = call.get("function", {}) if isinstance(call, dict) else {}
         name = fn.get("name") if isinstance(fn, dict) else None
         reply: Message = {"role": "tool", "tool_call_id": call_id, "name": "step"}
+        parse_error = call.get("parse_error") if isinstance(call, dict) else None
+        if isinstance(parse_error, str) and parse_error:  # the renderer refused the call
+            return {**reply, "content": f"Error: {parse_error}"}
         if name != "step":
             return {**reply, "content": f"Error: unknown tool {name!r}; available: step"}
         args = fn.get("arguments", {})

@@ -88,7 +88,9 @@ class ChatRenderer:
         A malformed tool call is kept with its raw text as arguments and a ``parse_error``
         saying precisely what is wrong (invalid JSON at line/column N, an unclosed
         ``<tool_call>``, a duplicate key, nesting too deep, no name), so the env's ToolSet
-        answers it with that error for the model to read.
+        answers it with that error for the model to read. A ``<tool_call>`` written inside
+        the ``<think>`` block is not executed; it becomes such a failed call
+        (`THINK_CALL_ERROR`), so the model is told instead of the call vanishing.
         """
         from renderers import ToolCallParseStatus
 
@@ -119,6 +121,16 @@ class ChatRenderer:
             if error is not None:
                 call["parse_error"] = error
             calls.append(call)
+        for raw in _calls_in(parsed.reasoning_content or ""):
+            name = _call_name(raw)
+            calls.append(
+                {
+                    "id": f"{call_prefix}_{len(calls)}",
+                    "type": "function",
+                    "function": {"name": name, "arguments": _body(raw)[:2000]},
+                    "parse_error": THINK_CALL_ERROR,
+                }
+            )
         if calls:
             message["tool_calls"] = calls
         return message
@@ -170,6 +182,28 @@ def clean_text(text: str) -> str:
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _TAGS = ("<tool_call>", "</tool_call>")
+_CALL_BLOCK = re.compile(r"<tool_call>(.*?)(?:</tool_call>|$)", re.DOTALL)
+
+THINK_CALL_ERROR = (
+    "tool calls inside the <think>...</think> block are not executed; "
+    "write the <tool_call> after </think>"
+)
+"""What the model is told about a tool call it wrote while thinking."""
+
+
+def _calls_in(reasoning: str) -> list[str]:
+    """The ``<tool_call>`` blocks (closed or not) of a reasoning text, as written."""
+    return [f"<tool_call>{body}</tool_call>" for body in _CALL_BLOCK.findall(reasoning)]
+
+
+def _call_name(raw: str) -> str:
+    """The tool name of a call's JSON body, or "" when it has none readable."""
+    try:
+        data = loads_strict(_body(raw), "the tool call")
+    except ValueError:
+        return ""
+    name = data.get("name") if isinstance(data, dict) else None
+    return name if isinstance(name, str) else ""
 
 
 def _body(raw: str) -> str:

@@ -16,6 +16,7 @@ Failure policy (the same for every backend):
 from __future__ import annotations
 
 import abc
+import binascii
 import os
 import posixpath
 import stat
@@ -39,6 +40,10 @@ __all__ = [
     "normalize_workspace_path",
     "supervisor_failed_after_code",
 ]
+
+MAX_OUTPUT_BYTES = 16 << 20
+"""The largest `Limits.output_bytes`: the supervisor holds stdout and stderr in memory and
+returns both in one reply (see `reply_max_bytes`)."""
 
 FileData = str | bytes
 """File contents: text is written as UTF-8."""
@@ -65,7 +70,8 @@ class Limits:
             cgroup / Docker ``mem_limit``, the memory of the whole sandbox.
         max_procs: processes the sandboxed user may have (RLIMIT_NPROC / pids cgroup / pids_limit).
         file_size_mb: largest file a process may write (RLIMIT_FSIZE); also bounds ``/tmp``.
-        output_bytes: stdout and stderr are each kept up to this many bytes, the rest dropped.
+        output_bytes: stdout and stderr are each kept up to this many bytes, the rest dropped
+            (at most `MAX_OUTPUT_BYTES`).
         network: False (default) gives the sandbox no network at all, not even loopback to the host.
             True gives outbound access from a network namespace of the sandbox's own (Docker's
             bridge); the bwrap backend refuses it (it could only share the host's).
@@ -102,6 +108,12 @@ class Limits:
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
                 raise ValueError(f"Limits.{name} must be a positive number, got {value!r}")
+        if self.output_bytes > MAX_OUTPUT_BYTES:
+            raise ValueError(
+                f"Limits.output_bytes must be at most {MAX_OUTPUT_BYTES} (stdout and stderr are "
+                f"each held in the supervisor's memory and sent back in one reply), "
+                f"got {self.output_bytes!r}"
+            )
 
     def with_(self, **changes: object) -> Limits:
         """A copy with some fields changed, e.g. ``limits.with_(wall_s=2)``."""
@@ -161,6 +173,36 @@ class RunResult:
         if self.signal is not None:
             return f"killed by signal {self.signal}"
         return f"exit code {self.exit_code}"
+
+
+def reply_max_bytes(limits: Limits) -> int:
+    """The longest reply a supervisor sends for a run under `limits`: stdout and stderr of up
+    to ``output_bytes`` each, in base64, plus the other fields."""
+    return 2 * 4 * -(-int(limits.output_bytes) // 3) + 65536
+
+
+def output_memory_mb(limits: Limits) -> int:
+    """Memory (MB) the supervisor needs for a run's output: both buffers, then their base64."""
+    return -(-6 * int(limits.output_bytes) // (1 << 20))
+
+
+def result_from_reply(reply: Mapping[str, object], duration_s: float, oom: bool) -> RunResult:
+    """The `RunResult` of a supervisor's reply (output as base64 of the raw bytes, decoded here
+    as UTF-8 with undecodable bytes replaced); `oom` adds what the host saw (an OOM kill)."""
+    stdout, stderr = (
+        binascii.a2b_base64(str(reply[key])).decode("utf-8", "replace")
+        for key in ("stdout_b64", "stderr_b64")
+    )
+    return RunResult(
+        stdout=stdout,
+        stderr=stderr,
+        exit_code=reply["exit_code"],  # type: ignore[arg-type]
+        signal=reply["signal"],  # type: ignore[arg-type]
+        timed_out=bool(reply["timed_out"]),
+        oom=bool(reply["memory_error"]) or oom,
+        duration_s=duration_s,
+        truncated=bool(reply["truncated"]),
+    )
 
 
 def supervisor_failed_after_code(error: str, duration_s: float) -> RunResult:
@@ -361,12 +403,20 @@ def normalize_workspace_path(path: str) -> str:
     """Validate a path relative to the workspace and return it normalized.
 
     Raises:
-        ValueError: for absolute paths, ``..`` components, empty paths or NUL bytes.
+        ValueError: for absolute paths, ``..`` components, empty paths, NUL bytes or text that
+            is not valid Unicode (a lone surrogate would name a file of undecodable bytes).
     """
     if not isinstance(path, str) or not path.strip():
         raise ValueError(f"path must be a non-empty relative path, got {path!r}")
     if "\x00" in path:
         raise ValueError(f"path {path!r} contains a NUL byte")
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError(
+            f"path {path!r} is not valid Unicode text (a lone surrogate at character "
+            f"{exc.start}); file names must be valid UTF-8"
+        ) from None
     if path.startswith(WORKSPACE + "/"):
         path = path[len(WORKSPACE) + 1 :]
     if posixpath.isabs(path):

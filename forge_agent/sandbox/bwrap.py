@@ -43,6 +43,9 @@ from forge_agent.sandbox.base import (
     SandboxError,
     WorkspaceSession,
     check_request,
+    output_memory_mb,
+    reply_max_bytes,
+    result_from_reply,
     supervisor_failed_after_code,
 )
 from forge_agent.sandbox.cgroups import SandboxCgroup
@@ -70,6 +73,7 @@ ETC_FILES = (
 
 START_TIMEOUT_S = 30.0
 BACKSTOP_GRACE_S = 2.0
+REPLY_TOO_LONG = "reply too long"
 
 NETWORK_REFUSED = (
     "Limits(network=True) is refused on the bwrap backend: bubblewrap's only network option "
@@ -201,7 +205,7 @@ class BubblewrapSession(WorkspaceSession):
         self.restarts = 0
         self._lock = threading.Lock()
         self._proc: subprocess.Popen[bytes] | None = None
-        self._pending = b""
+        self._pending = bytearray()
         self._closed = False
         self._cgroup: SandboxCgroup | None = None
         self._spawned: list[subprocess.Popen[bytes]] = []
@@ -238,7 +242,7 @@ class BubblewrapSession(WorkspaceSession):
             if self._cgroup is None and use_cgroups:
                 raise SandboxError("cgroups requested (use_cgroups=True) but cgroup v1 is unusable")
         self._proc = self._popen(self.limits)
-        self._pending = b""
+        self._pending = bytearray()
         self._next_id = 0
         line = self._read_line(time.monotonic() + START_TIMEOUT_S, 4096)
         if not isinstance(line, bytes) or not line.startswith(b'{"ready"'):
@@ -254,7 +258,9 @@ class BubblewrapSession(WorkspaceSession):
             raise SandboxError(f"bubblewrap sandbox is not hardened: {problem}")
         if self._cgroup is not None:
             try:
-                self._cgroup.set_limits(self.limits.memory_mb, self.limits.max_procs)
+                self._cgroup.set_limits(
+                    self.limits.memory_mb + output_memory_mb(self.limits), self.limits.max_procs
+                )
                 for pid in _process_tree(self._proc.pid):
                     self._cgroup.add(pid)
             except OSError:  # limits stay rlimits-only for this sandbox
@@ -392,7 +398,7 @@ class BubblewrapSession(WorkspaceSession):
         assert self._proc is not None and self._proc.stdin is not None
         oom_before = 0
         if self._cgroup is not None:
-            self._cgroup.set_limits(limits.memory_mb, limits.max_procs)
+            self._cgroup.set_limits(limits.memory_mb + output_memory_mb(limits), limits.max_procs)
             oom_before = self._cgroup.oom_kills()
         self._next_id += 1
         request_id = self._next_id
@@ -409,7 +415,8 @@ class BubblewrapSession(WorkspaceSession):
         except OSError:
             pass  # the sandbox died; the read below reports it
         deadline = start + limits.wall_s + BACKSTOP_GRACE_S + 0.1 * limits.wall_s
-        line = self._read_line(deadline, 16 * limits.output_bytes + 65536)
+        max_reply = reply_max_bytes(limits)
+        line = self._read_line(deadline, max_reply)
         oom_kill = self._cgroup is not None and self._cgroup.oom_kills() > oom_before
         duration = time.monotonic() - start
         if isinstance(line, bytes):
@@ -432,22 +439,18 @@ class BubblewrapSession(WorkspaceSession):
                     "sandbox killed",
                     duration,
                 )
-            return RunResult(
-                stdout=reply["stdout"],
-                stderr=reply["stderr"],
-                exit_code=reply["exit_code"],
-                signal=reply["signal"],
-                timed_out=reply["timed_out"],
-                oom=reply["memory_error"] or oom_kill,
-                duration_s=duration,
-                truncated=reply["truncated"],
-            )
+            return result_from_reply(reply, duration, oom_kill)
         # No reply: the supervisor hung (backstop) or the sandbox died (OOM killer, ...).
         detail = self._kill_and_collect_stderr()
         if line is None:
             note = f"[sandbox] no answer within {deadline - start:.1f} s; sandbox killed"
         elif oom_kill:
             note = "[sandbox] the sandbox was killed by the OOM killer"
+        elif line == REPLY_TOO_LONG:
+            note = (
+                f"[sandbox] the supervisor's reply exceeded {max_reply} bytes, more than "
+                f"Limits.output_bytes={limits.output_bytes} allows (tampering?); sandbox killed"
+            )
         else:
             note = "[sandbox] the sandbox died during the run" + (f": {detail}" if detail else "")
         return RunResult(
@@ -462,12 +465,16 @@ class BubblewrapSession(WorkspaceSession):
         )
 
     def _read_line(self, deadline: float, max_bytes: int) -> bytes | str | None:
-        """The next protocol line; None on timeout, "" on EOF. Never blocks past `deadline`."""
+        """The next protocol line; None on timeout, "" on EOF, `REPLY_TOO_LONG` past
+        `max_bytes`. Never blocks past `deadline`; linear in the line's length (each byte is
+        searched for the newline once)."""
         assert self._proc is not None and self._proc.stdout is not None
         fd = self._proc.stdout.fileno()
-        while b"\n" not in self._pending:
-            if len(self._pending) > max_bytes:
-                return "reply too long"
+        searched = 0
+        while (end := self._pending.find(b"\n", searched)) < 0:
+            searched = len(self._pending)
+            if searched > max_bytes:
+                return REPLY_TOO_LONG
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return None
@@ -478,7 +485,8 @@ class BubblewrapSession(WorkspaceSession):
             if not chunk:
                 return ""
             self._pending += chunk
-        line, self._pending = self._pending.split(b"\n", 1)
+        line = bytes(self._pending[:end])
+        del self._pending[: end + 1]
         return line
 
 

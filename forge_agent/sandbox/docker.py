@@ -16,26 +16,27 @@ read-only ``/.forge``; replies go to ``/.forge-out``.
   ``docker exec`` of the supervisor (the warm path). After each run the supervisor kills every
   process the run left, sparing only the container's init and keep-alive.
 
-Replies never come from container logs: the host creates a reply file with a random name in
-the reply folder and keeps a descriptor to it; the supervisor opens it and unlinks it before
-the code starts (so the code cannot reach it), and the host reads the reply through its
-descriptor. Every reply and the keep-alive's ready line carry a hardening report (seccomp
-mode, no_new_privs, dumpable); a container where a step did not take effect is refused with a
-`SandboxError`.
+Replies never come from container logs (`forge_agent.sandbox.docker_channel`): the host
+creates a reply file with a random name in the reply folder and keeps a descriptor to it; the
+supervisor opens it and unlinks it before the code starts (so the code cannot reach it), and
+the host reads the reply through its descriptor. Every reply and the keep-alive's ready line
+carry a hardening report (seccomp mode, no_new_privs, dumpable); a container where a step did
+not take effect is refused with a `SandboxError`.
 
-The supervisor enforces the wall time; the host adds a backstop that kills the container if no
-answer comes (the session then starts a new container on the next run, same workspace).
+The supervisor enforces the wall time, and so does the host, whatever state the supervisor is in
+(code of its uid can SIGSTOP it): the supervisor unlinks the reply file just before the code
+starts, the host sees that through its descriptor (`docker_channel.Reply.taken`) and kills the
+container when no answer came within ``wall_s`` + ``WALL_GRACE_S`` of it (or
+``BACKSTOP_GRACE_S`` after the start when the code never started). The session then starts a
+new container on the next run, same workspace.
 """
 
 from __future__ import annotations
 
 import contextlib
-import itertools
 import json
 import os
-import secrets
 import shutil
-import signal
 import subprocess
 import threading
 import time
@@ -54,25 +55,29 @@ from forge_agent.sandbox.base import (
     WorkspaceSession,
     check_request,
     host_write_file,
-    supervisor_failed_after_code,
+    output_memory_mb,
+    reply_max_bytes,
 )
-from forge_agent.sandbox.bwrap import SUPERVISOR_SOURCE, hardening_problem
+from forge_agent.sandbox.bwrap import hardening_problem
+from forge_agent.sandbox.docker_channel import (
+    BACKSTOP_GRACE_S,
+    CONTROL_DIR,
+    REPLY_DIR,
+    ControlDirs,
+    no_answer,
+    result_of_reply,
+    wait_within_wall,
+)
 from forge_agent.sandbox.docker_local import DEFAULT_IMAGE
 from forge_agent.sandbox.seccomp import docker_profile
-from forge_agent.sandbox.tree_removal import empty_folder
-from forge_agent.sandbox.workspace import Workspace
 
 __all__ = ["DockerSandbox", "DockerSession"]
 
 SANDBOX_USER = "65534:65534"
-CONTROL_DIR = "/.forge"
-REPLY_DIR = "/.forge-out"
-BACKSTOP_GRACE_S = 5.0
 START_TIMEOUT_S = 30.0
 SUPERVISOR_MEMORY_MB = 48
-REPLY_MAX_BYTES = 16 << 20
-CONTROL_MB = 48
-"""Quota of the control and reply folders (requests hold the code; replies hold output)."""
+"""Memory of the container beyond `Limits.memory_mb` for the supervisor (plus its output's
+`output_memory_mb`)."""
 
 
 class DockerSandbox(Sandbox):
@@ -156,7 +161,7 @@ class DockerSandbox(Sandbox):
         container = None
         start = time.monotonic()
         try:
-            dirs = _Dirs(self.workspace_root, self.owner, limits)
+            dirs = ControlDirs(self.workspace_root, self.owner, limits)
         except BaseException:
             reservation.release()
             raise
@@ -176,12 +181,17 @@ class DockerSandbox(Sandbox):
                 raise SandboxError(f"docker run failed: {exc}") from exc
             janitor.watch("container", container.id, self.base_url or "")
             backstop = limits.wall_s + BACKSTOP_GRACE_S
-            try:
-                container.wait(timeout=backstop)
-            except Exception:
+
+            def wait_for_exit() -> None:
+                with contextlib.suppress(Exception):
+                    container.wait(timeout=backstop + START_TIMEOUT_S)
+
+            late = wait_within_wall(wait_for_exit, reply, limits, start)
+            if late is not None:
                 _kill_quietly(container)
-                return _no_answer(start, f"no answer within {backstop:.1f} s; container killed")
-            return _result_from_reply(reply.read(), start, "container")
+                reply.close()
+                return no_answer(start, late)
+            return result_of_reply(reply.read(reply_max_bytes(limits)), start, "container")
         finally:
             if container is not None:
                 with contextlib.suppress(Exception):
@@ -215,7 +225,7 @@ class DockerSession(WorkspaceSession):
         self._spawned: list[ContainerProcess] = []
         self._reservation = backend.reserve(limits)
         try:
-            self._dirs = _Dirs(backend.workspace_root, backend.owner, limits)
+            self._dirs = ControlDirs(backend.workspace_root, backend.owner, limits)
         except BaseException:
             self._reservation.release()
             raise
@@ -304,17 +314,14 @@ class DockerSession(WorkspaceSession):
                 for _ in api.exec_start(exec_id, stream=True, demux=True):
                     pass  # the supervisor prints nothing; the stream ends when it exits
 
-        waiter = threading.Thread(target=wait_for_exit, daemon=True)
-        waiter.start()
-        backstop = limits.wall_s + BACKSTOP_GRACE_S
-        waiter.join(backstop)
-        if waiter.is_alive():
+        late = wait_within_wall(wait_for_exit, reply, limits, start)
+        if late is not None:
             reply.close()
             self._remove_container()
-            return _no_answer(start, f"no answer within {backstop:.1f} s; container killed")
+            return no_answer(start, late)
         with contextlib.suppress(OSError):
             os.unlink(os.path.join(self._dirs.control, os.path.basename(request_path)))
-        result = _result_from_reply(reply.read(), start, "supervisor")
+        result = result_of_reply(reply.read(reply_max_bytes(limits)), start, "supervisor")
         if result.stderr.startswith("[sandbox]"):
             # The supervisor died, so nothing bounds what the run left behind: drop the
             # container (the next run starts a new one on the same workspace).
@@ -397,12 +404,12 @@ class DockerSession(WorkspaceSession):
 
 
 def container_options(
-    dirs: _Dirs, limits: Limits, ro_binds: Sequence[str] = (), *, replies: bool = True
+    dirs: ControlDirs, limits: Limits, ro_binds: Sequence[str] = (), *, replies: bool = True
 ) -> dict[str, Any]:
     """The hardening and limits every sandbox container gets; `replies` binds the host-side
     reply folder (only containers whose supervisor answers through it need it: a spawned
     process, which lives on while the host clears that folder, never gets it)."""
-    memory = f"{int(limits.memory_mb) + SUPERVISOR_MEMORY_MB}m"
+    memory = f"{int(limits.memory_mb) + SUPERVISOR_MEMORY_MB + output_memory_mb(limits)}m"
     return {
         "user": SANDBOX_USER,
         "working_dir": WORKSPACE,
@@ -424,143 +431,6 @@ def container_options(
         "log_config": {"type": "json-file", "config": {"max-size": "1m", "max-file": "1"}},
         "labels": {"forge-agent.sandbox": "1"},
     }
-
-
-class _Dirs:
-    """The host side of one sandbox, on one `Workspace` (quota, teardown): the workspace, the
-    read-only control folder (supervisor, requests) and the reply folder."""
-
-    _ids = itertools.count()
-
-    def __init__(self, root: str | None, owner: tuple[int, int] | None, limits: Limits) -> None:
-        self._workspace = Workspace(
-            limits.workspace_mb, limits.workspace_files, owner=owner, root=root
-        )
-        self.workspace = self._workspace.path
-        if owner is None:
-            os.chmod(self.workspace, 0o777)
-        try:  # a second small quota: the code filling its workspace cannot stop the reply
-            self._control = Workspace(CONTROL_MB, 256, root=root, prefix="forge-ctl-")
-        except BaseException:
-            self._workspace.remove()
-            raise
-        self.owner = owner
-        self.base = self._control.path
-        os.chmod(self.base, 0o755)
-        self.control = os.path.join(self.base, "control")
-        self.replies = os.path.join(self.base, "replies")
-        os.mkdir(self.control, 0o755)
-        os.mkdir(self.replies, 0o700)
-        if owner is not None:
-            os.chown(self.replies, *owner)
-        else:
-            os.chmod(self.replies, 0o777)
-        with open(os.path.join(self.control, "supervisor.py"), "w") as f:
-            f.write(SUPERVISOR_SOURCE)
-
-    def write_request(
-        self, code: str | None, argv: list[str] | None, limits: Limits, protect_pids: list[Any]
-    ) -> str:
-        name = f"request-{next(self._ids)}.json"
-        request = {
-            "code": code,
-            "argv": argv,
-            "cwd": WORKSPACE,
-            "limits": limits.to_dict(),
-            "protect_pids": protect_pids,
-            "check_cgroup_oom": True,
-        }
-        with open(os.path.join(self.control, name), "w") as f:
-            json.dump(request, f)
-        return f"{CONTROL_DIR}/{name}"
-
-    def new_reply(self) -> _Reply:
-        """A fresh reply file (random name) with a host descriptor kept on it; whatever else
-        the reply folder holds (files the code planted there) is cleared first."""
-        empty_folder(self.replies)  # through descriptors: a planted symlink is never followed
-        return _Reply(self.replies, self.owner)
-
-    def remove(self) -> None:
-        self._workspace.remove()
-        self._control.remove()
-
-
-class _Reply:
-    """One reply file: created here, opened and unlinked by the supervisor, read here."""
-
-    def __init__(self, folder: str, owner: tuple[int, int] | None) -> None:
-        name = f"reply-{secrets.token_hex(16)}"
-        path = os.path.join(folder, name)
-        self.fd = os.open(path, os.O_RDONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-        if owner is not None:
-            os.fchown(self.fd, *owner)
-        else:
-            os.fchmod(self.fd, 0o666)
-        self.host_path = path
-        self.container_path = f"{REPLY_DIR}/{name}"
-
-    def read(self) -> bytes:
-        """The reply (empty if the supervisor never wrote one); closes the descriptor."""
-        try:
-            data = b""
-            while len(data) <= REPLY_MAX_BYTES:
-                chunk = os.pread(self.fd, 1 << 20, len(data))
-                if not chunk:
-                    break
-                data += chunk
-            return data
-        finally:
-            self.close()
-
-    def close(self) -> None:
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
-        with contextlib.suppress(OSError):  # the supervisor never took it
-            os.unlink(self.host_path)
-
-
-def _result_from_reply(raw: bytes, start: float, who: str) -> RunResult:
-    duration = time.monotonic() - start
-    reply = None
-    for line in reversed(raw.splitlines()):
-        try:
-            reply = json.loads(line)
-            break
-        except ValueError:
-            continue
-    if not isinstance(reply, dict) or "stdout" not in reply:
-        if isinstance(reply, dict) and "error" in reply:
-            if reply.get("after_code") is True:
-                return supervisor_failed_after_code(str(reply["error"]), duration)
-            raise SandboxError(f"docker sandbox supervisor failed: {reply['error']}")
-        return _no_answer(start, f"the {who} died during the run (killed by the code?)", False)
-    problem = hardening_problem(reply.get("hardening"))
-    if problem is not None:
-        raise SandboxError(f"Docker sandbox is not hardened: {problem}")
-    return RunResult(
-        stdout=reply["stdout"],
-        stderr=reply["stderr"],
-        exit_code=reply["exit_code"],
-        signal=reply["signal"],
-        timed_out=reply["timed_out"],
-        oom=reply["memory_error"],
-        duration_s=duration,
-        truncated=reply["truncated"],
-    )
-
-
-def _no_answer(start: float, note: str, timed_out: bool = True) -> RunResult:
-    return RunResult(
-        stdout="",
-        stderr=f"[sandbox] {note}\n",
-        exit_code=None,
-        signal=signal.SIGKILL,
-        timed_out=timed_out,
-        oom=False,
-        duration_s=time.monotonic() - start,
-        truncated=False,
-    )
 
 
 class ContainerProcess(subprocess.Popen):  # type: ignore[type-arg]

@@ -9,6 +9,11 @@ kills every process the run left behind (``setsid`` daemons included), so nothin
 requests.
 
 Modes:
+Replies are one JSON line; the run's stdout and stderr go in it as base64 of their raw bytes
+(``stdout_b64``, ``stderr_b64``), so a reply is at most 4/3 of twice ``output_bytes`` plus a
+few hundred bytes whatever the output holds (JSON's own escapes take up to 6 bytes per byte),
+and it is written in pieces, never joined into one string (`reply_pieces`).
+
 - ``serve``: one JSON request per line on fd 0, one JSON result per line on fd 1. Under
   bubblewrap it runs as PID 1 of the sandbox's PID namespace (``--as-pid-1``), so the code it
   runs cannot kill it (the kernel drops SIGKILL sent to a namespace's init from inside), and
@@ -29,6 +34,7 @@ backends add a seccomp filter (`forge_agent.sandbox.seccomp`). `hardening()` rep
 did not take effect.
 """
 
+import binascii
 import json
 import os
 import resource
@@ -385,13 +391,13 @@ def handle(request):
     sig = os.WTERMSIG(status) if os.WIFSIGNALED(status) else None
     if timed_out:
         exit_code, sig = None, signal.SIGKILL
-    err = bytes(buffers[err_r])
+    err = buffers[err_r]
     memory_hint = (exit_code not in (None, 0)) and any(m in err[-4096:] for m in MEMORY_MARKERS)
     if oom_before is not None and (_oom_kills() or 0) > oom_before:
         memory_hint = True
     return {
-        "stdout": bytes(buffers[out_r]).decode("utf-8", "replace"),
-        "stderr": err.decode("utf-8", "replace"),
+        "stdout": buffers[out_r],
+        "stderr": err,
         "exit_code": exit_code,
         "signal": sig,
         "timed_out": timed_out or sig == signal.SIGXCPU,
@@ -399,6 +405,28 @@ def handle(request):
         "duration_s": duration,
         "truncated": truncated,
     }
+
+
+def reply_pieces(reply):
+    """The JSON line of `reply` in pieces: each bytes value ``KEY`` becomes ``KEY_b64`` (its
+    base64), written from the buffer as it is; nothing is copied into one big string."""
+    plain = {k: v for k, v in reply.items() if not isinstance(v, (bytes, bytearray))}
+    pieces = [json.dumps(plain)[:-1].encode()]
+    sep = b", " if plain else b""
+    for key, value in reply.items():
+        if isinstance(value, (bytes, bytearray)):
+            pieces += [sep + json.dumps(key + "_b64").encode() + b': "']
+            pieces += [binascii.b2a_base64(value, newline=False), b'"']
+            sep = b", "
+    pieces.append(b"}\n")
+    return pieces
+
+
+def _write_all(fd, pieces):
+    for piece in pieces:
+        view = memoryview(piece)
+        while view:
+            view = view[os.write(fd, view) :]
 
 
 def serve():
@@ -429,7 +457,8 @@ def serve():
         except Exception as exc:
             reply = failure_reply(exc)
         reply["id"] = request_id
-        os.write(proto_out, json.dumps(reply).encode() + b"\n")
+        _write_all(proto_out, reply_pieces(reply))
+        reply = None  # the output buffers: free before the next request
 
 
 def oneshot(path, reply_path=None):
@@ -449,13 +478,11 @@ def oneshot(path, reply_path=None):
         reply = failure_reply(exc)
     reply["id"] = request.get("id")
     reply["hardening"] = found
-    data = (json.dumps(reply) + "\n").encode()
     if reply_fd is None:
-        sys.stdout.write(data.decode())
         sys.stdout.flush()
+        _write_all(1, reply_pieces(reply))
         return
-    while data:
-        data = data[os.write(reply_fd, data) :]
+    _write_all(reply_fd, reply_pieces(reply))
     os.close(reply_fd)
 
 
