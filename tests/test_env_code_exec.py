@@ -162,3 +162,59 @@ def test_extract_code_takes_the_last_python_block() -> None:
     assert extract_code(text) == "B = 2\n"
     assert extract_code("def f(x):\n    return x", "f") == "def f(x):\n    return x"
     assert extract_code("no code here", "f") is None
+
+
+class _SupervisorStarvingPolicy:
+    """A scripted generator (the controller's `generate_wrapper`): every episode answers with
+    the wrong solution above that tries to starve its sandbox's supervisor."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        end = tokenizer.convert_tokens_to_ids("<|im_end|>")
+        text = answer(STARVES_ITS_SUPERVISOR)["content"]
+        self.ids = [*tokenizer.encode(text, add_special_tokens=False), end]
+
+    async def __call__(self, ids: list[int], sampling: Any, session: str) -> Any:
+        from forge_agent.types import Completion
+
+        return Completion(list(self.ids), [-1.0] * len(self.ids), "stop", 0)
+
+
+def test_in_a_training_step_the_attack_is_a_scored_wrong_answer(
+    policy_model_path, tiny_tokenizer, tmp_path
+) -> None:
+    """Through the whole stack (env workers, sandboxes, reward actor, trainer): episodes whose
+    code tries to lower its supervisor's limits end `ok` with reward 0, count in their group's
+    baseline and are trained on; none ends as an excluded infra failure."""
+    from forge_agent.run.config import load_config
+    from forge_agent.run.controller import train
+
+    out = tmp_path / "run"
+    overrides = [
+        f"model.name={policy_model_path}",
+        "warm_start.enabled=false",
+        f"output_dir={out}",
+        "env.id=code_exec",
+        "env.kwargs={}",
+        "training.steps=1",
+        "training.groups_per_step=1",
+        "training.group_size=2",
+        "advantages.drop_zero_variance=false",
+        "eval.every=0",
+        "checkpoint.every=0",
+        "services.env.num_replicas=1",
+        "generator.max_model_len=2048",
+        "rollout.max_total_tokens=2048",
+        "rollout.max_new_tokens_per_turn=1024",
+        "trainer.row_tokens=2048",
+        "metrics.console=false",
+    ]
+    policy = _SupervisorStarvingPolicy(tiny_tokenizer)
+    summary = asyncio.run(train(load_config(None, overrides), generate_wrapper=lambda _: policy))
+    assert summary["steps"] == 1
+    traces = [json.loads(line) for line in (out / "traces.jsonl").read_text().splitlines()]
+    assert len(traces) == 2
+    assert {t["status"] for t in traces} == {"ok"}, [t["status"] for t in traces]
+    assert all(t["reward"] == 0.0 for t in traces)
+    assert "resource.prlimit" in (out / "traces.jsonl").read_text()  # the attack was sampled
+    counts = summary["counts"]
+    assert not any(k.startswith("status/") and k != "status/ok" for k in counts), counts
