@@ -38,7 +38,9 @@ async def _inject(controller, out: Path, log: list[tuple[str, int, int]]) -> Non
 
     gen = controller.services.generators[0]
     await until(lambda: controller.step >= 1 and controller.rollouts_open.is_set(), "step 1's sync")
-    await asyncio.sleep(0.5)  # step 2's episodes are being generated: they die with it
+    # step 2's episodes are being generated (a fixed pause could fall between requests: the
+    # tiny policy answers a group in well under a second): they die with it
+    await until(lambda: controller.profile.active["generate"] > 0, "requests in flight")
     hit(FAULTS[0], gen, signal.SIGKILL)
     hit(FAULTS[1], controller.services.rewards, signal.SIGKILL)
     await until(lambda: (out / "checkpoints" / "step_000001" / "COMPLETE").exists(), "checkpoint")
