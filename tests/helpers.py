@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import random
+import stat
+from pathlib import Path
 from typing import Any
 
 from monarch.actor import Actor, endpoint
@@ -66,3 +68,21 @@ def short_training(policy: Any, out: Any) -> list[str]:
         "advantages.truncated=keep",
         "rewards.components={tests.user_envs:likelier_is_better: 0.1}",
     ]
+
+
+def host_victim(root: Path) -> Path:
+    """A host folder (mode 0755, five files) that an attack tries to reach through a link."""
+    victim = root / "victim"
+    victim.mkdir(mode=0o755)
+    victim.chmod(0o755)
+    for i in range(5):
+        (victim / f"keep{i}").write_text("host data")
+    return victim
+
+
+def host_victim_intact(victim: Path) -> bool:
+    """`victim` still holds its five files at mode 0755."""
+    return (
+        sorted(p.name for p in victim.iterdir()) == [f"keep{i}" for i in range(5)]
+        and stat.S_IMODE(victim.stat().st_mode) == 0o755
+    )

@@ -14,7 +14,6 @@
 from __future__ import annotations
 
 import socket
-import stat
 import threading
 import time
 from pathlib import Path
@@ -22,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from forge_agent.sandbox import Limits, Sandbox, SandboxError
+from tests.helpers import host_victim, host_victim_intact
 
 try:
     from sandbox_fixtures import (
@@ -43,22 +43,6 @@ except ImportError:  # tests/ is a package
 pytestmark = pytest.mark.timeout(120)
 
 FAST = Limits(wall_s=5.0, cpu_s=5.0)
-
-
-def _victim(root: Path) -> Path:
-    victim = root / "victim"
-    victim.mkdir(mode=0o755)
-    victim.chmod(0o755)
-    for i in range(5):
-        (victim / f"keep{i}").write_text("host data")
-    return victim
-
-
-def _intact(victim: Path) -> bool:
-    return (
-        sorted(p.name for p in victim.iterdir()) == [f"keep{i}" for i in range(5)]
-        and stat.S_IMODE(victim.stat().st_mode) == 0o755
-    )
 
 
 REPLY_SWAPPER = r"""
@@ -84,7 +68,7 @@ while os.path.isdir("/.forge-out") and time.monotonic() < end:
 def test_a_spawned_container_cannot_plant_links_in_the_reply_folder(
     docker_sandbox: Sandbox, tmp_path: Path
 ) -> None:
-    victim = _victim(tmp_path)
+    victim = host_victim(tmp_path)
     with docker_sandbox.session(FAST) as session:
         proc = session.spawn(["python3", "-c", REPLY_SWAPPER, str(victim)])
         assert proc.stdout is not None
@@ -93,7 +77,7 @@ def test_a_spawned_container_cannot_plant_links_in_the_reply_folder(
             assert session.run(code="print('ok')").stdout == "ok\n"
         proc.kill()
     assert seen == "no reply folder"
-    assert _intact(victim), sorted(p.name for p in victim.iterdir())
+    assert host_victim_intact(victim), sorted(p.name for p in victim.iterdir())
 
 
 def test_network_on_bwrap_is_refused_and_never_reaches_the_host_loopback(

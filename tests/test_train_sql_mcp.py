@@ -3,7 +3,10 @@ mcp-server-sqlite inside each episode's bubblewrap sandbox, and the weights chan
 
 The policy is the suite's shared warm-started model (it already writes Qwen3 tool calls, for
 calculator and code_exec) after a few more supervised steps on sql_mcp's own demonstrations,
-taken from the env through the env seam as `warm_start` takes them in a run (cached on disk)."""
+taken from the env through the env seam as `warm_start` takes them in a run (cached on disk).
+
+A plumbing test, not a learning claim: `short_training` adds the `likelier_is_better` reward so
+that groups differ and the weights move; learning on sql_mcp's own reward is issue 26's."""
 
 from __future__ import annotations
 
@@ -44,7 +47,7 @@ def test_sql_mcp_trains_and_its_traces_show_mcp_tool_calls(sql_policy, tmp_path)
             "env.kwargs={}",
             # one read_query call (about 64 tokens in the tiny tokenizer), then the number
             "rollout.max_turns=2",
-            "rollout.temperature=1.0",  # the policy is peaked: at 0.6 every group came out identical
+            "rollout.temperature=1.0",  # peaked policy: at 0.6 every group was identical
             "rollout.max_new_tokens_per_turn=80",
             "rollout.max_total_tokens=400",
             "rollout.max_concurrent_episodes=8",

@@ -8,7 +8,6 @@ tree; the host folder, its files and its mode must come through untouched.
 from __future__ import annotations
 
 import os
-import stat
 import subprocess
 import sys
 import tempfile
@@ -18,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from forge_agent.sandbox.tree_removal import MAX_OPEN_DEPTH, empty_folder, remove_tree
+from tests.helpers import host_victim, host_victim_intact
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -43,32 +43,16 @@ RACE_S = 3.0
 """How long each race runs; the name-based removal lost it within 0.06-0.73 s (5 runs)."""
 
 
-def _victim(root: Path) -> Path:
-    victim = root / "victim"
-    victim.mkdir(mode=0o755)
-    victim.chmod(0o755)
-    for i in range(5):
-        (victim / f"keep{i}").write_text("host data")
-    return victim
-
-
-def _intact(victim: Path) -> bool:
-    return (
-        sorted(p.name for p in victim.iterdir()) == [f"keep{i}" for i in range(5)]
-        and stat.S_IMODE(victim.stat().st_mode) == 0o755
-    )
-
-
 def _race(tmp_path: Path, tree: Path, remove: object) -> tuple[Path, int]:
     """Run `remove()` over and over while a swapper process plants links in `tree`."""
-    victim = _victim(tmp_path)
+    victim = host_victim(tmp_path)
     stop = tmp_path / "stop"
     tree.mkdir(exist_ok=True)
     swapper = subprocess.Popen([sys.executable, "-c", SWAPPER, str(tree), str(victim), str(stop)])
     removals = 0
     try:
         deadline = time.monotonic() + RACE_S
-        while time.monotonic() < deadline and _intact(victim):
+        while time.monotonic() < deadline and host_victim_intact(victim):
             remove()  # type: ignore[operator]
             removals += 1
     finally:
@@ -80,7 +64,10 @@ def _race(tmp_path: Path, tree: Path, remove: object) -> tuple[Path, int]:
 def test_removing_a_tree_never_follows_a_link_swapped_in_meanwhile(tmp_path) -> None:
     tree = tmp_path / "ws"
     victim, removals = _race(tmp_path, tree, lambda: remove_tree(str(tree)))
-    assert _intact(victim), (sorted(p.name for p in victim.iterdir()), oct(victim.stat().st_mode))
+    assert host_victim_intact(victim), (
+        sorted(p.name for p in victim.iterdir()),
+        oct(victim.stat().st_mode),
+    )
     assert removals > 100  # the race really ran
 
 
@@ -93,16 +80,19 @@ def test_emptying_a_reply_folder_never_follows_a_link_swapped_in_meanwhile(tmp_p
         assert folder.is_dir()
 
     victim, removals = _race(tmp_path, folder, empty)
-    assert _intact(victim), (sorted(p.name for p in victim.iterdir()), oct(victim.stat().st_mode))
+    assert host_victim_intact(victim), (
+        sorted(p.name for p in victim.iterdir()),
+        oct(victim.stat().st_mode),
+    )
     assert removals > 100
 
 
 def test_a_top_level_link_is_unlinked_not_followed(tmp_path) -> None:
-    victim = _victim(tmp_path)
+    victim = host_victim(tmp_path)
     link = tmp_path / "ws"
     link.symlink_to(victim)
     remove_tree(str(link))
-    assert not os.path.lexists(link) and _intact(victim)
+    assert not os.path.lexists(link) and host_victim_intact(victim)
 
 
 def test_a_tree_deeper_than_the_open_descriptors_is_removed(tmp_path) -> None:

@@ -3,7 +3,8 @@ vLLM CPU, env workers): the `ReverseEnv` file of docs/envs.md (copied from the p
 temporary package), `blackjack` through the Gymnasium adapter, and an OpenEnv server started
 here on loopback and named only by its URL. Each run is the page's own command, shortened to
 two GRPO steps from the shared warm-started tiny model: weights change, eval runs, traces are
-written."""
+written. Plumbing tests, not learning claims: `short_training` adds the `likelier_is_better`
+reward so that groups differ and the weights move."""
 
 from __future__ import annotations
 
