@@ -87,6 +87,9 @@ class EvalReport:
     tasks_without_scored_episodes: int
     seconds: float = 0.0
     per_task: list[TaskResult] = field(default_factory=list)
+    max_reward: float = 0.0  # the best scored episode's reward (0.0 when none was scored)
+    num_scored: int = 0  # episodes that are not infra failures
+    tools_offered: bool = False  # some episode's env offered tools
 
     @classmethod
     def from_groups(
@@ -135,12 +138,18 @@ class EvalReport:
             tasks_without_scored_episodes=len(per_task) - len(judged),
             seconds=seconds,
             per_task=per_task,
+            max_reward=max((t.reward for t in scored), default=0.0),
+            num_scored=len(scored),
+            tools_offered=any(t.info.get("tools_offered") for t in scored),
         )
 
     def as_metrics(self, prefix: str = "eval/") -> dict[str, float]:
         """Flat metrics for a metric logger, e.g. `eval/pass@4`, `eval/status/ok`."""
         metrics = {
             f"{prefix}reward/mean": self.mean_reward,
+            f"{prefix}reward/max": self.max_reward,
+            f"{prefix}scored_episodes": float(self.num_scored),
+            f"{prefix}tools_offered": float(self.tools_offered),
             f"{prefix}pass@1": self.pass_at_1,
             f"{prefix}pass@{self.k}": self.pass_at_k,
             f"{prefix}tool_call_rate": self.tool_call_rate,

@@ -86,7 +86,15 @@ class Trajectory:
     - `loss_mask[i]` is 1 exactly where the policy sampled token i;
     - `logprobs[i]` is the sampler's logprob of token i (0.0 where loss_mask is 0);
     - `versions[i]` is the policy version that sampled token i (-1 where loss_mask is 0).
-    `turn_spans` holds (start, end) of each assistant turn's sampled tokens.
+    `turn_spans` holds (start, end) of each assistant turn's sampled tokens. Per turn k (same
+    length as `turn_spans`, filled by the rollout engine):
+    - `turn_rewards[k]`: the reward the env returned at the step answering turn k (0.0 for
+      turns it returned none; rewards the reward actors add after the episode count at the
+      last turn, see `forge_agent.algorithms.advantages.turn_returns`);
+    - `turn_states[k]`: the env's key of the state turn k started from (None when the env has
+      no `state_key`; GiGPO's step-level groups are made of turns with equal keys).
+    `turn_advantages[k]` is turn k's advantage when the run uses turn-level credit (empty:
+    every sampled token gets `advantage`).
     `segment_starts` lists indices where a new training segment starts (a full re-render
     happened because the prompt could not be bridged append-only).
     """
@@ -103,6 +111,9 @@ class Trajectory:
     reward_components: dict[str, float] = field(default_factory=dict)
     reward: float = 0.0
     advantage: float = 0.0
+    turn_rewards: list[float] = field(default_factory=list)
+    turn_states: list[str | None] = field(default_factory=list)
+    turn_advantages: list[float] = field(default_factory=list)
     status: Status = Status.OK
     tool_error_count: int = 0
     tool_call_count: int = 0
@@ -117,6 +128,14 @@ class Trajectory:
     def min_version(self) -> int:
         sampled = [v for v in self.versions if v >= 0]
         return min(sampled) if sampled else -1
+
+    def token_advantages(self) -> list[float]:
+        """The advantage of every token (`len(token_ids)`): turn k's tokens get
+        `turn_advantages[k]`, every other token `advantage` (they are masked out of the loss)."""
+        out = [self.advantage] * len(self.token_ids)
+        for (start, end), value in zip(self.turn_spans, self.turn_advantages, strict=False):
+            out[start:end] = [value] * (end - start)
+        return out
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)

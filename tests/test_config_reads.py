@@ -25,7 +25,9 @@ READ_AT_BUILD = {
 
 # Read only off the default placement: `hosts` (every key but `kind`) is read when it names
 # other hosts, which tests/test_multihost_training.py and tests/test_hosts.py run.
-READ_OFF_THIS_PATH = ("hosts.",)
+# `advantages.omega` is read with turn_credit=gigpo, which needs an env with a state key (the
+# short run's calculator has none): tests/test_turn_credit.py reads it.
+READ_OFF_THIS_PATH = ("hosts.", "advantages.omega")
 
 
 def replay_actor_reads(cfg) -> None:
@@ -62,6 +64,9 @@ def short_run_reads(tmp_path_factory):
             "training.group_size=4",
             "trainer.loss.kl_coef=0.01",  # the KL term runs (it reads kl_estimator)
             "advantages.drop_zero_variance=false",
+            "advantages.turn_credit=discounted",  # reads gamma
+            "env.curriculum.kwarg=difficulty",
+            "env.curriculum.levels=[1,2]",
             "services.env.num_replicas=2",
             "eval.every=2",
             "eval.num_tasks=2",

@@ -209,6 +209,9 @@ def test_run_killed_mid_training_resumes_from_its_checkpoint(policy_model_path, 
     out = tmp_path / "run"
     args = [*_short_overrides(policy_model_path, out), "training.steps=4", "eval.every=0"]
     args += ["checkpoint.every=1", "checkpoint.keep=5"]
+    # a ladder that moves up after any group with a reward: the level must survive the kill
+    args += ["env.curriculum.kwarg=difficulty", "env.curriculum.levels=[1,2,3]"]
+    args += ["env.curriculum.window=1", "env.curriculum.advance_at=0.01"]
     engines_before = _vllm_pids()
     first = _run_main(args, tmp_path / "first.log")
     marker = out / "checkpoints" / "step_000002" / "COMPLETE"
@@ -248,6 +251,10 @@ def test_run_killed_mid_training_resumes_from_its_checkpoint(policy_model_path, 
     assert summary["steps"] == 4 and summary["policy_version"] == 4
     assert summary["resumed_from"]["step"] == step
     assert summary["resumed_from"]["tasks"] == state["data_position"]["tasks"]
+    saved_level = state["data_position"]["tasks"]["level_index"]
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    resumed_rows = [r for r in rows if r.get("step", 0) > step and "curriculum/level" in r]
+    assert resumed_rows and resumed_rows[0]["curriculum/level"] >= saved_level
 
 
 def test_ctrl_c_shuts_the_whole_run_down(policy_model_path, tmp_path):

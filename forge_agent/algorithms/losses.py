@@ -7,7 +7,8 @@ composes them from a `LossConfig`; named presets (`grpo`, `dr_grpo`, `dapo`, `gs
 
 Notation: `logp` = log pi_theta(y_t | y_<t) of the trainer's current policy (with grad),
 `logp_old` = the behaviour policy's logprob (by default the sampler's, as returned by vLLM),
-`A` = the trajectory's advantage broadcast over its tokens, `m` = loss mask.
+`A` = the trajectory's advantage broadcast over its tokens (per token with turn-level credit),
+`m` = loss mask.
 
 Aggregation and gradient accumulation: each aggregator accepts the *global* token /
 sequence counts of the whole batch, so the loss of each micro-batch is that micro-batch's
@@ -370,9 +371,9 @@ def policy_loss(
     with w_t the truncated (TIS), masked (MIS) or IcePop-masked importance weight of the
     sampler/trainer ratio when the config selects one (else 1).
     Shapes: `logp`, `sampler_logp`, `mask`, `ref_logp`, `entropy`, `old_logp` `[B, T]`;
-    `advantages` `[B]`. `old_logp` is the trainer's logprob under the policy that sampled
-    (only used with a correction; default: `logp.detach()`, exact when the trainer takes one
-    optimizer step per batch of fresh data).
+    `advantages` `[B]` (one per trajectory) or `[B, T]` (turn-level credit). `old_logp` is
+    the trainer's logprob under the policy that sampled (only used with a correction; default:
+    `logp.detach()`, exact when the trainer takes one optimizer step per batch of fresh data).
     """
     mask = mask.to(logp.dtype)
     metrics: Metrics = cfg.as_metrics()

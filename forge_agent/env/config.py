@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from forge_agent.env.curriculum import CurriculumConfig
 from forge_agent.env.registry import is_agent_program
 from forge_agent.typed_config import check_field
 
@@ -25,6 +26,8 @@ class EnvConfig:
     http(s) URL, or "agent:package.module:fn" (an agent program, docs/agents.md).
     `kwargs`: the env's constructor arguments. `dataset` / `fields`: tasks from a hub dataset or
     a local file instead of the env's own (task field -> column or "{template}").
+    `curriculum`: a difficulty ladder over one of `kwargs` and online task selection
+    (`forge_agent.env.curriculum`); off by default.
     """
 
     id: str = "calculator"
@@ -36,6 +39,7 @@ class EnvConfig:
     eval_seed: int = 10_000
     dataset: str | None = None
     fields: dict[str, str] = field(default_factory=dict)
+    curriculum: CurriculumConfig = field(default_factory=CurriculumConfig)
 
     def __post_init__(self) -> None:
         check_field(bool(self.id), "id", self.id, "a registered env id or 'module:Name'")

@@ -78,7 +78,8 @@ class GymnasiumAgentEnv(ToolEnv):
 
     A task may carry `"seed"`, the game's start state (it wins over reset's seed, so every
     episode of a group starts alike). `tasks(split, n, seed)` makes such tasks: start seeds,
-    split between train and eval by a hash. Rewards, at the end of the episode:
+    split between train and eval by a hash. `state_key()` is the current observation. Rewards,
+    at the end of the episode:
     `{"env_reward": return}`; info: `outcome` ("terminated" | "truncated" | "stopped" when the
     model answered without acting), `env_return`, `env_steps`.
     """
@@ -129,6 +130,11 @@ class GymnasiumAgentEnv(ToolEnv):
             return str(self.gym_env.render())
         return str(observation)
 
+    def state_key(self) -> str:
+        """The game's current observation (the toy-text games' whole state, e.g. FrozenLake's
+        cell or Blackjack's hands), for GiGPO's step-level groups."""
+        return repr(self._observation)
+
     def outcome(self, terminated: bool, truncated: bool) -> str:
         """The episode's outcome label."""
         return "terminated" if terminated else "truncated" if truncated else "stopped"
@@ -177,6 +183,7 @@ class GymnasiumAgentEnv(ToolEnv):
         env = self.make_gym_env(task)
         seed = task["seed"] if task.get("seed") is not None else seed
         observation, _ = env.reset(seed=seed)
+        self._observation = observation
         self._observation_text = self.render_observation(observation)
         self.env_return, self.env_steps = 0.0, 0
         self.terminated = self.truncated = False
@@ -204,6 +211,7 @@ class GymnasiumAgentEnv(ToolEnv):
         observation, reward, terminated, truncated, _ = self.gym_env.step(
             self.action_names.index(action)
         )
+        self._observation = observation
         self.env_return += float(reward)
         self.env_steps += 1
         self.terminated, self.truncated = bool(terminated), bool(truncated)

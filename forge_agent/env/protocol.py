@@ -7,9 +7,14 @@ An agent env never sees tokens. One episode:
     ...                                               # until result.done
     await env.close()
 
-Rewards are reported once, in the StepResult that has `done=True`, as named components
-(`{"correct": 1.0}`); the outcome goes in `info["outcome"]`. `info["tool_calls"]` and
-`info["tool_errors"]` count the tool calls of that step (sum them for the episode).
+Rewards are named components (`{"correct": 1.0}`), reported in the StepResult that has
+`done=True` and, for envs with intermediate rewards, at any earlier step too: the rollout engine
+keeps them per turn (`Trajectory.turn_rewards`) for turn-level credit, and the episode's reward
+is their sum. The outcome goes in `info["outcome"]`. `info["state_key"]` (optional) names the
+env state a step left the episode in (hashable to a string; `ToolEnv` fills it from the env's
+`state_key()`): turns of a group that start from equal keys form GiGPO's step-level groups.
+`info["tool_calls"]` and `info["tool_errors"]` count the tool calls of that step (sum them for
+the episode).
 An env that cannot go on raises; the env worker turns that into `EnvFailure(Status.ENV_ERROR)`.
 """
 
@@ -122,6 +127,9 @@ class Env:
       is skipped with one log line.
     - optional `corpus(self) -> list[str | conversation]`: text for the tiny model's tokenizer;
       without it the env's rendered reset messages and tool specs are used.
+    - optional `state_key(self) -> str`: a key of the env's current state (e.g. frozen_lake's
+      position), equal exactly when two episodes of a group stand in the same state; needed by
+      `advantages.turn_credit=gigpo`. `ToolEnv` reports it after each step.
     - optional `shares_event_loop` (a bool, or a function of the env's keyword arguments):
       true for envs that never block their event loop; a worker then runs all its instances
       as tasks on one loop instead of a thread each (agent programs have it).
@@ -223,15 +231,22 @@ class ToolEnv(Env):
                 "tool_calls": len(messages),
                 "tool_errors": self.toolset.num_errors - errors_before,
             }
-            return StepResult(messages=messages, info=info)
-        verdict = await maybe_await(self.judge(message_text(assistant_message)))
-        rewards, info = verdict if isinstance(verdict, tuple) else (verdict, {})
-        if isinstance(rewards, (int, float)):
-            rewards = {"reward": float(rewards)}
-        info = dict(info)
-        return StepResult(
-            messages=[], rewards={k: float(v) for k, v in rewards.items()}, done=True, info=info
-        )
+            result = StepResult(messages=messages, info=info)
+        else:
+            verdict = await maybe_await(self.judge(message_text(assistant_message)))
+            rewards, info = verdict if isinstance(verdict, tuple) else (verdict, {})
+            if isinstance(rewards, (int, float)):
+                rewards = {"reward": float(rewards)}
+            result = StepResult(
+                messages=[],
+                rewards={k: float(v) for k, v in rewards.items()},
+                done=True,
+                info=dict(info),
+            )
+        state_key = getattr(self, "state_key", None)
+        if callable(state_key):
+            result.info["state_key"] = str(state_key())
+        return result
 
     async def close(self) -> None:
         await self._close_sandbox()

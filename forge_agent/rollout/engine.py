@@ -34,6 +34,10 @@ GenerateFn = Callable[[list[int], SamplingConfig, str], Awaitable[Completion]]
 a router over replicas, or an in-process engine."""
 
 
+START_STATE = "<start>"
+"""`Trajectory.turn_states[0]`: the state an episode starts from, the same for a whole group."""
+
+
 class EpisodeEnv(Protocol):
     """One episode's env (an `AgentEnv` whose `close()` ends the episode)."""
 
@@ -173,6 +177,7 @@ class RolloutEngine:
         env_s += time.monotonic() - t0
         messages = list(messages)
         traj.messages = messages
+        traj.info["tools_offered"] = len(tools)
         try:
             context = self.renderer.render_prompt(messages, tools)  # the current segment
         except Exception as exc:
@@ -185,6 +190,7 @@ class RolloutEngine:
             traj.info["error"] = f"prompt of {len(context)} tokens >= budget of {limit}"
             return
         traj.status = Status.TRUNCATED_TURNS
+        traj.turn_states = [START_STATE]  # every episode of a group starts from the same state
         for turn in range(cfg.max_turns):
             budget = limit - len(context)
             if budget <= 0:
@@ -230,7 +236,7 @@ class RolloutEngine:
                 break
             finally:
                 env_s += time.monotonic() - t0
-            self._record_step(traj, result)
+            self._record_step(traj, result, turn)
             if result.done:
                 traj.status = Status.OK
                 break
@@ -254,6 +260,9 @@ class RolloutEngine:
                     break
                 traj.segment_starts.append(len(traj.token_ids))
                 self._append(traj, context, sampled=False)
+        turns = len(traj.turn_spans)  # per-turn lists end with the last turn sampled
+        traj.turn_states = traj.turn_states[:turns]
+        traj.turn_rewards = (traj.turn_rewards + [0.0] * turns)[:turns]
         traj.timings["env_s"] = env_s
         traj.timings["generate_s"] = gen_s
         self.stats["generate_s"] += gen_s
@@ -277,10 +286,17 @@ class RolloutEngine:
             traj.versions.extend([-1] * len(ids))
 
     @staticmethod
-    def _record_step(traj: Trajectory, result: StepResult) -> None:
+    def _record_step(traj: Trajectory, result: StepResult, turn: int) -> None:
+        """Rewards, tool counts and info of the env's answer to `turn`; the rewards also go to
+        `turn_rewards[turn]` and the env's key of the state it left to `turn_states[turn + 1]`."""
         for name, value in result.rewards.items():
             traj.reward_components[name] = traj.reward_components.get(name, 0.0) + float(value)
         info = dict(result.info)
+        while len(traj.turn_rewards) <= turn:
+            traj.turn_rewards.append(0.0)
+        traj.turn_rewards[turn] += sum(float(v) for v in result.rewards.values())
+        next_state = info.pop("state_key", None)
+        traj.turn_states.append(None if next_state is None else str(next_state))
         traj.tool_call_count += int(info.pop("tool_calls", 0) or 0)
         traj.tool_error_count += int(info.pop("tool_errors", 0) or 0)
         traj.info.update(info)

@@ -1,6 +1,6 @@
 """The driver: a rollout loop and a training loop, and the calls between the services.
 
-    TaskStream ─► RolloutEngine ─► generator replicas (vLLM) + env workers ─► reward actor
+    Curriculum ─► RolloutEngine ─► generator replicas (vLLM) + env workers ─► reward actor
        ─► advantages ─► ReplayBuffer (staleness bound) ─► Trainer ─► WeightStore ─► generators
 
 `training.max_policy_lag` = 0 pauses rollouts while the trainer steps and syncs (on-policy);
@@ -22,7 +22,8 @@ from typing import Any
 
 from forge_agent.algorithms.advantages import compute_advantages
 from forge_agent.algorithms.replay import ReplayBuffer, ZeroSignalWatch, check_token_lags
-from forge_agent.env.tasks import TaskStream, eval_tasks
+from forge_agent.env.curriculum import Curriculum
+from forge_agent.env.tasks import eval_tasks
 from forge_agent.observability.loop_timing import LoopTiming
 from forge_agent.observability.metrics import MetricLogger, record
 from forge_agent.observability.step_profile import PhaseClock
@@ -31,6 +32,7 @@ from forge_agent.run.config import AgentConfig
 from forge_agent.run.recovery import Recovery
 from forge_agent.run.rollouts import Engines, build_engines, evaluate_policy, record_episode
 from forge_agent.run.services import Services
+from forge_agent.run.setup_checks import check_start_signal
 from forge_agent.run.signals import cancel_on_signals, python_handlers
 from forge_agent.run.supervision import ServiceFailed, ServiceRestarted
 from forge_agent.types import Group
@@ -65,12 +67,14 @@ class Controller:
         """Tasks, the policy (after its warm start), the services, engines, buffer, metrics."""
         from forge_agent.observability.traces import TraceWriter
         from forge_agent.run.host_placement import resolve_host_meshes
+        from forge_agent.run.setup_checks import check_run_choices
         from forge_agent.warm_start import policy_model
 
         cfg = self.cfg
         meshes = await resolve_host_meshes(cfg.hosts)  # first: it picks Monarch's transport
         self.out = outputs.prepare_output_dir(cfg)
-        self.tasks = TaskStream(cfg.env)  # a bad env, dataset or task fails here
+        check_run_choices(cfg)  # a curriculum or credit the env cannot follow fails here
+        self.tasks = Curriculum(cfg.env)  # so do a bad env, dataset or task
         self.eval_tasks = eval_tasks(cfg.env, cfg.eval.num_tasks) if cfg.eval.every else []
         with python_handlers():  # the warm start blocks this thread for minutes
             self.policy_path = policy_model(cfg)
@@ -104,6 +108,8 @@ class Controller:
         if cfg.eval.every:
             await self._evaluate()
             self.metrics.flush(self.step, progress=False)  # at its own step, not on step 1's
+            if self.step == 0:  # no tool call / no reward at all: stop now, saying why
+                check_start_signal(self.evals[0], cfg)
         self.profile.start()
         rollouts = asyncio.create_task(self._rollout_loop())
         try:
@@ -207,6 +213,7 @@ class Controller:
             record_episode(traj, self.counts)
         for name, value in reward_metrics.items():
             record(name, value)
+        self._observe_curriculum(task, scored)
         kept, stats = compute_advantages([Group(group.task_id, list(scored))], self.cfg.advantages)
         for name, value in stats.as_metrics().items():
             record(name, value, "sum")
@@ -216,6 +223,16 @@ class Controller:
             await self.buffer.put(Group(task_id=group.task_id, trajectories=kept))
         else:
             self.counts["groups_filtered"] += 1
+
+    def _observe_curriculum(self, task: dict[str, Any], scored: list[Any]) -> None:
+        """The group's rewards (infra failures left out) to the curriculum; a move up the
+        ladder is printed."""
+        rewards = [t.reward for t in scored if not t.status.is_infra_failure]
+        if self.tasks.observe(task, rewards):
+            level = f"{self.tasks.kwarg}={self.tasks.level!r}"
+            print(f"[curriculum] step {self.step}: training tasks now at {level}", flush=True)
+        for name, value in self.tasks.metrics().items():
+            record(name, value, "last")
 
     # ------------------------------------------------------------------ evaluation
     async def _evaluate(self) -> None:

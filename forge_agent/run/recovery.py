@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from forge_agent.algorithms.replay import ReplayBuffer
-from forge_agent.env.tasks import TaskStream
+from forge_agent.env.curriculum import Curriculum
 from forge_agent.run.services import Services
 
 
@@ -39,7 +39,7 @@ class Recovery:
     restoring also puts the task stream and the replay buffer back where the run was."""
 
     def __init__(
-        self, folder: Path, keep: int, services: Services, tasks: TaskStream, buffer: ReplayBuffer
+        self, folder: Path, keep: int, services: Services, tasks: Curriculum, buffer: ReplayBuffer
     ) -> None:
         self.folder = folder
         self.keep = keep

@@ -25,7 +25,9 @@ __all__ = [
     "SetupReport",
     "build_env",
     "check_prompt_lengths",
+    "check_run_choices",
     "check_setup",
+    "check_start_signal",
     "prompt_length_warning",
 ]
 
@@ -104,6 +106,7 @@ def check_setup(cfg: Any) -> SetupReport:
         dataset=env.dataset,
         fields=env.fields,
     )
+    check_run_choices(cfg)
     model = None
     if cfg.model.name != "tiny":
         from forge_agent.models.hub import resolve_model
@@ -158,3 +161,69 @@ def check_prompt_lengths(
         return None
     lengths = [len(renderer.render_prompt(m, specs)) for m in messages]
     return prompt_length_warning(lengths, max_total_tokens, f"{env_id} tasks")
+
+
+def check_run_choices(cfg: Any) -> None:
+    """Choices the env must support, refused before any actor starts: `advantages.turn_credit:
+    gigpo` needs an env with `state_key()`; `env.curriculum` needs a kwarg the env takes and
+    levels it accepts (`forge_agent.env.curriculum.check_curriculum`)."""
+    from forge_agent.env.curriculum import check_curriculum
+
+    env = cfg.env
+    if cfg.advantages.turn_credit == "gigpo" and not env.is_agent_program:
+        built = build_env(env.id, env.kwargs)
+        if not callable(getattr(built, "state_key", None)):
+            raise EnvSetupError(
+                env.id,
+                "advantages.turn_credit=gigpo",
+                f"{type(built).__name__} has no state_key(): GiGPO groups turns by the env "
+                "state they start from; give the env a `state_key(self) -> str`, or set "
+                "advantages.turn_credit to none or discounted",
+            )
+    check_curriculum(env)
+
+
+MIN_START_EPISODES = 16
+"""Held-out episodes the step-0 check needs before it stops a run (fewer: a warning line)."""
+
+
+def check_start_signal(metrics: dict[str, float], cfg: Any) -> None:
+    """Stop a run at step 0 when its held-out episodes show RL has nothing to start from.
+
+    Every scored episode of the step-0 evaluation earning no reward (all <= 0 and equal) means
+    every training group will have zero variance: the run would only stop after
+    `25 * groups_per_step` dropped groups. The cause is named: the policy never called any of
+    the env's tools (it has not learned their call format: the env has no demonstrations, or
+    the model is too small for the task), or it called them and still never earned reward.
+    Raises `SetupError`; with fewer than `MIN_START_EPISODES` episodes it only prints a warning.
+    """
+    from forge_agent.errors import SetupError
+
+    scored = int(metrics.get("eval/scored_episodes", 0))
+    if scored == 0 or metrics.get("eval/reward/max", 0.0) > 0.0:
+        return
+    if metrics.get("eval/reward/mean", 0.0) != metrics.get("eval/reward/max", 0.0):
+        return  # rewards differ (all negative but not equal): groups can carry signal
+    env = cfg.env.id
+    if metrics.get("eval/tools_offered") and metrics.get("eval/tool_call_rate", 0.0) == 0.0:
+        cause = (
+            f"the policy never called a tool of env {env!r}: it has not learned their call "
+            "format. Give the env `demonstrations()` for the warm start (docs/envs.md), or use "
+            "a model that calls tools (model.name)"
+        )
+    else:
+        cause = (
+            f"the policy never earned reward on env {env!r} (tool-call rate "
+            f"{metrics.get('eval/tool_call_rate', 0.0):.2f}): the task is beyond this model; "
+            "use a larger model (model.name), easier tasks (env.kwargs, env.curriculum), or "
+            "demonstrations that solve it"
+        )
+    message = (
+        f"step 0: all {scored} held-out episodes earned reward "
+        f"{metrics.get('eval/reward/max', 0.0):g}, so every training group would have zero "
+        f"variance and RL has no signal; {cause}"
+    )
+    if scored < MIN_START_EPISODES:
+        print(f"warning: {message} (only {scored} episodes: going on)", flush=True)
+        return
+    raise SetupError(message)

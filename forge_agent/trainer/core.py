@@ -293,7 +293,8 @@ class Trainer:
 
     def train_step(self, trajectories: Sequence[Trajectory]) -> dict[str, float]:
         """One optimizer step of the configured policy loss on trajectories with advantages
-        (uses `token_ids`, `loss_mask`, sampler `logprobs` and `advantage`)."""
+        (uses `token_ids`, `loss_mask`, sampler `logprobs` and `advantage`, or per turn
+        `turn_advantages` where set)."""
         trajs = [t for t in trajectories if t.num_sampled > 0]
         if not trajs:
             raise ValueError(
@@ -337,7 +338,11 @@ class Trainer:
                 metrics = {"loss/total": float(loss.detach())}
             else:
                 sampler = _pad([trajs[i].logprobs for i in mb.traj_indices], T, torch.float32)
-                adv = torch.tensor([trajs[i].advantage for i in mb.traj_indices])
+                batch = [trajs[i] for i in mb.traj_indices]
+                if any(t.turn_advantages for t in batch):  # turn-level credit: [B, T]
+                    adv = _pad([t.token_advantages() for t in batch], T, torch.float32)
+                else:
+                    adv = torch.tensor([t.advantage for t in batch])
                 ref = None
                 if cfg.loss.kl_coef:
                     with torch.no_grad():
