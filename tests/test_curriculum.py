@@ -81,8 +81,9 @@ def test_a_plain_task_streams_checkpoint_resumes_under_the_curriculum() -> None:
 
 
 def test_selection_skips_settled_tasks_and_retries_them_later(tmp_path) -> None:
-    rows = [{"task_id": f"t{i}", "prompt": f"What is {i} + 1?", "answer": str(i + 1)}
-            for i in range(40)]  # fmt: skip
+    rows = [
+        {"task_id": f"t{i}", "prompt": f"What is {i} + 1?", "answer": str(i + 1)} for i in range(40)
+    ]
     data = tmp_path / "tasks.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
     cfg = CurriculumConfig(select=True, retry_after=1000)
@@ -99,8 +100,8 @@ def test_selection_skips_settled_tasks_and_retries_them_later(tmp_path) -> None:
     assert mixed["task_id"] in second
     assert cur.skipped == 2 and cur.metrics()["curriculum/skipped_tasks"] == 2.0
     # after retry_after draws they come back
-    cur = Curriculum(EnvConfig("calculator", {}, dataset=str(data),
-                               curriculum=CurriculumConfig(select=True, retry_after=1)))  # fmt: skip
+    retry_soon = CurriculumConfig(select=True, retry_after=1)
+    cur = Curriculum(EnvConfig("calculator", {}, dataset=str(data), curriculum=retry_soon))
     task = next(cur)[0]
     cur.observe(task, [1, 1])
     later = [next(cur)[0]["task_id"] for _ in range(2 * per_epoch)]
@@ -125,9 +126,7 @@ def test_bad_curriculum_values_fail_naming_the_key(override, named) -> None:
 
 
 def test_a_kwarg_the_env_does_not_take_and_a_level_it_rejects_fail_before_any_actor() -> None:
-    bad_kwarg = load_config(
-        None, ["env.curriculum.kwarg=hardness", "env.curriculum.levels=[1,2]"]
-    )
+    bad_kwarg = load_config(None, ["env.curriculum.kwarg=hardness", "env.curriculum.levels=[1,2]"])
     with pytest.raises(EnvSetupError) as err:
         check_run_choices(bad_kwarg)
     text = str(err.value)

@@ -63,7 +63,8 @@ class CurriculumConfig:
         if self.kwarg is not None:
             check_field(len(self.levels) >= 2, "levels", self.levels, "a list of >= 2 levels")
         else:
-            check_field(not self.levels, "kwarg", self.kwarg, "the env argument `levels` are values of")
+            allowed = "the env argument whose values `levels` lists"
+            check_field(not self.levels, "kwarg", self.kwarg, allowed)
 
     @property
     def ladder(self) -> bool:
