@@ -171,6 +171,45 @@ def test_training_raises_rewarded_and_lowers_penalised_token_logprobs():
     assert {"loss/total", "entropy", "clip/high_frac", "train/tokens_per_s"} <= set(metrics)
 
 
+def two_turn_traj(adv: float, turn_advs: list[float]) -> Trajectory:
+    """prompt [5, 6, 7], turn 0 = [10, 11], env token 30, turn 1 = [20, 21]."""
+    t = make_traj([5, 6, 7], [10, 11, 30, 20, 21], adv=adv)
+    t.loss_mask[5] = 0  # the env's token
+    t.turn_spans, t.turn_advantages = [(3, 5), (6, 8)], list(turn_advs)
+    return t
+
+
+def test_equal_turn_advantages_train_exactly_like_one_per_episode():
+    results = []
+    for turn_level in (False, True):
+        trainer = Trainer(TrainerConfig(lr=1e-2), model=tiny_model(seed=3))
+        trajs = [two_turn_traj(1.0, [1.0, 1.0]), two_turn_traj(-0.5, [-0.5, -0.5])]
+        if not turn_level:
+            for t in trajs:
+                t.turn_advantages = []
+        m = trainer.train_step(on_policy(trainer, trajs))
+        results.append((m, [p.detach().clone() for p in trainer.model.parameters()]))
+    (m1, p1), (m2, p2) = results
+    assert m1["loss/total"] == pytest.approx(m2["loss/total"], abs=1e-7)
+    for a, b in zip(p1, p2, strict=True):
+        torch.testing.assert_close(a, b, atol=0, rtol=0)
+
+
+def test_turn_advantages_raise_one_turn_and_lower_the_other_in_one_episode():
+    trainer = Trainer(TrainerConfig(lr=3e-3, max_grad_norm=1.0), model=tiny_model())
+    traj = two_turn_traj(0.0, [1.0, -1.0])  # the episode's mean says nothing; the turns do
+
+    def turn_logprobs() -> tuple[float, float]:
+        lp = trainer.compute_logprobs([traj])[0].tolist()
+        return sum(lp[3:5]), sum(lp[6:8])
+
+    before = turn_logprobs()
+    for _ in range(4):
+        trainer.train_step(on_policy(trainer, [traj]))
+    after = turn_logprobs()
+    assert after[0] > before[0] + 0.3 and after[1] < before[1] - 0.3
+
+
 def test_gradient_accumulation_matches_one_big_batch():
     trajs = random_trajs(6, seed=1)
     results = []
