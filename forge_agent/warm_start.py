@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from forge_agent.env.registry import env_spec
-from forge_agent.env.seam import demonstrations_of
+from forge_agent.env.seam import demonstrations_of, schema_demonstrations
 from forge_agent.env.sources import EnvSetupError
 from forge_agent.rollout.renderer import ChatRenderer
 from forge_agent.types import Message, ToolSpec, Trajectory
@@ -124,19 +124,34 @@ def demonstrations(
     Raises `EnvSetupError` when the env has none (`has_demonstrations` checks first).
     """
     convos = demonstrations_of(env_id, env_kwargs, n, seed, demo_fraction)
+    if not convos:  # an env without demonstrations: calls sampled from its tool schemas
+        convos = schema_demonstrations(env_id, env_kwargs, n, seed)
     if not convos:
         raise EnvSetupError(
             env_id,
             "its demonstrations()",
-            "no demonstrations for the warm start (give the env class a "
-            "`demonstrations(n, seed, demo_fraction)` method, or set warm_start.enabled=false)",
+            "no demonstrations for the warm start and no tools to build them from (give the "
+            "env class a `demonstrations(n, seed, demo_fraction)` method, or set "
+            "warm_start.enabled=false)",
         )
     return [messages for messages, _ in convos], convos[0][1]
 
 
-def has_demonstrations(env_id: str, env_kwargs: dict[str, Any]) -> bool:
-    """Whether `env_id` gives demonstrations for the warm start."""
-    return callable(getattr(env_spec(env_id).factory(), "demonstrations", None))
+def demonstration_source(env_id: str, env_kwargs: dict[str, Any]) -> str | None:
+    """Where `env_id`'s warm start comes from: "demonstrations" (the env's own, or for an
+    agent program those of its `tasks_from` env), "tool schemas" (`schema_demonstrations`:
+    calls sampled from the env's tool schemas, for an env without demonstrations), or None
+    (no demonstrations and no tools: the warm start is skipped)."""
+    try:
+        if demonstrations_of(env_id, env_kwargs, 1, 0, 0.5):
+            return "demonstrations"
+        if schema_demonstrations(env_id, env_kwargs, 1, 0):
+            return "tool schemas"
+    except EnvSetupError:
+        raise
+    except Exception as exc:  # an env that cannot even be reset here: say which
+        logger.warning("warm start: cannot read demonstrations of %r: %s", env_id, exc)
+    return None
 
 
 def warm_start(
@@ -226,13 +241,21 @@ def policy_model(cfg: Any) -> Path:
     ws = cfg.warm_start
     if not ws.enabled or ws.steps <= 0:
         return base
-    if not has_demonstrations(cfg.env.id, dict(cfg.env.kwargs)):
+    source = demonstration_source(cfg.env.id, dict(cfg.env.kwargs))
+    if source is None:
         logger.warning(
-            "warm start skipped: env %r has no demonstrations() (RL starts from %s)",
+            "warm start skipped: env %r has no demonstrations() and no tools (RL starts "
+            "from %s)",
             cfg.env.id,
             base,
         )
         return base
+    if source == "tool schemas":
+        print(
+            f"[warm start] env {cfg.env.id!r} has no demonstrations(): the warm start teaches "
+            "the call format with calls sampled from its tool schemas",
+            flush=True,
+        )
     policy = warm_start(base, {cfg.env.id: dict(cfg.env.kwargs)}, ws, device=cfg.device)
     if cfg.model.name == "tiny":
         refresh_chat_template(policy)  # warm starts cached before a template fix

@@ -70,6 +70,18 @@ class CountEnv(ToolEnv):
         return {"correct": 0.0}
 
 
+class GuessEnv(ToolEnv):
+    """A generator without tools: the answer is guessed."""
+
+    def tasks(self, split, n, seed):
+        made = [{"task_id": f"g{seed}-{i}", "prompt": f"Guess {seed * n + i}."}
+                for i in range(n)]
+        return holdout(made, split, key=lambda t: t["prompt"])
+
+    def judge(self, answer):
+        return {"correct": 0.0}
+
+
 class FileEnv(ToolEnv):
     """Tasks from a local file given at construction."""
 
@@ -274,12 +286,31 @@ def test_bad_env_fails_before_any_actor_starts(user_package, tmp_path):
 
 # ---------------------------------------------------------------------------- warm start, corpus
 def test_demonstrations_come_from_the_env(user_package):
-    from forge_agent.warm_start import demonstrations, has_demonstrations
+    from forge_agent.warm_start import demonstration_source, demonstrations
 
     convos, tools = demonstrations("seam_list", {}, 4, 1.0, seed=0)
     assert [c[-1]["content"] for c in convos] == ["apple", "pear", "plum", "fig"]
     assert [t["function"]["name"] for t in tools] == ["echo"]
-    assert not has_demonstrations("seam_user_envs:CountEnv", {})
+    assert demonstration_source("seam_list", {}) == "demonstrations"
+    assert demonstration_source("seam_user_envs:CountEnv", {}) == "tool schemas"
+    assert demonstration_source("seam_user_envs:GuessEnv", {}) is None
+
+
+def test_an_env_without_demonstrations_gets_calls_sampled_from_its_tool_schemas(user_package):
+    from forge_agent.warm_start import demonstrations
+
+    convos, tools = demonstrations("seam_user_envs:CountEnv", {}, 6, 0.5, seed=0)
+    assert len(convos) == 6 and [t["function"]["name"] for t in tools] == ["echo"]
+    for convo in convos:
+        assert convo[0]["content"].startswith("Count to")  # the env's own reset messages
+        calls = [m for m in convo if m.get("tool_calls")]
+        replies = [m for m in convo if m["role"] == "tool"]
+        assert 1 <= len(calls) <= 3 and len(replies) == len(calls)
+        for call, reply in zip(calls, replies, strict=True):
+            (tc,) = call["tool_calls"]
+            args = json.loads(tc["function"]["arguments"])
+            assert tc["function"]["name"] == "echo" and reply["content"] == args["text"]
+        assert convo[-1]["role"] == "assistant" and not convo[-1].get("tool_calls")
 
 
 def test_env_without_demonstrations_skips_the_warm_start_with_one_line(
@@ -289,12 +320,12 @@ def test_env_without_demonstrations_skips_the_warm_start_with_one_line(
     from forge_agent.warm_start import policy_model
 
     cfg = load_config(
-        None, ["env.id=seam_user_envs:CountEnv", "env.kwargs={}", f"model.name={tmp_path}"]
+        None, ["env.id=seam_user_envs:GuessEnv", "env.kwargs={}", f"model.name={tmp_path}"]
     )
     with caplog.at_level("WARNING", logger="forge_agent.warm_start"):
         assert policy_model(cfg) == tmp_path
     (line,) = [r.getMessage() for r in caplog.records]
-    assert "warm start skipped" in line and "seam_user_envs:CountEnv" in line
+    assert "warm start skipped" in line and "seam_user_envs:GuessEnv" in line
 
 
 def test_corpus_without_a_hook_is_the_rendered_reset_messages(user_package):

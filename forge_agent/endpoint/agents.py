@@ -87,6 +87,15 @@ class AgentProgramEnv:
 
         return make_env(self.tasks_from, **self.tasks_kwargs).tasks(split, n, seed)
 
+    def demonstrations(self, n: int, seed: int, demo_fraction: float) -> list[Any]:
+        """The demonstrations of the `tasks_from` env (the tasks and tools the program works
+        with), for the warm start; [] when that env has none."""
+        from forge_agent.env.seam import demonstrations_of
+
+        if not self.tasks_from:
+            return []
+        return demonstrations_of(self.tasks_from, self.tasks_kwargs, n, seed, demo_fraction) or []
+
     async def reset(
         self, task: dict[str, Any], seed: int | None = None
     ) -> tuple[list[Message], list[ToolSpec]]:

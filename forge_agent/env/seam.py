@@ -16,7 +16,13 @@ from forge_agent.env.registry import env_spec
 from forge_agent.toolset import ToolSet
 from forge_agent.types import Message, ToolSpec
 
-__all__ = ["Conversation", "corpus_of", "demonstrations_of", "run_sync"]
+__all__ = [
+    "Conversation",
+    "corpus_of",
+    "demonstrations_of",
+    "run_sync",
+    "schema_demonstrations",
+]
 
 T = TypeVar("T")
 
@@ -85,3 +91,101 @@ def corpus_of(env_id: str, env_kwargs: Mapping[str, Any] | None = None) -> list[
         return out
 
     return list(run_sync(resets()))
+
+
+# ---------------------------------------------------------------------------- schema demos
+SCHEMA_DEMO_MAX_CALLS = 3
+"""Tool calls per schema demonstration, at most (1 to this many, then a final answer)."""
+
+
+def schema_demonstrations(
+    env_id: str, env_kwargs: Mapping[str, Any], n: int, seed: int
+) -> list[Conversation]:
+    """`n` conversations of `env_id` built from its own tool schemas, for an env without
+    `demonstrations()`: each resets the env on a training task, makes 1 to
+    `SCHEMA_DEMO_MAX_CALLS` well-formed calls with arguments sampled from the schemas (enum
+    values, words of the prompt, small numbers), gets the env's real answers, and ends with a
+    short final answer (unless the env ended the episode first).
+
+    They teach the call format only, not the task: a policy warm-started on them calls the
+    env's tools at all, so RL sees groups whose rewards differ. [] when the env offers no tools.
+    """
+    import random
+
+    from forge_agent.env.tasks import load_tasks
+
+    tasks = load_tasks(env_id, "train", n, seed=seed, env_kwargs=env_kwargs)
+    rng = random.Random(f"schema-demos-{env_id}-{seed}")
+
+    async def play() -> list[Conversation]:
+        out: list[Conversation] = []
+        env = env_spec(env_id).make(**dict(env_kwargs))
+        try:
+            for i, task in enumerate(tasks):
+                messages, tools = await env.reset(task, seed + i)
+                if not tools:
+                    return []
+                convo = list(messages)
+                for k in range(rng.randint(1, SCHEMA_DEMO_MAX_CALLS)):
+                    call = _sampled_call(rng.choice(tools), convo, rng, f"call_{k}")
+                    assistant = {"role": "assistant", "content": "", "tool_calls": [call]}
+                    convo.append(assistant)
+                    result = await env.step(assistant)
+                    convo.extend(result.messages)
+                    if result.done:
+                        break
+                else:
+                    convo.append({"role": "assistant", "content": _final_answer(convo, rng)})
+                out.append((convo, list(tools)))
+        finally:
+            await env.close()
+        return out
+
+    return run_sync(play())
+
+
+def _sampled_call(tool: ToolSpec, convo: list[Message], rng: Any, call_id: str) -> dict:
+    import json
+
+    fn = tool["function"]
+    schema = fn.get("parameters") or {}
+    props = schema.get("properties") or {}
+    required = set(schema.get("required") or props)
+    words = [w.strip(".,?!:;\"'()") for m in convo for w in str(m.get("content") or "").split()]
+    words = [w for w in words if w] or ["x"]
+    args = {
+        name: _sample_value(spec, words, rng)
+        for name, spec in props.items()
+        if name in required or rng.random() < 0.3
+    }
+    return {
+        "id": call_id,
+        "type": "function",
+        "function": {"name": fn["name"], "arguments": json.dumps(args)},
+    }
+
+
+def _sample_value(spec: dict[str, Any], words: list[str], rng: Any) -> Any:
+    if spec.get("enum"):
+        return rng.choice(spec["enum"])
+    kind = spec.get("type")
+    if isinstance(kind, list):
+        kind = next((k for k in kind if k != "null"), "string")
+    if kind == "integer":
+        return rng.randint(0, 20)
+    if kind == "number":
+        return round(rng.uniform(0, 20), 2)
+    if kind == "boolean":
+        return rng.random() < 0.5
+    if kind == "array":
+        return [_sample_value(spec.get("items") or {}, words, rng)]
+    if kind == "object":
+        return {}
+    return " ".join(rng.choice(words) for _ in range(rng.randint(1, 3)))
+
+
+def _final_answer(convo: list[Message], rng: Any) -> str:
+    """A short answer: a word of the last tool output (the call format is what is taught)."""
+    last = next((m for m in reversed(convo) if m.get("role") == "tool"), None)
+    words = str((last or {}).get("content") or "done").split()
+    return rng.choice(words[:20]) if words else "done"
