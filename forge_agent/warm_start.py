@@ -230,7 +230,8 @@ def warm_start(
 def policy_model(cfg: Any) -> Path:
     """The policy folder an `AgentConfig` starts from: the tiny model (built here) or
     `model.name` (a folder or a hub name in the local HF cache), after the warm start when
-    `warm_start.enabled` (cached)."""
+    `warm_start.enabled` (cached). The warm start demonstrates `env.kwargs`, with a
+    curriculum's kwarg at its first level."""
     from forge_agent.models.hub import resolve_model
     from forge_agent.models.tiny import ensure_tiny_model, refresh_chat_template
 
@@ -241,11 +242,14 @@ def policy_model(cfg: Any) -> Path:
     ws = cfg.warm_start
     if not ws.enabled or ws.steps <= 0:
         return base
-    source = demonstration_source(cfg.env.id, dict(cfg.env.kwargs))
+    kwargs = dict(cfg.env.kwargs)
+    ladder = cfg.env.curriculum
+    if ladder.kwarg is not None:  # demonstrations of the ladder's first level
+        kwargs[ladder.kwarg] = ladder.levels[0]
+    source = demonstration_source(cfg.env.id, kwargs)
     if source is None:
         logger.warning(
-            "warm start skipped: env %r has no demonstrations() and no tools (RL starts "
-            "from %s)",
+            "warm start skipped: env %r has no demonstrations() and no tools (RL starts from %s)",
             cfg.env.id,
             base,
         )
@@ -256,7 +260,7 @@ def policy_model(cfg: Any) -> Path:
             "the call format with calls sampled from its tool schemas",
             flush=True,
         )
-    policy = warm_start(base, {cfg.env.id: dict(cfg.env.kwargs)}, ws, device=cfg.device)
+    policy = warm_start(base, {cfg.env.id: kwargs}, ws, device=cfg.device)
     if cfg.model.name == "tiny":
         refresh_chat_template(policy)  # warm starts cached before a template fix
     return policy

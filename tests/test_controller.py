@@ -179,7 +179,8 @@ def _vllm_pids() -> set[int]:
 # the lines the project itself prints on a run's console (setup, warm start, evals, resume, the
 # progress line, the summary); everything else is a third-party line
 _PROJECT_LINES = (
-    *("[setup]", "[warm start]", "[fresh run]", "[eval]", "[resume]", "[WARNING]", "[SIG"),
+    *("[setup]", "[warm start]", "[fresh run]", "[eval]", "[resume]", "[curriculum]"),
+    *("[WARNING]", "[SIG"),
     *("step ", "held-out reward", "done:", "replay:", "stopped:"),
 )
 

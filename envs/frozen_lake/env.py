@@ -8,6 +8,7 @@ Each move is an `act` tool call ("left", "down", "right", "up"); the board is sh
 
 from __future__ import annotations
 
+import json
 import random
 from typing import Any
 
@@ -15,9 +16,13 @@ import gymnasium
 from gymnasium.envs.toy_text.frozen_lake import generate_random_map
 
 from forge_agent.env import Split, holdout
-from forge_agent.env.gym_adapter import GymnasiumAgentEnv
+from forge_agent.env.gym_adapter import ACTION_NAMES, GymnasiumAgentEnv
+from forge_agent.env.seam import run_sync
+from forge_agent.types import Message
 
 __all__ = ["DEFAULT_MAP", "FrozenLakeEnv", "generate_tasks", "render_board", "shortest_path"]
+
+ACTIONS = ACTION_NAMES["FrozenLake-v1"]
 
 DEFAULT_MAP = ["SFFF", "FHFH", "FFFH", "HFFG"]
 """Gymnasium's standard 4x4 map."""
@@ -48,10 +53,13 @@ def generate_tasks(
     return tasks
 
 
-def shortest_path(desc: list[str]) -> list[str]:
-    """Action names of a shortest safe path from S to G (breadth-first search)."""
+def shortest_path(desc: list[str], position: int | None = None) -> list[str]:
+    """Action names of a shortest safe path to G from `position` (row-major; default: S),
+    by breadth-first search."""
     width, height = len(desc[0]), len(desc)
-    start = next(divmod(i, width) for i, c in enumerate("".join(desc)) if c == "S")
+    if position is None:
+        position = "".join(desc).index("S")
+    start = divmod(position, width)
     moves = {"left": (0, -1), "down": (1, 0), "right": (0, 1), "up": (-1, 0)}
     frontier, seen = [(start, [])], {start}
     while frontier:
@@ -71,6 +79,16 @@ def shortest_path(desc: list[str]) -> list[str]:
                     next_frontier.append(((nr, nc), [*path, name]))
         frontier = next_frontier
     raise ValueError(f"map {desc} has no path from S to G")
+
+
+def _move(call_id: str, action: str, reply: str) -> list[Message]:
+    """An assistant `act` call and the tool's reply."""
+    arguments = json.dumps({"action": action})
+    call = {"id": call_id, "type": "function", "function": {"name": "act", "arguments": arguments}}
+    return [
+        {"role": "assistant", "content": "", "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": call_id, "name": "act", "content": reply},
+    ]
 
 
 class FrozenLakeEnv(GymnasiumAgentEnv):
@@ -103,6 +121,30 @@ class FrozenLakeEnv(GymnasiumAgentEnv):
         """The `split` share of `n` random solvable maps (split by the map itself)."""
         generated = generate_tasks(n, seed=seed, size=self.size, p_frozen=self.p_frozen)
         return holdout(generated, split, key=lambda task: "frozen_lake:" + "/".join(task["map"]))
+
+    def demonstrations(self, n: int, seed: int, demo_fraction: float) -> list[list[Message]]:
+        """Noisy shortest-path games on random maps (the env's own tool replies): each move
+        follows a shortest path from where the walker stands, except that with probability
+        `1 - demo_fraction` it is a random move (which may end in a hole or wander off; the
+        walk goes on from there). RL has to make the walks clean."""
+        rng = random.Random(f"frozen_lake-demos-{seed}")
+        convos = []
+        for task in generate_tasks(n, seed=seed + 7919, size=self.size, p_frozen=self.p_frozen):
+            messages, _ = run_sync(self.reset(task, 0))
+            convo = list(messages)
+            for k in range(self.max_moves):
+                path = shortest_path(self._desc, int(self._observation))
+                action = path[0] if rng.random() < demo_fraction else rng.choice(ACTIONS)
+                convo += _move(f"call_{k}", action, self._act(action))
+                if self.terminated or self.truncated:
+                    break
+            convos.append(convo)
+        run_sync(self.close())
+        return convos
+
+    def state_key(self) -> str:
+        """The walker's cell: where the next move starts (GiGPO's step-level groups)."""
+        return str(int(self._observation))
 
     def corpus(self) -> list[str]:
         """Boards as the model sees them, for the tiny model's tokenizer."""

@@ -1,0 +1,67 @@
+"""The shipped multi-step envs and their demonstrations: multihop (>= 3 dependent lookups) and
+frozen_lake's noisy shortest-path walks, replayed through the real envs."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from envs.frozen_lake.env import FrozenLakeEnv
+from envs.multihop import MultiHopEnv, demonstration, generate_tasks
+from forge_agent.env.registry import make_env
+
+
+async def _replay(env, task, convo):
+    """Step `env` with the demonstration's assistant messages; return the env's tool replies,
+    the demonstration's, the final result and the state keys."""
+    await env.reset(task, 0)
+    got, want, keys, result = [], [], [], None
+    for i, message in enumerate(convo):
+        if message["role"] == "assistant":
+            result = await env.step(message)
+            got += [m["content"] for m in result.messages]
+            keys.append(result.info.get("state_key"))
+        elif message["role"] == "tool":
+            want.append(message["content"])
+    await env.close()
+    return got, want, result, keys
+
+
+def test_multihop_needs_every_lookup_and_the_demonstration_earns_full_reward() -> None:
+    env = make_env("multihop", hops=3)
+    task = generate_tasks(1, seed=4)[0]
+    assert len(task["chain"]) == 4 and task["answer"] == task["records"][task["chain"][-1]]["code"]
+    got, want, result, keys = asyncio.run(_replay(env, task, demonstration(task)))
+    assert got == want and len(got) == 4  # hops + 1 dependent lookups
+    assert result.done and result.rewards == {"correct": 1.0}
+    assert keys[:2] == [task["chain"][0], ",".join(sorted(task["chain"][:2]))]
+    # the code in hand after fewer lookups is another record's: wrong
+    for stop in (1, 2, 3):
+        _, _, result, _ = asyncio.run(_replay(env, task, demonstration(task, stop_after=stop)))
+        assert result.rewards == {"correct": 0.0} and result.info["outcome"] == "wrong"
+
+
+def test_multihop_demonstrations_mix_full_and_short_chains() -> None:
+    demos = MultiHopEnv().demonstrations(200, seed=0, demo_fraction=0.5)
+    lookups = [sum(1 for m in d if m.get("tool_calls")) for d in demos]
+    assert set(lookups) <= {1, 2, 3, 4} and 0.35 < lookups.count(4) / 200 < 0.75
+
+
+def test_multihop_rejects_a_chain_longer_than_its_table() -> None:
+    with pytest.raises(ValueError, match="records >= hops"):
+        MultiHopEnv(hops=5, records=4)
+
+
+def test_frozen_lake_demonstrations_are_the_envs_own_replies() -> None:
+    env = FrozenLakeEnv()
+    clean = env.demonstrations(8, seed=1, demo_fraction=1.0)
+    noisy = env.demonstrations(40, seed=1, demo_fraction=0.5)
+    assert all("Reward: 1" in d[-1]["content"] for d in clean)  # shortest paths reach G
+    assert sum("Reward: 1" in d[-1]["content"] for d in noisy) < 40  # random moves fall in
+    from envs.frozen_lake.env import generate_tasks as lake_tasks
+
+    task = lake_tasks(1, seed=1 + 7919)[0]
+    got, want, result, keys = asyncio.run(_replay(FrozenLakeEnv(), task, clean[0]))
+    assert got == want and result.done and result.rewards == {"env_reward": 1.0}
+    assert keys[-1] == str("".join(task["map"]).index("G"))  # the walk ends on the goal cell
