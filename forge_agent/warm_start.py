@@ -24,7 +24,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from forge_agent.env.registry import env_spec
 from forge_agent.env.seam import demonstrations_of, schema_demonstrations
 from forge_agent.env.sources import EnvSetupError
 from forge_agent.rollout.renderer import ChatRenderer

@@ -17,7 +17,7 @@ async def _replay(env, task, convo):
     the demonstration's, the final result and the state keys."""
     await env.reset(task, 0)
     got, want, keys, result = [], [], [], None
-    for i, message in enumerate(convo):
+    for message in convo:
         if message["role"] == "assistant":
             result = await env.step(message)
             got += [m["content"] for m in result.messages]
