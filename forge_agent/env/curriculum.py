@@ -186,6 +186,16 @@ class Curriculum(Iterator[tuple[dict[str, Any], int]]):
                 out["curriculum/running_reward"] = sum(self._recent) / len(self._recent)
         return out
 
+    def summary(self) -> dict[str, Any]:
+        """The run summary's view: the level reached, each move up, tasks skipped."""
+        return {
+            "kwarg": self.kwarg,
+            "level": self.level,
+            "level_index": self.level_index,
+            "advances": list(self.advances),
+            "skipped_tasks": self.skipped,
+        }
+
     def state(self) -> dict[str, Any]:
         """Where the curriculum is (JSON-able): save it with a checkpoint."""
         return {

@@ -90,6 +90,7 @@ def run_summary(controller: Any, wall_s: float, generator_busy_s: float) -> dict
         "restarts": {s.name: s.causes for s in services if s.causes},
         "policy_path": str(controller.policy_path),
         "resumed_from": controller.resumed_from,
+        "curriculum": controller.tasks.summary(),
     }
 
 
