@@ -148,8 +148,13 @@ def demonstration_source(env_id: str, env_kwargs: dict[str, Any]) -> str | None:
             return "tool schemas"
     except EnvSetupError:
         raise
-    except Exception as exc:  # an env that cannot even be reset here: say which
-        logger.warning("warm start: cannot read demonstrations of %r: %s", env_id, exc)
+    except Exception as exc:  # a broken hook must not quietly skip the warm start
+        raise EnvSetupError(
+            env_id,
+            "its demonstrations() (or a reset for demonstrations from its tool schemas)",
+            f"raised {type(exc).__name__}: {exc!r} (fix the env, or set "
+            "warm_start.enabled=false)",
+        ) from exc
     return None
 
 

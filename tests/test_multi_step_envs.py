@@ -53,10 +53,24 @@ def test_multihop_rejects_a_chain_longer_than_its_table() -> None:
         MultiHopEnv(hops=5, records=4)
 
 
+@pytest.mark.parametrize("env_id", ["frozen_lake", "multihop"])
+def test_the_warm_start_reads_the_demonstrations_inside_a_running_event_loop(env_id) -> None:
+    from forge_agent.warm_start import demonstration_source, demonstrations
+
+    async def read():  # as the controller's setup does
+        return demonstration_source(env_id, {}), demonstrations(env_id, {}, 4, 0.5, seed=0)
+
+    source, (convos, tools) = asyncio.run(read())
+    assert source == "demonstrations" and len(convos) == 4
+    assert [t["function"]["name"] for t in tools] == [
+        "act" if env_id == "frozen_lake" else "lookup"
+    ]
+
+
 def test_frozen_lake_demonstrations_are_the_envs_own_replies() -> None:
     env = FrozenLakeEnv()
-    clean = env.demonstrations(8, seed=1, demo_fraction=1.0)
-    noisy = env.demonstrations(40, seed=1, demo_fraction=0.5)
+    clean = [c for c, _ in env.demonstrations(8, seed=1, demo_fraction=1.0)]
+    noisy = [c for c, _ in env.demonstrations(40, seed=1, demo_fraction=0.5)]
     assert all("Reward: 1" in d[-1]["content"] for d in clean)  # shortest paths reach G
     assert sum("Reward: 1" in d[-1]["content"] for d in noisy) < 40  # random moves fall in
     from envs.frozen_lake.env import generate_tasks as lake_tasks

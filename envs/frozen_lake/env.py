@@ -18,7 +18,7 @@ from gymnasium.envs.toy_text.frozen_lake import generate_random_map
 from forge_agent.env import Split, holdout
 from forge_agent.env.gym_adapter import ACTION_NAMES, GymnasiumAgentEnv
 from forge_agent.env.seam import run_sync
-from forge_agent.types import Message
+from forge_agent.types import Message, ToolSpec
 
 __all__ = ["DEFAULT_MAP", "FrozenLakeEnv", "generate_tasks", "render_board", "shortest_path"]
 
@@ -122,15 +122,18 @@ class FrozenLakeEnv(GymnasiumAgentEnv):
         generated = generate_tasks(n, seed=seed, size=self.size, p_frozen=self.p_frozen)
         return holdout(generated, split, key=lambda task: "frozen_lake:" + "/".join(task["map"]))
 
-    def demonstrations(self, n: int, seed: int, demo_fraction: float) -> list[list[Message]]:
+    def demonstrations(
+        self, n: int, seed: int, demo_fraction: float
+    ) -> list[tuple[list[Message], list[ToolSpec]]]:
         """Noisy shortest-path games on random maps (the env's own tool replies): each move
         follows a shortest path from where the walker stands, except that with probability
         `1 - demo_fraction` it is a random move (which may end in a hole or wander off; the
-        walk goes on from there). RL has to make the walks clean."""
+        walk goes on from there). RL has to make the walks clean. Each comes with the tool
+        specs it was played with."""
         rng = random.Random(f"frozen_lake-demos-{seed}")
         convos = []
         for task in generate_tasks(n, seed=seed + 7919, size=self.size, p_frozen=self.p_frozen):
-            messages, _ = run_sync(self.reset(task, 0))
+            messages, tools = run_sync(self.reset(task, 0))
             convo = list(messages)
             for k in range(self.max_moves):
                 path = shortest_path(self._desc, int(self._observation))
@@ -138,7 +141,7 @@ class FrozenLakeEnv(GymnasiumAgentEnv):
                 convo += _move(f"call_{k}", action, self._act(action))
                 if self.terminated or self.truncated:
                     break
-            convos.append(convo)
+            convos.append((convo, tools))
         run_sync(self.close())
         return convos
 

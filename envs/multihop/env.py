@@ -84,8 +84,6 @@ class MultiHopEnv(ToolEnv):
         self.visited: list[str] = []
 
     def get_tools(self) -> list[Any]:
-        table = self.task["records"]
-
         def lookup(key: str) -> str:
             """Show one record: its next reference and its code.
 
@@ -93,7 +91,7 @@ class MultiHopEnv(ToolEnv):
                 key: The record's key, e.g. r417.
             """
             self.visited.append(key)
-            record = table.get(key.strip())
+            record = self.task["records"].get(key.strip())
             if record is None:
                 return f"no record {key}"
             return f"{key.strip()}: next={record['next']} code={record['code']}"
