@@ -16,6 +16,8 @@ import json
 import os
 import platform
 import statistics
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -28,6 +30,7 @@ __all__ = [
     "measure",
     "percentile",
     "print_table",
+    "run_agent",
     "summary",
     "write_json",
 ]
@@ -166,3 +169,34 @@ def write_json(path: str | Path, report: dict[str, Any]) -> Path:
     path.write_text(json.dumps(report, indent=2, default=str))
     print(f"wrote {path}")
     return path
+
+
+def run_agent(
+    args: Sequence[str], out: Path, cwd: Path, env: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """One `python -m apps.agent.main ARGS output_dir=OUT` child process, console off, its
+    output in OUT.log; returns {"rc", "run_s", "evals": [{step, wall_s, success}],
+    "train_loop_s"} from the run's own summary.json, or {"rc", "run_s", "error": log tail}."""
+    argv = [sys.executable, "-m", "apps.agent.main", *args]
+    argv += [f"output_dir={out}", "metrics.console=false"]
+    started = time.monotonic()
+    log = out.with_suffix(".log")
+    log.parent.mkdir(parents=True, exist_ok=True)
+    child_env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        p for p in (str(cwd), (env or {}).get("PYTHONPATH"), os.environ.get("PYTHONPATH")) if p
+    )}  # fmt: skip
+    child_env.update({k: v for k, v in (env or {}).items() if k != "PYTHONPATH"})
+    with log.open("w") as fh:
+        rc = subprocess.run(argv, cwd=cwd, env=child_env, stdout=fh, stderr=subprocess.STDOUT)
+    row: dict[str, Any] = {"rc": rc.returncode, "run_s": time.monotonic() - started}
+    summary_path = out / "summary.json"
+    if rc.returncode != 0 or not summary_path.exists():
+        row["error"] = log.read_text()[-1500:]
+        return row
+    data = json.loads(summary_path.read_text())
+    row["evals"] = [
+        {"step": e["step"], "wall_s": e.get("wall_s", 0.0), "success": e["eval/reward/mean"]}
+        for e in data["evals"]
+    ]
+    row["train_loop_s"] = data.get("timing", {}).get("train_loop_s")
+    return row

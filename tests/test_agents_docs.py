@@ -1,7 +1,8 @@
 """docs/agents.md, run as written: its ~30-line openai-client agent and reward are copied into
 a temporary package and trained with the page's command (shortened to two GRPO steps from the
 suite's warm-started tiny model) on the real stack: weights and versions change, the agent's
-episodes are recorded token-exactly and traces are written."""
+episodes are recorded token-exactly and traces are written. A plumbing test, not a learning
+claim: `short_training` adds the `likelier_is_better` reward so that groups differ."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from tests.user_envs import docs_blocks, make_user_package, remove_user_package
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "agents.md"
 
 
-def test_docs_agent_program_trains(policy_model_path, tmp_path):
+def test_plumbing_docs_agent_program_trains_with_an_added_reward(policy_model_path, tmp_path):
     blocks = docs_blocks(DOCS)
     (lang, program), command = blocks[0], blocks[1]
     assert lang == "python" and "async def agent(task, client)" in program

@@ -53,3 +53,31 @@ def test_verbose_shows_everything_on_the_terminal(tmp_path):
     terminal, _ = _run(tmp_path, verbose=True)
     for line in ("[setup] project line", "child noise", "library warning", "project warning"):
         assert line in terminal
+
+
+_BARS = textwrap.dedent(
+    """
+    import sys
+    import transformers.utils.logging as hf_logging  # imported before the console, as in a run
+    from forge_agent.observability.console import run_console
+
+    with run_console(sys.argv[1]):
+        for _ in hf_logging.tqdm(range(3), desc="Loading weights"):
+            pass
+        print("[setup] project line", flush=True)
+    assert hf_logging.is_progress_bar_enabled()  # given back after the run
+    """
+)
+
+
+def test_progress_bars_of_libraries_imported_before_the_run_stay_off_the_terminal(tmp_path):
+    out = subprocess.run(
+        [sys.executable, "-c", _BARS, str(tmp_path / "run.log")],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    assert "[setup] project line" in out.stdout
+    assert "Loading weights" not in out.stdout + out.stderr

@@ -35,7 +35,9 @@ def sql_policy(policy_model_path) -> Path:
     return warm_start(policy_model_path, {ENV: {}}, cfg)
 
 
-def test_sql_mcp_trains_and_its_traces_show_mcp_tool_calls(sql_policy, tmp_path) -> None:
+def test_plumbing_sql_mcp_trains_with_an_added_reward_and_its_traces_show_mcp_tool_calls(
+    sql_policy, tmp_path
+) -> None:
     from forge_agent.run.controller import train
 
     out = tmp_path / "sql_mcp_run"

@@ -68,19 +68,25 @@ def reverse_package(tmp_path_factory):
     remove_user_package(root)
 
 
-def test_docs_reverse_env_trains(reverse_package, policy_model_path, tmp_path):
+def test_plumbing_docs_reverse_env_trains_with_an_added_reward(
+    reverse_package, policy_model_path, tmp_path
+):
     args = _docs_command("env.id=my_envs.reverse:ReverseEnv")
     summary = _train(args, policy_model_path, tmp_path / "run")
     _check_run(summary, tmp_path / "run", policy_model_path, "Reverse the word")
 
 
-def test_blackjack_through_the_gymnasium_adapter_trains(policy_model_path, tmp_path):
+def test_plumbing_blackjack_through_the_gymnasium_adapter_trains_with_an_added_reward(
+    policy_model_path, tmp_path
+):
     args = _docs_command("env.id=blackjack")
     summary = _train(args, policy_model_path, tmp_path / "run")
     _check_run(summary, tmp_path / "run", policy_model_path, "Your hand sums to")
 
 
-def test_openenv_server_named_by_url_trains(reverse_package, policy_model_path, tmp_path):
+def test_plumbing_openenv_server_named_by_url_trains_with_an_added_reward(
+    reverse_package, policy_model_path, tmp_path
+):
     from forge_agent.env import serve_openenv
 
     docs_url = "http://127.0.0.1:8000"

@@ -20,17 +20,12 @@ mode, seeds averaged).
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import statistics
-import subprocess
-import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
-from forge_agent.bench_util import print_table, write_json
+from forge_agent.bench_util import print_table, run_agent, write_json
 
 REPO = Path(__file__).resolve().parents[2]
 MODES = ("none", "discounted", "gigpo")
@@ -39,29 +34,8 @@ CONFIGS = ("apps/agent/frozen_lake.yaml", "apps/agent/multihop.yaml")
 
 def run_one(config: str, mode: str, seed: int, overrides: list[str], out: Path) -> dict[str, Any]:
     """One training run; its evals and timing from summary.json (or the error)."""
-    args = [
-        sys.executable, "-m", "apps.agent.main", "--config", config,
-        f"advantages.turn_credit={mode}", f"seed={seed}", f"output_dir={out}",
-        "metrics.console=false", *overrides,
-    ]  # fmt: skip
-    started = time.monotonic()
-    log = out.with_suffix(".log")
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    with log.open("w") as fh:
-        rc = subprocess.run(args, cwd=REPO, env=env, stdout=fh, stderr=subprocess.STDOUT).returncode
-    row: dict[str, Any] = {"config": config, "mode": mode, "seed": seed, "rc": rc}
-    row["run_s"] = time.monotonic() - started
-    summary = out / "summary.json"
-    if rc != 0 or not summary.exists():
-        row["error"] = log.read_text()[-1500:]
-        return row
-    data = json.loads(summary.read_text())
-    row["evals"] = [
-        {"step": e["step"], "wall_s": e.get("wall_s", 0.0), "success": e["eval/reward/mean"]}
-        for e in data["evals"]
-    ]
-    row["train_loop_s"] = data.get("timing", {}).get("train_loop_s")
-    return row
+    args = ["--config", config, f"advantages.turn_credit={mode}", f"seed={seed}", *overrides]
+    return {"config": config, "mode": mode, "seed": seed, **run_agent(args, out, REPO)}
 
 
 def aggregate(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -29,6 +29,32 @@ PROJECT_LOGGER = "forge_agent"
 QUIET_ENV = {"HF_DATASETS_DISABLE_PROGRESS_BARS": "1", "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
 
 
+@contextlib.contextmanager
+def _library_bars_off() -> Iterator[None]:
+    """Progress bars of libraries already imported (their env switches are read at import):
+    transformers' "Loading weights" bar and the hub's bars stay off the terminal."""
+    import importlib
+
+    switches = []
+    for module, is_on, off, on in (
+        ("transformers.utils.logging", "is_progress_bar_enabled", "disable_progress_bar",
+         "enable_progress_bar"),
+        ("huggingface_hub.utils", None, "disable_progress_bars", "enable_progress_bars"),
+    ):  # fmt: skip
+        if module.split(".")[0] not in sys.modules:
+            continue  # imported later: QUIET_ENV covers it
+        mod = importlib.import_module(module)
+        was_on = getattr(mod, is_on)() if is_on else not mod.are_progress_bars_disabled()
+        getattr(mod, off)()
+        switches.append((mod, on, was_on))
+    try:
+        yield
+    finally:
+        for mod, on, was_on in switches:
+            if was_on:
+                getattr(mod, on)()
+
+
 def _terminal_stream(fd: int) -> io.TextIOWrapper:
     return io.TextIOWrapper(
         os.fdopen(fd, "wb", buffering=0), encoding="utf-8", errors="replace", line_buffering=True
@@ -74,9 +100,12 @@ def run_console(
     root.setLevel(level)
     project.addHandler(project_handler)
     logging.captureWarnings(True)  # warnings.warn of libraries: to the file, not the terminal
+    bars = _library_bars_off()
+    bars.__enter__()
     try:
         yield log_path
     finally:
+        bars.__exit__(None, None, None)
         logging.captureWarnings(False)
         project.removeHandler(project_handler)
         root.handlers = saved_root[1]
