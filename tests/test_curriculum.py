@@ -8,6 +8,7 @@ are given by the test (what a scored group reports), so each step of the ladder 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -168,3 +169,21 @@ def test_step_zero_without_any_reward_stops_naming_the_cause(capsys) -> None:
     check_start_signal({**called, "eval/reward/max": -1.0, "eval/reward/mean": -1.5}, cfg)
     check_start_signal({**never_called, "eval/scored_episodes": 4.0}, cfg)  # too few: a warning
     assert "warning: step 0" in capsys.readouterr().out
+
+
+def test_step_zero_without_reward_on_held_out_tasks_above_the_ladders_first_level_goes_on(capsys):
+    from forge_agent.errors import SetupError
+
+    config = str(Path(__file__).resolve().parents[1] / "apps/agent/calculator_curriculum.yaml")
+    nothing = {
+        "eval/scored_episodes": 256.0,
+        "eval/reward/max": 0.0,
+        "eval/reward/mean": 0.0,
+        "eval/tools_offered": 1.0,
+        "eval/tool_call_rate": 0.5,
+    }
+    check_start_signal(nothing, load_config(config, []))  # held out at 2, trained from 1
+    assert "the curriculum trains from difficulty=1: going on" in capsys.readouterr().out
+    at_first_level = load_config(config, ["env.kwargs={difficulty: 1}"])
+    with pytest.raises(SetupError, match="never earned reward"):
+        check_start_signal(nothing, at_first_level)

@@ -195,7 +195,9 @@ def check_start_signal(metrics: dict[str, float], cfg: Any) -> None:
     `25 * groups_per_step` dropped groups. The cause is named: the policy never called any of
     the env's tools (it has not learned their call format: the env has no demonstrations, or
     the model is too small for the task), or it called them and still never earned reward.
-    Raises `SetupError`; with fewer than `MIN_START_EPISODES` episodes it only prints a warning.
+    Raises `SetupError`; with fewer than `MIN_START_EPISODES` episodes, or with a difficulty
+    ladder whose first level is not the held-out tasks' (the ladder trains easier tasks than
+    it evaluates), it only prints a warning.
     """
     from forge_agent.errors import SetupError
 
@@ -225,5 +227,15 @@ def check_start_signal(metrics: dict[str, float], cfg: Any) -> None:
     )
     if scored < MIN_START_EPISODES:
         print(f"warning: {message} (only {scored} episodes: going on)", flush=True)
+        return
+    ladder = cfg.env.curriculum
+    if ladder.kwarg is not None and cfg.env.kwargs.get(ladder.kwarg) != ladder.levels[0]:
+        first = f"{ladder.kwarg}={ladder.levels[0]!r}"
+        held_out = f"{ladder.kwarg}={cfg.env.kwargs.get(ladder.kwarg)!r}"
+        print(
+            f"warning: {message} (held-out tasks are at {held_out}; the curriculum trains "
+            f"from {first}: going on)",
+            flush=True,
+        )
         return
     raise SetupError(message)
