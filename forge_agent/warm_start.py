@@ -152,21 +152,21 @@ def demonstration_source(env_id: str, env_kwargs: dict[str, Any]) -> str | None:
         raise EnvSetupError(
             env_id,
             "its demonstrations() (or a reset for demonstrations from its tool schemas)",
-            f"raised {type(exc).__name__}: {exc!r} (fix the env, or set "
-            "warm_start.enabled=false)",
+            f"raised {type(exc).__name__}: {exc!r} (fix the env, or set warm_start.enabled=false)",
         ) from exc
     return None
 
 
 def warm_start(
     model_path: str | Path,
-    envs: dict[str, dict[str, Any]],
+    envs: dict[str, dict[str, Any] | list[dict[str, Any]]],
     cfg: WarmStartConfig,
     cache_dir: str | Path | None = None,
     device: str = "auto",
 ) -> Path:
-    """SFT `model_path` on demonstrations of `envs` ({env id: env kwargs}, demonstrations
-    split evenly); returns the new model folder.
+    """SFT `model_path` on demonstrations of `envs` ({env id: env kwargs, or a list of env
+    kwargs such as a ladder's levels}, demonstrations split evenly over every env and kwargs);
+    returns the new model folder.
 
     The result is cached under a key of the inputs, so a second run reuses it.
     """
@@ -189,11 +189,16 @@ def warm_start(
     tokenizer = load_tokenizer(model_path)
     renderer = ChatRenderer(tokenizer)
     demos = []
-    for env_id, env_kwargs in envs.items():
-        n = cfg.num_demos // len(envs)
+    sources = [
+        (env_id, kwargs)
+        for env_id, variants in envs.items()
+        for kwargs in (variants if isinstance(variants, list) else [variants])
+    ]
+    for k, (env_id, env_kwargs) in enumerate(sources):
+        n = cfg.num_demos // len(sources)
         convos, tools = demonstrations(env_id, env_kwargs, n, cfg.demo_fraction, cfg.seed)
         demos += [
-            demo_trajectory(renderer, c, tools, f"{env_id}-{i}") for i, c in enumerate(convos)
+            demo_trajectory(renderer, c, tools, f"{env_id}-{k}-{i}") for i, c in enumerate(convos)
         ]
     # Short rows: on CPU, sdpa pays for the dense block-diagonal mask of a packed row
     # quadratically, so rows of a few episodes beat long rows (apps/bench/train_step.py).
@@ -234,8 +239,10 @@ def warm_start(
 def policy_model(cfg: Any) -> Path:
     """The policy folder an `AgentConfig` starts from: the tiny model (built here) or
     `model.name` (a folder or a hub name in the local HF cache), after the warm start when
-    `warm_start.enabled` (cached). The warm start demonstrates `env.kwargs`, with a
-    curriculum's kwarg at its first level."""
+    `warm_start.enabled` (cached). The warm start demonstrates `env.kwargs`; with a
+    difficulty ladder, every level of it (demonstrations split evenly), so that RL finds a
+    reward signal at each level it climbs to (warm-started on the first level only, the
+    calculator earned nothing at difficulty 2 and the ladder stalled there)."""
     from forge_agent.models.hub import resolve_model
     from forge_agent.models.tiny import ensure_tiny_model, refresh_chat_template
 
@@ -248,9 +255,8 @@ def policy_model(cfg: Any) -> Path:
         return base
     kwargs = dict(cfg.env.kwargs)
     ladder = cfg.env.curriculum
-    if ladder.kwarg is not None:  # demonstrations of the ladder's first level
-        kwargs[ladder.kwarg] = ladder.levels[0]
-    source = demonstration_source(cfg.env.id, kwargs)
+    levels = [{**kwargs, ladder.kwarg: level} for level in ladder.levels] if ladder.ladder else []
+    source = demonstration_source(cfg.env.id, levels[0] if levels else kwargs)
     if source is None:
         logger.warning(
             "warm start skipped: env %r has no demonstrations() and no tools (RL starts from %s)",
@@ -264,7 +270,7 @@ def policy_model(cfg: Any) -> Path:
             "the call format with calls sampled from its tool schemas",
             flush=True,
         )
-    policy = warm_start(base, {cfg.env.id: kwargs}, ws, device=cfg.device)
+    policy = warm_start(base, {cfg.env.id: levels or kwargs}, ws, device=cfg.device)
     if cfg.model.name == "tiny":
         refresh_chat_template(policy)  # warm starts cached before a template fix
     return policy

@@ -87,6 +87,13 @@ def test_the_last_step_leaves_a_checkpoint_off_the_checkpoint_cadence(faulty_run
     assert names == ["step_000002", "step_000003"]
 
 
+def test_the_training_loop_clock_leaves_out_setup_and_evaluation(faulty_run):
+    summary, _ = faulty_run  # setup (actors, engine start) took longer than the evals here
+    loop, wall = summary["timing"]["train_loop_s"], summary["wall_s"]
+    assert 0.0 < loop < wall
+    assert summary["evals"][0]["wall_s"] < 1.0  # the step-0 eval: no training before it
+
+
 def test_on_policy_run_generates_no_group_it_cannot_train(faulty_run):
     summary, out = faulty_run
     metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]

@@ -187,3 +187,30 @@ def test_step_zero_without_reward_on_held_out_tasks_above_the_ladders_first_leve
     at_first_level = load_config(config, ["env.kwargs={difficulty: 1}"])
     with pytest.raises(SetupError, match="never earned reward"):
         check_start_signal(nothing, at_first_level)
+
+
+def test_the_warm_start_of_a_ladder_demonstrates_every_level(
+    monkeypatch, tmp_path, tiny_model_path
+):
+    """The policy is warm-started on demonstrations of each level, split evenly: on the first
+    level only, the calculator earned nothing at difficulty 2 and its ladder stalled there."""
+    import forge_agent.models.tiny
+    import forge_agent.warm_start as ws
+
+    asked = []
+    real = ws.demonstrations
+
+    def recording(env_id, env_kwargs, n, demo_fraction, seed):
+        asked.append((env_id, dict(env_kwargs), n))
+        return real(env_id, env_kwargs, n, demo_fraction, seed)
+
+    monkeypatch.setattr(ws, "demonstrations", recording)
+    monkeypatch.setattr(forge_agent.models.tiny, "default_cache_dir", lambda: tmp_path)
+    config = str(Path(__file__).resolve().parents[1] / "apps/agent/calculator_curriculum.yaml")
+    cfg = load_config(
+        config,
+        [f"model.name={tiny_model_path}", "warm_start.steps=1", "warm_start.num_demos=6"],
+    )
+    policy = ws.policy_model(cfg)
+    assert policy.parent == tmp_path and (policy / "config.json").exists()
+    assert asked == [("calculator", {"difficulty": d}, 2) for d in (1, 2, 3)]

@@ -105,6 +105,7 @@ class Controller:
         the buffer, the trainer and the weight sync. Returns the summary (summary.json)."""
         cfg, services, gps = self.cfg, self.services, self.cfg.training.groups_per_step
         started, busy_at_start = time.monotonic(), await services.generators.busy_seconds()
+        self.timing = LoopTiming()  # the loop's clock: setup (warm start, actors) is not in it
         if cfg.eval.every:
             await self._evaluate()
             self.metrics.flush(self.step, progress=False)  # at its own step, not on step 1's
