@@ -28,9 +28,11 @@ __all__ = [
     "generation_args",
     "machine_info",
     "measure",
+    "new_figure",
     "percentile",
     "print_table",
     "run_agent",
+    "save_figure",
     "summary",
     "write_json",
 ]
@@ -200,3 +202,21 @@ def run_agent(
     ]
     row["train_loop_s"] = data.get("timing", {}).get("train_loop_s")
     return row
+
+
+def new_figure(width: float, height: float) -> Any:
+    """A matplotlib `Figure` on the Agg canvas (no display needed)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width, height))
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def save_figure(fig: Any, path: Path) -> None:
+    """Lay out and write `fig` as a PNG at `path` (folders made), and say where."""
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    print(f"wrote {path}")

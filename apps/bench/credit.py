@@ -25,7 +25,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from forge_agent.bench_util import print_table, run_agent, write_json
+from forge_agent.bench_util import new_figure, print_table, run_agent, save_figure, write_json
 
 REPO = Path(__file__).resolve().parents[2]
 MODES = ("none", "discounted", "gigpo")
@@ -68,12 +68,8 @@ def aggregate(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def plot(rows: list[dict[str, Any]], path: Path) -> None:
     """Held-out success against step and against wall time, per task and mode (seed mean)."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
     configs = sorted({r["config"] for r in rows})
-    fig = Figure(figsize=(10, 3.6 * len(configs)))
-    FigureCanvasAgg(fig)
+    fig = new_figure(10, 3.6 * len(configs))
     for i, config in enumerate(configs):
         for j, x_key in enumerate(("step", "wall_s")):
             ax = fig.add_subplot(len(configs), 2, 2 * i + j + 1)
@@ -91,10 +87,7 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
             ax.set_ylim(-0.02, 1.02)
             ax.grid(alpha=0.3)
             ax.legend(fontsize=8)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    print(f"wrote {path}")
+    save_figure(fig, path)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -39,7 +39,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from forge_agent.bench_util import print_table, run_agent, write_json
+from forge_agent.bench_util import new_figure, print_table, run_agent, save_figure, write_json
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -137,11 +137,7 @@ def table_row(row: dict[str, Any]) -> dict[str, Any]:
 
 def plot(rows: list[dict[str, Any]], path: Path) -> None:
     """Held-out reward against step, one line per command."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(7, 4.2))
-    FigureCanvasAgg(fig)
+    fig = new_figure(7, 4.2)
     ax = fig.add_subplot(1, 1, 1)
     for row in rows:
         if "evals" in row:
@@ -151,10 +147,7 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
     ax.set_ylabel("held-out reward")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    print(f"wrote {path}")
+    save_figure(fig, path)
 
 
 def main(argv: list[str] | None = None) -> int:
