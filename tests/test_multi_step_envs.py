@@ -79,3 +79,17 @@ def test_frozen_lake_demonstrations_are_the_envs_own_replies() -> None:
     got, want, result, keys = asyncio.run(_replay(FrozenLakeEnv(), task, clean[0]))
     assert got == want and result.done and result.rewards == {"env_reward": 1.0}
     assert keys[-1] == str("".join(task["map"]).index("G"))  # the walk ends on the goal cell
+
+
+def test_frozen_lake_observation_names_the_neighbours_and_the_goal() -> None:
+    from envs.frozen_lake.env import DEFAULT_MAP, describe_position
+
+    # SFFF / FHFH / FFFH / HFFG; index 4 is row 2, column 1, with a hole to its right
+    assert describe_position(DEFAULT_MAP, 4) == (
+        "Row 2, column 1. left edge, down F, right H, up S. Goal: 2 down, 3 right."
+    )
+    assert describe_position(DEFAULT_MAP, 14).endswith("right G, up F. Goal: 1 right.")
+    env = FrozenLakeEnv()
+    messages, _ = asyncio.run(env.reset({"map": DEFAULT_MAP}, 0))
+    assert messages[-1]["content"].endswith("Goal: 3 down, 3 right.")
+    assert "Row 1, column 2. left S" in env._act("right")

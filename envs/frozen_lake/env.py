@@ -1,9 +1,10 @@
 """FrozenLake through the Gymnasium adapter: walk from S to G on a grid without falling in a hole.
 
 Each move is an `act` tool call ("left", "down", "right", "up"); the board is shown as text with
-`A` marking the agent. Non-slippery by default, so a correct plan always works. Rewards at the end:
-`{"env_reward": 1.0}` on reaching the goal, else 0.0; info["outcome"]: "goal" | "hole" |
-"out_of_time" | "stopped".
+`A` marking the agent, followed by a line naming the walker's cell, its four neighbours and where
+the goal lies (`describe_position`). Non-slippery by default, so a correct plan always works.
+Rewards at the end: `{"env_reward": 1.0}` on reaching the goal, else 0.0; info["outcome"]:
+"goal" | "hole" | "out_of_time" | "stopped".
 """
 
 from __future__ import annotations
@@ -20,9 +21,18 @@ from forge_agent.env.gym_adapter import ACTION_NAMES, GymnasiumAgentEnv
 from forge_agent.env.seam import run_sync
 from forge_agent.types import Message, ToolSpec
 
-__all__ = ["DEFAULT_MAP", "FrozenLakeEnv", "generate_tasks", "render_board", "shortest_path"]
+__all__ = [
+    "DEFAULT_MAP",
+    "FrozenLakeEnv",
+    "describe_position",
+    "generate_tasks",
+    "render_board",
+    "shortest_path",
+]
 
 ACTIONS = ACTION_NAMES["FrozenLake-v1"]
+MOVES = {"left": (0, -1), "down": (1, 0), "right": (0, 1), "up": (-1, 0)}
+"""Row and column change of each action."""
 
 DEFAULT_MAP = ["SFFF", "FHFH", "FFFH", "HFFG"]
 """Gymnasium's standard 4x4 map."""
@@ -39,6 +49,28 @@ def render_board(desc: list[str], position: int) -> str:
     rows = [list(row) for row in desc]
     rows[position // width][position % width] = "A"
     return "\n".join("".join(row) for row in rows)
+
+
+def describe_position(desc: list[str], position: int) -> str:
+    """The walker's row and column, what each of its four neighbours holds and where the goal
+    lies, e.g. "Row 2, column 3. left F, down H, right edge, up F. Goal: 2 down, 1 right."
+
+    The board alone is not enough for the tiny model: its byte-level BPE merges board letters
+    across cells and rows ("FFF\nF" is one token), so which letter sits next to `A` cannot be
+    read off token positions. The board stays; this line names the cells a move reaches.
+    """
+    width, height = len(desc[0]), len(desc)
+    row, col = divmod(position, width)
+    cells = []
+    for name, (dr, dc) in MOVES.items():
+        r, c = row + dr, col + dc
+        cells.append(f"{name} {desc[r][c] if 0 <= r < height and 0 <= c < width else 'edge'}")
+    goal_row, goal_col = divmod("".join(desc).index("G"), width)
+    down, right = goal_row - row, goal_col - col
+    vertical = (abs(down), "down" if down > 0 else "up")
+    horizontal = (abs(right), "right" if right > 0 else "left")
+    goal = ", ".join(f"{n} {word}" for n, word in (vertical, horizontal) if n)
+    return f"Row {row + 1}, column {col + 1}. {', '.join(cells)}. Goal: {goal or 'here'}."
 
 
 def generate_tasks(
@@ -60,14 +92,13 @@ def shortest_path(desc: list[str], position: int | None = None) -> list[str]:
     if position is None:
         position = "".join(desc).index("S")
     start = divmod(position, width)
-    moves = {"left": (0, -1), "down": (1, 0), "right": (0, 1), "up": (-1, 0)}
     frontier, seen = [(start, [])], {start}
     while frontier:
         next_frontier = []
         for (r, c), path in frontier:
             if desc[r][c] == "G":
                 return path
-            for name, (dr, dc) in moves.items():
+            for name, (dr, dc) in MOVES.items():
                 nr, nc = r + dr, c + dc
                 if (
                     0 <= nr < height
@@ -106,7 +137,9 @@ class FrozenLakeEnv(GymnasiumAgentEnv):
     ) -> None:
         super().__init__(
             "FrozenLake-v1",
-            render=lambda env, obs: render_board(self._desc, int(obs)),
+            render=lambda env, obs: (
+                f"{render_board(self._desc, int(obs))}\n{describe_position(self._desc, int(obs))}"
+            ),
             instructions=INSTRUCTIONS,
         )
         self.is_slippery = is_slippery
