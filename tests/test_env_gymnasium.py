@@ -88,6 +88,25 @@ def test_blackjack_is_an_agent_env_with_named_actions() -> None:
     assert result.done and result.rewards["env_reward"] in (-1.0, 0.0, 1.0, 1.5)
 
 
+
+def test_an_unplayed_blackjack_hand_is_a_lost_bet() -> None:
+    """Answering before the game ends scores -1, below every finished outcome but a loss: at 0
+    (the return so far), RL learned to break its tool calls rather than play."""
+
+    async def main() -> tuple[Any, Any]:
+        env = make_env("blackjack")
+        await env.reset({}, seed=3)
+        unplayed = await env.step({"role": "assistant", "content": "I stick."})
+        await env.reset({}, seed=3)
+        played = await env.step(act_calls(["stick"]))
+        await env.close()
+        return unplayed, played
+
+    unplayed, played = asyncio.run(main())
+    assert unplayed.done and unplayed.rewards == {"env_reward": -1.0}
+    assert unplayed.info["outcome"] == "stopped"
+    assert played.done and played.info["outcome"] != "stopped"
+
 GYM_IDS = ["forge_agent/Calculator-v0", "forge_agent/CodeExec-v0", "forge_agent/FrozenLake-v0"]
 
 

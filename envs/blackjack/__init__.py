@@ -10,7 +10,10 @@ __all__ = ["BlackjackEnv"]
 
 
 class BlackjackEnv(GymnasiumAgentEnv):
-    """Gymnasium's Blackjack-v1 as an agent env; reward: the game's outcome (-1, 0 or 1)."""
+    """Gymnasium's Blackjack-v1 as an agent env; reward: the game's outcome (-1, 0 or 1), and
+    -1 for a hand left unplayed (the model answered, or its calls failed, before the game
+    ended): the bet is lost. Scored 0, an unplayed hand beat playing (the game's expected return
+    is negative), and a recorded run learned to break its tool calls within 9 steps."""
 
     def __init__(self) -> None:
-        super().__init__("Blackjack-v1")
+        super().__init__("Blackjack-v1", unfinished_reward=-1.0)

@@ -75,6 +75,11 @@ class GymnasiumAgentEnv(ToolEnv):
         render: `(gym_env, observation) -> text` (default: `OBSERVATION_RENDERERS[gym_id]`,
             else the env's "ansi" render, else `str(observation)`).
         instructions: the system prompt's description of the game.
+        unfinished_reward: the reward of an episode that ends before the game does (the model
+            answered, or its calls failed, before the game terminated or ran out of time);
+            None: the return earned so far. A game whose every finished outcome can score
+            below that (Blackjack's expected return is negative) needs it, or RL learns to
+            leave the game unplayed: an unplayed Blackjack hand is a lost bet, -1.
 
     A task may carry `"seed"`, the game's start state (it wins over reset's seed, so every
     episode of a group starts alike). `tasks(split, n, seed)` makes such tasks: start seeds,
@@ -93,8 +98,10 @@ class GymnasiumAgentEnv(ToolEnv):
         action_names: list[str] | None = None,
         render: Callable[[gymnasium.Env, Any], str] | None = None,
         instructions: str | None = None,
+        unfinished_reward: float | None = None,
     ) -> None:
         self.gym_id = gym_id
+        self.unfinished_reward = unfinished_reward
         self.make_kwargs = dict(make_kwargs or {})
         self._action_names = action_names
         self._render = render or OBSERVATION_RENDERERS.get(gym_id)
@@ -202,6 +209,9 @@ class GymnasiumAgentEnv(ToolEnv):
             "env_return": self.env_return,
             "env_steps": self.env_steps,
         }
+        unfinished = not (self.terminated or self.truncated)
+        if unfinished and self.unfinished_reward is not None:
+            return {"env_reward": float(self.unfinished_reward)}, info
         return {"env_reward": self.env_return}, info
 
     def _act(self, action: str) -> str:
