@@ -114,7 +114,7 @@ def run_named(name: str, overrides: list[str], tmp: Path) -> dict[str, Any]:
         env["PYTHONPATH"] = str(docs_package(*DOCS_PACKAGES[name], tmp / f"{name}-pkg"))
     if name == "openenv_url":
         with openenv_server(tmp / "openenv-server.log") as url:
-            args = [a.format(url=url) for a in args]
+            args = [a.replace("{url}", url) for a in args]
             return {"run": name, "args": args, **run_agent([*args, *overrides], out, REPO, env)}
     return {"run": name, "args": args, **run_agent([*args, *overrides], out, REPO, env)}
 
