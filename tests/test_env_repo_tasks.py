@@ -120,6 +120,36 @@ def test_a_docker_image_missing_from_the_engine_is_named_before_training(
         load_tasks("envs.repo_tasks:RepoTaskEnv", "train", 4, 0, kwargs)
 
 
+def test_on_docker_a_dockerfile_with_run_steps_is_built_offline_and_graded_on_it(
+    docker_engine, tmp_path
+):
+    folder = shutil.copytree(Path(DEFAULT_TASKS) / "ledger-overdraft", tmp_path / "built")
+    dockerfile = folder / "environment" / "Dockerfile"
+    dockerfile.write_text(dockerfile.read_text() + "RUN echo 5 > /etc/ledger_limit\n")
+    hidden = next((folder / "tests").glob("test_*.py"))
+    hidden.write_text(
+        hidden.read_text().replace(
+            "    def test_deposit_and_withdraw(self):",
+            "    def test_built_file(self):\n"
+            "        with open('/etc/ledger_limit') as f:\n"
+            "            self.assertEqual(f.read().strip(), '5')\n\n"
+            "    def test_deposit_and_withdraw(self):",
+        )
+    )
+    toml = folder / "task.toml"
+    toml.write_text(
+        toml.read_text().replace(
+            "pass_to_pass = [",
+            'pass_to_pass = [\n    "' + hidden.name + '::HiddenTest::test_built_file",',
+        )
+    )
+    kwargs = {"tasks": str(tmp_path), "sandbox_backend": "docker", "docker_url": docker_engine}
+    env = RepoTaskEnv(**kwargs)
+    (task,) = env.all_tasks()  # checked: the oracle passes (the built file is there), no-op not
+    rewards, info, _ = asyncio.run(_episode(env, task, _oracle_calls(task)))
+    assert rewards == {"resolved": 1.0}, info
+
+
 def test_the_tools_list_search_edit_and_run_in_the_workspace():
     task = next(t for t in TASKS if t["task_id"] == "harbor/ledger-overdraft")
     calls = [
@@ -183,7 +213,7 @@ def test_a_harbor_environment_that_needs_a_build_step_is_refused_naming_it(tmp_p
     folder = shutil.copytree(Path(DEFAULT_TASKS) / "ledger-overdraft", tmp_path / "needs-pip")
     dockerfile = folder / "environment" / "Dockerfile"
     dockerfile.write_text(dockerfile.read_text() + "RUN pip install requests\n")
-    with pytest.raises(EnvSetupError, match=r"harbor/needs-pip.*RUN pip install requests"):
+    with pytest.raises(EnvSetupError, match=r"harbor/needs-pip.*RUN pip install requests.*docker"):
         load_tasks("envs.repo_tasks:RepoTaskEnv", "train", 4, 0, {"tasks": str(tmp_path)})
 
 

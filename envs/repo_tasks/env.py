@@ -15,7 +15,8 @@ Tasks: the project's Harbor task folders in `tasks/` (default), any folder of Ha
 (`instances=PATH`). Before training, every task is checked once per process: its oracle patch
 must earn the reward and the untouched repository must not; a task that fails either is an
 `EnvSetupError` naming it and the failing tests. With `sandbox_backend="docker"`, the image a
-Harbor task's Dockerfile starts FROM must be on the engine (nothing is pulled).
+Harbor task's Dockerfile starts FROM must be on the engine (nothing is pulled); its RUN steps
+are built there, offline (bubblewrap refuses a task with RUN steps, naming the line).
 """
 
 from __future__ import annotations
@@ -204,8 +205,44 @@ class RepoTaskEnv(ToolEnv):
 
     # ---------------------------------------------------------------- sandbox
     def backend_for(self, task: dict[str, Any]) -> Sandbox:
-        """The sandbox backend of `task`: bwrap, or Docker on the image its environment names."""
-        image = task.get("image") or "" if self.sandbox_backend == "docker" else ""
+        """The sandbox backend of `task`: bwrap on the host's files, or Docker on the image its
+        environment names (built on the engine when its Dockerfile has RUN steps)."""
+        build = task.get("build") or {}
+        if self.sandbox_backend != "docker":
+            if build:
+                raise EnvSetupError(
+                    ENV_ID,
+                    task["task_id"],
+                    f"its environment needs a build step (Dockerfile {build['runs'][0]}), "
+                    "which only the Docker backend runs (sandbox_backend=docker)",
+                )
+            return self._backend("", {})
+        image = task.get("image") or ""
+        base = self._backend(image, task)
+        if not build:
+            return base
+        tag = (
+            "forge-repo-task-"
+            + hashlib.sha256(
+                json.dumps([image, build, task["files"]], sort_keys=True).encode()
+            ).hexdigest()[:16]
+            + ":local"
+        )
+        if tag not in self._backends:
+            try:
+                base.client.images.build(
+                    path=build["context"], tag=tag, pull=False, network_mode="none", rm=True
+                )
+            except Exception as exc:  # docker.errors.BuildError / APIError
+                raise EnvSetupError(
+                    ENV_ID,
+                    task["task_id"],
+                    f"its environment does not build on this Docker engine (offline, FROM "
+                    f"{image!r}): {exc}",
+                ) from exc
+        return self._backend(tag, task)
+
+    def _backend(self, image: str, task: dict[str, Any]) -> Sandbox:
         if image not in self._backends:
             kwargs: dict[str, Any] = {}
             if self.sandbox_backend == "docker":
@@ -217,7 +254,7 @@ class RepoTaskEnv(ToolEnv):
             except SandboxError as exc:
                 raise EnvSetupError(
                     ENV_ID,
-                    task["task_id"],
+                    task.get("task_id", "?"),
                     f"its environment cannot be built with the {self.sandbox_backend} "
                     f"backend here: {exc}",
                 ) from exc

@@ -10,14 +10,16 @@ A task dict (what `RepoTaskEnv` plays; plain data, so it crosses processes):
     pass_to_pass   test ids that must keep passing
     oracle_patch   a unified diff (`patch -p1`) that solves the task, or ""
     image          the Docker image the environment builds from (Harbor's FROM), or ""
+    build          {"context": environment folder, "runs": RUN lines} when it has RUN steps
     limits         {"wall_s": ..., "memory_mb": ...} of the hidden-test run
 
 **Harbor folder** (`task.toml`, `instruction.md`, `environment/`, `tests/`, `solution/`):
 `environment/Dockerfile` is mapped to the sandbox: `COPY <dir> /workspace` (or `.`) names the
-files of the workspace; `FROM` names the image (the Docker backend needs it on its engine,
-nothing is pulled); a `RUN` step cannot be replayed in a sandbox made from the host's files,
-so such a task is refused, naming the step. `tests/` are the hidden tests (`test.sh` is
-Harbor's own entry point and is not run: the tests named in `task.toml`'s
+files of the workspace; `FROM` names the image. With the Docker backend the image must be on
+its engine (nothing is pulled), and a Dockerfile with `RUN` steps is built there (offline);
+bubblewrap runs on the host's files, so a task with a `RUN` step is refused there, naming it.
+`tests/` are the hidden tests (`test.sh` is Harbor's own entry point and is not run: the tests
+named in `task.toml`'s
 `[metadata] fail_to_pass` / `pass_to_pass`, or every `test*` of `tests/*.py`, are).
 `solution/*.patch` is the oracle patch (`solve.sh` applies it in Harbor).
 
@@ -70,12 +72,13 @@ def _read_tree(root: Path) -> dict[str, str]:
     return files
 
 
-def _dockerfile(task: str, env_dir: Path) -> tuple[str, str]:
-    """(image, folder of the workspace files, relative to environment/) from its Dockerfile."""
+def _dockerfile(task: str, env_dir: Path) -> tuple[str, str, list[str]]:
+    """(FROM image, folder of the workspace files relative to environment/, RUN lines) of
+    the environment's Dockerfile."""
     dockerfile = env_dir / "Dockerfile"
     if not dockerfile.is_file():
         raise TaskFormatError(task, f"{env_dir}/Dockerfile is missing")
-    image, source = "", None
+    image, source, runs = "", None, []
     for number, raw in enumerate(dockerfile.read_text().splitlines(), 1):
         line = raw.strip()
         if not line or line.startswith("#"):
@@ -93,20 +96,15 @@ def _dockerfile(task: str, env_dir: Path) -> tuple[str, str]:
                     "the workspace (/workspace) can be mapped to the sandbox",
                 )
             source = args[0]
-        elif word in ("RUN",):
-            raise TaskFormatError(
-                task,
-                f"Dockerfile line {number} ({line!r}): a RUN step cannot be replayed here (the "
-                "sandbox is built from the host's files, and no image is pulled or built); "
-                "put what it makes in the environment's files",
-            )
+        elif word == "RUN":
+            runs.append(f"line {number} ({line!r})")
         elif word not in ("WORKDIR", "ENV", "LABEL", "USER", "CMD", "ENTRYPOINT"):
             raise TaskFormatError(task, f"Dockerfile line {number}: {word} is not supported")
     if not image:
         raise TaskFormatError(task, "the Dockerfile has no FROM line")
     if source is None:
         raise TaskFormatError(task, "the Dockerfile copies no folder into /workspace")
-    return image, source
+    return image, source, runs
 
 
 def load_harbor_task(folder: str | os.PathLike[str]) -> dict[str, Any]:
@@ -118,7 +116,7 @@ def load_harbor_task(folder: str | os.PathLike[str]) -> dict[str, Any]:
             raise TaskFormatError(task, f"{root / needed} is missing (not a Harbor task folder)")
     config = tomllib.loads((root / "task.toml").read_text())
     metadata = config.get("metadata", {})
-    image, source = _dockerfile(task, root / "environment")
+    image, source, runs = _dockerfile(task, root / "environment")
     repo = (root / "environment" / source).resolve()
     if not repo.is_dir() or not repo.is_relative_to((root / "environment").resolve()):
         raise TaskFormatError(
@@ -142,6 +140,7 @@ def load_harbor_task(folder: str | os.PathLike[str]) -> dict[str, Any]:
         "pass_to_pass": list(metadata.get("pass_to_pass", [])),
         "oracle_patch": patches[0].read_text() if patches else "",
         "image": image,
+        "build": {"context": str((root / "environment").resolve()), "runs": runs} if runs else {},
         "limits": limits,
     }
 
@@ -202,6 +201,7 @@ def load_swebench_instance(instance: Mapping[str, Any]) -> dict[str, Any]:
         "pass_to_pass": _ids(instance.get("PASS_TO_PASS")),
         "oracle_patch": str(instance.get("patch") or ""),
         "image": "",
+        "build": {},
         "limits": {"wall_s": 60.0, "memory_mb": 512},
     }
 
