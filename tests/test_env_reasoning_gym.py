@@ -90,3 +90,13 @@ def test_without_the_package_the_error_gives_the_pip_command(monkeypatch):
     monkeypatch.setitem(sys.modules, "reasoning_gym", None)  # import fails as if missing
     with pytest.raises(EnvSetupError, match="pip install reasoning-gym"):
         make_env("reasoning_gym:basic_arithmetic")
+
+
+def test_composite_mixes_tasks_from_yaml_mappings_and_scores_each_by_its_own_scorer():
+    kwargs = {"datasets": [{"name": "leg_counting"}, {"name": "basic_arithmetic", "weight": 1}]}
+    tasks = load_tasks("reasoning_gym:composite", "train", 12, seed=0, env_kwargs=kwargs)
+    sources = {t["entry"]["metadata"]["source_dataset"] for t in tasks}
+    assert sources == {"leg_counting", "basic_arithmetic"}
+    env = make_env("reasoning_gym:composite", **kwargs)
+    for task in tasks[:4]:
+        assert _play(env, task, f"<answer>{task['answer']}</answer>")[0] == {"score": 1.0}

@@ -10,6 +10,8 @@
 - reward: the task's own scorer (`dataset.score_answer(answer, entry)`), as `{"score": s}`.
   The answer is the text inside the last `<answer>...</answer>` of the final message, or the
   whole final message when it has no tags.
+- several tasks: `reasoning_gym:composite` with
+  `datasets: [{name: leg_counting}, {name: basic_arithmetic, weight: 2, config: {...}}]`.
 - difficulty: `level=k` starts from reasoning-gym's own curriculum for the task at global
   level k (explicit config keys win), so `env.curriculum: {kwarg: level, levels: [0, 1, 2]}`
   is a difficulty ladder; any numeric config key (`max_terms`) can be the ladder's kwarg too.
@@ -138,6 +140,13 @@ class ReasoningGymEnv(ToolEnv):
             base = {k: getattr(generated, k) for k in fields}
         self.level = level
         self.config = {**base, **config}
+        if task == "composite" and isinstance(self.config.get("datasets"), list):
+            from reasoning_gym.composite import DatasetSpec  # its specs, from YAML mappings
+
+            self.config["datasets"] = [
+                DatasetSpec(**{"weight": 1.0, "config": {}, **d}) if isinstance(d, dict) else d
+                for d in self.config["datasets"]
+            ]
         try:  # the config class checks its values; build one task to surface a bad one now
             self._scorer = rg.create_dataset(task, seed=0, size=1, **self.config)
         except Exception as exc:
