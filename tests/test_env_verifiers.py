@@ -92,3 +92,27 @@ def test_without_the_package_the_error_gives_the_pip_command(monkeypatch):
     monkeypatch.setitem(sys.modules, "verifiers", None)
     with pytest.raises(EnvSetupError, match="pip install verifiers"):
         make_env(TOOLS)
+
+
+def test_a_multi_turn_environment_answers_with_its_env_response_until_it_ends():
+    env_id = "verifiers:tests.verifiers_envs.guess"
+    tasks = [t for s in ("train", "eval") for t in load_tasks(env_id, s, 9, 0, {})]
+    assert sorted(t["answer"] for t in tasks) == [str(n) for n in range(1, 10)]  # no overlap
+    (task,) = [t for t in tasks if t["answer"] == "5"]
+    env = make_env(env_id)
+
+    async def play(guesses):
+        await env.reset(task, 0)
+        for guess in guesses:
+            step = await env.step({"role": "assistant", "content": f"<answer>{guess}</answer>"})
+            if step.done:
+                return step
+            assert step.messages[0]["role"] == "user"
+        raise AssertionError("the episode did not end")
+
+    solved = asyncio.run(play(["3", "7", "5"]))
+    assert solved.messages == [{"role": "user", "content": "correct"}]
+    assert solved.rewards == {"solved": 1.0} and solved.info["metrics"]["num_turns"] == 3.0
+    out_of_turns = asyncio.run(play(["1", "2", "3", "4"]))  # max_turns=4
+    assert out_of_turns.rewards == {"solved": 0.0}
+    assert out_of_turns.info["outcome"] == "max_turns_reached"
