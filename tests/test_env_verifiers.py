@@ -96,8 +96,8 @@ def test_without_the_package_the_error_gives_the_pip_command(monkeypatch):
 
 def test_a_multi_turn_environment_answers_with_its_env_response_until_it_ends():
     env_id = "verifiers:tests.verifiers_envs.guess"
-    tasks = [t for s in ("train", "eval") for t in load_tasks(env_id, s, 9, 0, {})]
-    assert sorted(t["answer"] for t in tasks) == [str(n) for n in range(1, 10)]  # no overlap
+    tasks = [t for s in ("train", "eval") for t in load_tasks(env_id, s, 30, 0, {})]
+    assert sorted(int(t["answer"]) for t in tasks) == list(range(1, 31))  # no overlap
     (task,) = [t for t in tasks if t["answer"] == "5"]
     env = make_env(env_id)
 

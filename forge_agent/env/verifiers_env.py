@@ -8,9 +8,8 @@ returns a verifiers `Environment` (single-turn, multi-turn or tool env; verifier
 API, `verifiers.legacy`). What maps to what:
 
 - tasks: its `dataset` rows are the training tasks, its `eval_dataset` rows the held-out ones
-  (without one, a hash of each row's prompt splits the dataset): a finite dataset, epoch by
-  epoch. A row's `prompt` is already
-  formatted by verifiers (system prompt, few-shot).
+  (without one, a hash of each row's prompt and answer splits the dataset): a finite dataset,
+  epoch by epoch. A row's `prompt` is already formatted by verifiers (system prompt, few-shot).
 - the episode: verifiers' own `rollout()` runs, unchanged: its `setup_state`, `env_response`
   (tool calls through its tools, a game's replies), stop conditions and `max_turns`. The model
   it calls is the policy: each generation request of the rollout becomes this env's reply to
@@ -217,12 +216,13 @@ class VerifiersEnv(Env):
     @functools.cached_property
     def dataset(self) -> Dataset:  # type: ignore[override]
         """Its `dataset` rows for training and its `eval_dataset` rows held out (without one,
-        a hash of each row's prompt splits the dataset)."""
+        a hash of each row's prompt and answer splits the dataset)."""
         train = self._rows(self.vf_env.get_dataset(), "train")
         held = None
         if self.vf_env.eval_dataset is not None:
             held = self._rows(self.vf_env.get_eval_dataset(), "eval")
-        return Dataset(train, key=lambda t: json.dumps(t["prompt"]), eval_source=held)
+        key = lambda t: json.dumps([t["prompt"], t["answer"]], default=str)  # noqa: E731
+        return Dataset(train, key=key, eval_source=held)
 
     def default_task(self, seed: int) -> dict[str, Any]:
         tasks = list(self.dataset.source)

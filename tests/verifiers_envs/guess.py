@@ -17,7 +17,7 @@ class GuessEnv(vf.MultiTurnEnv):
 
 
 def load_environment(max_turns: int = 4) -> vf.Environment:
-    rows = [{"question": "Guess my number (1-9).", "answer": str(n)} for n in range(1, 10)]
+    rows = [{"question": "Guess my number (1-30).", "answer": str(n)} for n in range(1, 31)]
     parser = vf.XMLParser(fields=["answer"])
 
     def solved(state, **kwargs) -> float:
