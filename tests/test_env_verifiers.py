@@ -116,3 +116,23 @@ def test_a_multi_turn_environment_answers_with_its_env_response_until_it_ends():
     out_of_turns = asyncio.run(play(["1", "2", "3", "4"]))  # max_turns=4
     assert out_of_turns.rewards == {"solved": 0.0}
     assert out_of_turns.info["outcome"] == "max_turns_reached"
+
+
+def test_a_rubric_with_a_group_reward_function_is_refused_when_built(tmp_path):
+    from tests.user_envs import make_user_package, remove_user_package
+
+    source = (
+        "import verifiers as vf\nfrom datasets import Dataset\n\n\n"
+        "def load_environment():\n"
+        "    def best_of_group(completions, **kwargs):\n"
+        "        return [0.0 for _ in completions]\n\n"
+        "    rows = [{'question': 'q', 'answer': 'a'}]\n"
+        "    rubric = vf.Rubric(funcs=[best_of_group])\n"
+        "    return vf.SingleTurnEnv(dataset=Dataset.from_list(rows), rubric=rubric)\n"
+    )
+    root = make_user_package(tmp_path, {"vf_group_env.py": source})
+    try:
+        with pytest.raises(EnvSetupError, match="group-level reward functions"):
+            make_env("verifiers:vf_group_env")
+    finally:
+        remove_user_package(root)

@@ -115,37 +115,61 @@ def _reward_weights(rubric: Any) -> dict[str, float]:
     return weights
 
 
-class _PolicyClient:
-    """A verifiers `Client` whose model is forge-agent's policy: a generation request is put on
-    `requests` (for `VerifiersEnv` to return as env messages) and answered by the assistant
-    message that arrives on `replies`."""
+@functools.cache
+def _policy_client_class(vf: Any) -> type:
+    """A verifiers `Client` whose model is forge-agent's policy: a generation request goes on
+    `requests` (`VerifiersEnv` returns it as the env's messages) and is answered by the
+    assistant message that arrives on `replies`. The client's provider hooks are never used."""
 
-    def __init__(self, vf: Any) -> None:
-        self._vf = vf
-        self.requests: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
-        self.replies: asyncio.Queue[Message] = asyncio.Queue()
+    class PolicyClient(vf.Client):  # type: ignore[misc, name-defined]
+        def __init__(self) -> None:
+            super().__init__(None)
+            self.requests: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
+            self.replies: asyncio.Queue[Message] = asyncio.Queue()
 
-    async def get_response(self, prompt: Any, model: str, sampling_args: Any, tools=None, **_):
-        types = self._vf.types
-        await self.requests.put(("generate", (prompt, tools or [])))
-        message = await self.replies.get()
-        calls = [
-            types.ToolCall(
-                id=str(call.get("id") or f"call_{i}"),
-                name=str(call["function"]["name"]),
-                arguments=call["function"].get("arguments") or "{}",
+        async def get_response(self, prompt, model, sampling_args, tools=None, **kwargs):
+            await self.requests.put(("generate", (prompt, tools or [])))
+            message = await self.replies.get()
+            calls = [
+                vf.types.ToolCall(
+                    id=str(call.get("id") or f"call_{i}"),
+                    name=str(call["function"]["name"]),
+                    arguments=call["function"].get("arguments") or "{}",
+                )
+                for i, call in enumerate(message.get("tool_calls") or [])
+            ]
+            reply = vf.types.ResponseMessage(
+                content=message.get("content") or "",
+                tool_calls=calls or None,
+                finish_reason="tool_calls" if calls else "stop",
+                is_truncated=False,
             )
-            for i, call in enumerate(message.get("tool_calls") or [])
-        ]
-        reply = types.ResponseMessage(
-            content=message.get("content") or "",
-            tool_calls=calls or None,
-            finish_reason="tool_calls" if calls else "stop",
-            is_truncated=False,
-        )
-        return types.Response(
-            id=uuid.uuid4().hex, created=int(time.time()), model=model, usage=None, message=reply
-        )
+            return vf.types.Response(
+                id=uuid.uuid4().hex, created=int(time.time()), model=model, message=reply
+            )
+
+        def setup_client(self, config):
+            return None
+
+        async def to_native_tool(self, tool):
+            return tool
+
+        async def to_native_prompt(self, messages):
+            return messages, {}
+
+        async def get_native_response(self, *args, **kwargs):
+            raise NotImplementedError("the policy answers get_response itself")
+
+        async def raise_from_native_response(self, response):
+            return None
+
+        async def from_native_response(self, response):
+            return response
+
+        async def close(self):
+            return None
+
+    return PolicyClient
 
 
 class VerifiersEnv(Env):
@@ -161,9 +185,7 @@ class VerifiersEnv(Env):
     def __init__(self, module: str, **env_args: Any) -> None:
         self.env_id = f"verifiers:{module}"
         vf = _verifiers(self.env_id)
-        from verifiers.legacy.utils.env_utils import env_module_name
-
-        name = env_module_name(module) if module else ""
+        name = module.replace("-", "_").split("/")[-1]  # as verifiers.load_environment does
         if not _module_exists(name):
             near = _modules_near(name)
             raise UnknownEnvError(
@@ -184,18 +206,15 @@ class VerifiersEnv(Env):
             ) from exc
         self._vf = vf
         rubric = self.vf_env.rubric
-        group = [
-            getattr(f, "__name__", "?")
-            for m in getattr(rubric, "rubrics", None) or [rubric]
-            for f in getattr(m, "funcs", [])
-            if m._is_group_func(f)
-        ]
-        if group:
+        if rubric.has_group_rewards:  # a property of verifiers' Rubric
             raise EnvSetupError(
-                self.env_id, "rubric", f"group-level reward functions are not supported: {group}"
+                self.env_id,
+                "rubric",
+                "group-level reward functions (scored over a group of rollouts) are not "
+                "supported: each episode is scored on its own",
             )
         self.weights = _reward_weights(rubric)
-        self._client: _PolicyClient | None = None
+        self._client: Any = None
         self._rollout: asyncio.Task | None = None
         self._seen = 0
 
@@ -233,7 +252,7 @@ class VerifiersEnv(Env):
         self, task: dict[str, Any], seed: int | None = None
     ) -> tuple[list[Message], list[ToolSpec]]:
         await self.close()
-        self._client = _PolicyClient(self._vf)
+        self._client = _policy_client_class(self._vf)()
         prompt = task["prompt"]
         rollout_input = {
             "prompt": prompt,
@@ -267,9 +286,7 @@ class VerifiersEnv(Env):
         client = self._client
         assert client is not None
         try:
-            state = await self.vf_env.rollout(
-                rollout_input, _as_client(self._vf, client), MODEL_NAME, {}
-            )
+            state = await self.vf_env.rollout(rollout_input, client, MODEL_NAME, {})
             await self.vf_env.rubric.score_rollout(state)
             await client.requests.put(("done", state))
         except asyncio.CancelledError:
@@ -322,39 +339,6 @@ class VerifiersEnv(Env):
             with contextlib.suppress(BaseException):  # the cancelled rollout's own end
                 await rollout
         self._client = None
-
-
-def _as_client(vf: Any, policy: _PolicyClient) -> Any:
-    """`policy` as an instance of verifiers' `Client` (its abstract hooks are never used:
-    `get_response` is answered by the policy)."""
-    base = vf.Client
-
-    class PolicyClient(base):  # type: ignore[misc, valid-type]
-        def setup_client(self, config):
-            return None
-
-        async def to_native_tool(self, tool):
-            return tool
-
-        async def to_native_prompt(self, messages):
-            return messages, {}
-
-        async def get_native_response(self, *args, **kwargs):
-            raise NotImplementedError
-
-        async def raise_from_native_response(self, response):
-            return None
-
-        async def from_native_response(self, response):
-            return response
-
-        async def close(self):
-            return None
-
-        async def get_response(self, prompt, model, sampling_args, tools=None, **kwargs):
-            return await policy.get_response(prompt, model, sampling_args, tools, **kwargs)
-
-    return PolicyClient(None)
 
 
 def _name_tool_messages(messages: list[Message], assistant: Message) -> None:
