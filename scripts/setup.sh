@@ -19,6 +19,8 @@ command -v bwrap >/dev/null 2>&1 || missing+=(bubblewrap)      # default sandbox
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)   # trace page tests (headless)
 command -v ip >/dev/null 2>&1 || missing+=(iproute2)         # network-namespace hosts (tests/netns.py)
 command -v unshare >/dev/null 2>&1 || missing+=(util-linux)  # per-host hostname and /dev/shm there
+command -v patch >/dev/null 2>&1 || missing+=(patch)         # repo_tasks: oracle and SWE-bench patches
+command -v git >/dev/null 2>&1 || missing+=(git)             # repo_tasks: SWE-bench instances' repos
 if ((${#missing[@]})); then
   echo "[setup] apt-get install ${missing[*]}"
   if [[ $(id -u) -ne 0 ]]; then SUDO=sudo; else SUDO=; fi
