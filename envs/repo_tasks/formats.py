@@ -222,13 +222,18 @@ def apply_patch(files: Mapping[str, str], diff: str) -> dict[str, str]:
         for path, text in files.items():
             (root / path).parent.mkdir(parents=True, exist_ok=True)
             (root / path).write_text(text)
-        done = subprocess.run(
-            ["patch", "-p1", "--batch", "--forward", "--no-backup-if-mismatch", "--silent"],
-            input=diff,
-            cwd=root,
-            capture_output=True,
-            text=True,
-        )
+        try:
+            done = subprocess.run(
+                ["patch", "-p1", "--batch", "--forward", "--no-backup-if-mismatch", "--silent"],
+                input=diff,
+                cwd=root,
+                capture_output=True,
+                text=True,
+            )
+        except FileNotFoundError:
+            raise ValueError(
+                "the `patch` program is not installed (apt-get install patch)"
+            ) from None
         if done.returncode != 0:
             raise ValueError((done.stdout + done.stderr).strip()[-500:] or "patch failed")
         return _read_tree(root)
