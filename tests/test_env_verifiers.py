@@ -136,3 +136,20 @@ def test_a_rubric_with_a_group_reward_function_is_refused_when_built(tmp_path):
             make_env("verifiers:vf_group_env")
     finally:
         remove_user_package(root)
+
+
+def test_an_environment_builds_off_the_main_thread_and_leaves_the_signal_handlers_alone():
+    """Env workers build envs in threads; verifiers' Environment would install SIGINT/SIGTERM
+    handlers (which raises off the main thread)."""
+    import signal
+    import threading
+
+    before = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
+    built = []
+    thread = threading.Thread(target=lambda: built.append(make_env(TOOLS)))
+    thread.start()
+    thread.join()
+    assert len(built) == 1 and built[0].weights["correct_answer"] == 1.0
+    make_env(TOOLS)  # on the main thread too
+    assert (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)) == before
+    assert signal.signal.__module__ == "signal" and signal.signal.__name__ == "signal"

@@ -36,8 +36,11 @@ import difflib
 import functools
 import importlib.util
 import json
+import signal
+import threading
 import time
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
 from forge_agent.env.protocol import Env
@@ -113,6 +116,31 @@ def _reward_weights(rubric: Any) -> dict[str, float]:
             name = getattr(func, "__name__", repr(func))
             weights[name] = weights.get(name, 0.0) + float(weight)
     return weights
+
+
+_SIGNAL_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def _signal_handlers_kept() -> Iterator[None]:
+    """Build a verifiers environment without letting it take the process's signals.
+
+    verifiers' `Environment` installs SIGINT and SIGTERM handlers when it is built (teardown,
+    then exit 143). In an env worker those signals belong to the worker, and off the main
+    thread (where env workers build envs) `signal.signal` raises. So while the environment is
+    built, `signal.signal` leaves the handlers as they are (under a lock: one build at a time
+    in a process). Its teardown still runs at exit (it registers an `atexit` hook too).
+    """
+
+    def keep(signum: int, handler: Any) -> Any:
+        return signal.getsignal(signum)
+
+    with _SIGNAL_LOCK:
+        original, signal.signal = signal.signal, keep
+        try:
+            yield
+        finally:
+            signal.signal = original
 
 
 @functools.cache
@@ -196,7 +224,8 @@ class VerifiersEnv(Env):
                 + " (install the environment's package, or put your module on PYTHONPATH)",
             )
         try:
-            self.vf_env = vf.load_environment(module, **env_args)
+            with _signal_handlers_kept():
+                self.vf_env = vf.load_environment(module, **env_args)
         except Exception as exc:
             cause = exc.__cause__ or exc
             raise EnvSetupError(
