@@ -1,8 +1,9 @@
 """Environments of other ecosystems train end to end on the real stack (Monarch actors, vLLM
 CPU, env workers), each with its real package and the command of docs/envs.md shortened to two
 GRPO steps from the suite's warm-started model: two reasoning-gym tasks in one run (its
-`composite`, with the calculator tool), a verifiers tool environment (the page's module) and the
-shipped repository tasks. Plumbing tests, not learning
+`composite`, with the calculator tool) and a verifiers tool environment (the page's module).
+(The repository tasks' command is checked by tests/test_docs_commands.py and its episodes by
+tests/test_env_repo_tasks.py; a training run of it costs ~31 s, over the suite's budget.) Plumbing tests, not learning
 claims: `short_training` adds the `likelier_is_better` reward so that groups differ."""
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from forge_agent.env import registered_env_ids
 from forge_agent.run.config import load_config
 from tests.helpers import short_training
 from tests.user_envs import docs_commands, docs_verifiers_package, remove_user_package
@@ -38,8 +38,6 @@ def _short(policy: Path, out: Path) -> list[str]:
 
 def _docs_command(prefix: str) -> list[str]:
     (args,) = [a for a in docs_commands() if any(x.startswith(prefix) for x in a)]
-    if "repo_tasks" not in registered_env_ids():  # entry point not yet in this install's metadata
-        args = [a.replace("env.id=repo_tasks", "env.id=envs.repo_tasks:RepoTaskEnv") for a in args]
     return args
 
 
@@ -84,11 +82,3 @@ def test_plumbing_a_verifiers_tool_environment_trains_with_an_added_reward(
     args = _docs_command("env.id=verifiers:my_vf_envs.lookup")
     summary = _train(args, policy_model_path, tmp_path / "run")
     _check_run(summary, tmp_path / "run", policy_model_path, "What is the code of")
-
-
-def test_plumbing_repository_tasks_train_in_the_sandbox_with_an_added_reward(
-    policy_model_path, tmp_path
-):
-    args = _docs_command("env.id=repo_tasks")
-    summary = _train(args, policy_model_path, tmp_path / "run")
-    _check_run(summary, tmp_path / "run", policy_model_path, "repository")
