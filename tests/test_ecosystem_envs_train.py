@@ -2,9 +2,10 @@
 CPU, env workers), each with its real package and the command of docs/envs.md shortened to two
 GRPO steps from the suite's warm-started model: two reasoning-gym tasks in one run (its
 `composite`, with the calculator tool) and a verifiers tool environment (the page's module).
-(The repository tasks' command is checked by tests/test_docs_commands.py and its episodes by
-tests/test_env_repo_tasks.py; a training run of it costs ~31 s, over the suite's budget.) Plumbing tests, not learning
-claims: `short_training` adds the `likelier_is_better` reward so that groups differ."""
+The repository tasks' command is checked by tests/test_docs_commands.py and their episodes by
+tests/test_env_repo_tasks.py (a training run of it costs ~31 s, over the suite's budget).
+Plumbing tests, not learning claims: `short_training` adds the `likelier_is_better` reward so
+that groups differ."""
 
 from __future__ import annotations
 
