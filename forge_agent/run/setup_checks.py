@@ -66,6 +66,8 @@ def build_env(env_id: str, env_kwargs: Mapping[str, Any]) -> Any:
     kwargs = dict(env_kwargs)
     try:
         return spec.make(**kwargs)
+    except EnvSetupError:  # the env named the problem itself (an unknown task, a bad key)
+        raise
     except (TypeError, ValueError, KeyError) as exc:
         raise EnvSetupError(
             env_id,

@@ -1,0 +1,41 @@
+import unittest
+
+from ledger import Account, InsufficientFunds, Money, transfer
+
+
+class HiddenTest(unittest.TestCase):
+    def test_overdraft_raises(self):
+        account = Account("ana")
+        account.deposit(Money(100))
+        with self.assertRaises(InsufficientFunds):
+            account.withdraw(Money(101))
+
+    def test_overdraft_leaves_account_unchanged(self):
+        account = Account("ana")
+        account.deposit(Money(100))
+        try:
+            account.withdraw(Money(500))
+        except InsufficientFunds:
+            pass
+        self.assertEqual(account.balance, Money(100))
+        self.assertEqual(len(account.transactions), 1)
+
+    def test_deposit_and_withdraw(self):
+        account = Account("ana")
+        account.deposit(Money(1000))
+        account.withdraw(Money(250))
+        self.assertEqual(account.balance, Money(750))
+        self.assertEqual([kind for kind, _ in account.transactions], ["deposit", "withdraw"])
+
+    def test_positive_str(self):
+        self.assertEqual(str(Money(705, "EUR")), "7.05 EUR")
+
+    def test_transfer_moves_money(self):
+        a, b = Account("a"), Account("b")
+        a.deposit(Money(300))
+        transfer(a, b, Money(100))
+        self.assertEqual((a.balance, b.balance), (Money(200), Money(100)))
+
+
+if __name__ == "__main__":
+    unittest.main()
