@@ -212,3 +212,28 @@ def test_resume_continues_adapters_optimizer_and_version_and_refuses_full_weight
     assert all(torch.equal(saved[i]["exp_avg"], restored[i]["exp_avg"]) for i in saved)
     with pytest.raises(ValueError, match=r"LoRA adapter \(rank 4\).*trainer\.lora is null"):
         Trainer(TrainerConfig(), str(tiny_model_path)).load_checkpoint(t.checkpoint)
+
+
+# ------------------------------------------------------------------ a whole run
+def test_a_lora_run_on_two_fsdp_ranks_syncs_adapters_and_checkpoints_one(
+    policy_model_path, tmp_path
+):
+    """`trainer.lora.rank` is all a user sets: the trainer ranks shard the adapted model
+    (FSDP2), each step's adapters reach vLLM as a new LoRA (the run's policy versions advance
+    with every sync), and the checkpoint is a peft adapter (resume: the trainer tests above)."""
+    import asyncio
+    import json
+
+    from forge_agent.run.controller import train
+    from tests.test_controller import _short_overrides
+
+    out = tmp_path / "run"
+    overrides = [*_short_overrides(policy_model_path, out), "services.trainer.procs=2"]
+    overrides += ["eval.every=0", "checkpoint.every=2", "training.steps=2"]
+    summary = asyncio.run(train(load_config(None, [*overrides, "trainer.lora={rank: 4}"])))
+    assert summary["steps"] == 2 and summary["policy_version"] == 2
+    policy = out / "checkpoints" / "step_000002" / "policy"
+    assert (policy / "adapter_config.json").exists()
+    assert not (policy / "model.safetensors").exists()
+    metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in metrics] == [1, 2]

@@ -125,13 +125,21 @@ class LoraSetupError(SetupError):
 def check_lora(cfg: Any, model: Path | None) -> None:
     """`trainer.lora` against the model and the checkpoint a resumed run continues, before any
     actor starts: target modules the model does not have (the error lists its linear modules),
-    and a LoRA checkpoint resumed as full weights or the reverse (or with another rank). The
-    model is built on torch's meta device (no weights read). `model` None: the tiny model."""
+    a rank above what vLLM serves (with `sync: adapter`), and a LoRA checkpoint resumed as full
+    weights or the reverse (or with another rank). The model is built on torch's meta device
+    (no weights read). `model` None: the tiny model."""
     from forge_agent.trainer.checkpoint import complete_checkpoints
 
     lora = cfg.trainer.lora
     if lora is not None:
+        from forge_agent.generator.engine import GeneratorError, lora_engine_args
         from forge_agent.trainer.lora import check_target_modules
+
+        if lora.sync == "adapter":
+            try:
+                lora_engine_args(lora)  # a rank vLLM can serve
+            except GeneratorError as exc:
+                raise LoraSetupError(str(exc)) from None
 
         try:
             check_target_modules(_meta_model(cfg, model), lora)
