@@ -1,4 +1,4 @@
-"""Full fine-tuning vs LoRA on a model ~20x the CPU default's: trainer step time, trainer peak
+"""Full fine-tuning vs LoRA on a model 18x the CPU default's: trainer step time, trainer peak
 memory, and bytes and seconds per weight sync into a real vLLM engine.
 
 Each mode runs in its own process (so peak memory is its own), on the same model folder and the
@@ -35,7 +35,7 @@ from typing import Any
 from forge_agent.bench_util import write_json
 
 MODES = ("full", "lora", "lora_merged")
-SHAPE = {  # ~20x the default tiny model's parameters
+SHAPE = {  # 51.9 M parameters: 18x the default tiny model's 2.9 M
     "hidden_size": 768,
     "num_layers": 8,
     "num_heads": 12,
