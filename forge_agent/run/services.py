@@ -264,6 +264,7 @@ class Services:
 
         cfg = self.cfg
         procs = self.placement.generator_procs(replica)
+        lora = cfg.trainer.lora
         generator = procs.spawn(
             "generator",
             Generator,
@@ -271,6 +272,7 @@ class Services:
             self.policy_path,
             dtype=cfg.model.dtype,
             seed=cfg.seed,
+            lora=lora if lora is not None and lora.sync == "adapter" else None,
         )
         self.generator_info = await generator.setup.call_one()
         return procs, generator

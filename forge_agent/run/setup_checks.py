@@ -20,10 +20,12 @@ from typing import Any
 
 from forge_agent.env.registry import env_spec
 from forge_agent.env.sources import EnvSetupError
+from forge_agent.errors import SetupError
 
 __all__ = [
     "SetupReport",
     "build_env",
+    "check_lora",
     "check_prompt_lengths",
     "check_run_choices",
     "check_setup",
@@ -114,7 +116,61 @@ def check_setup(cfg: Any) -> SetupReport:
         from forge_agent.models.hub import resolve_model
 
         model = resolve_model(cfg.model.name)
+    check_lora(cfg, model)
     return SetupReport(env.id, source.describe(), train, evals, model)
+
+
+class LoraSetupError(SetupError):
+    """`trainer.lora` does not fit the model or the checkpoint a run resumes."""
+
+
+def check_lora(cfg: Any, model: Path | None) -> None:
+    """`trainer.lora` against the model and the checkpoint a resumed run continues, before any
+    actor starts: target modules the model does not have (the error lists its linear modules),
+    a rank above what vLLM serves (with `sync: adapter`), and a LoRA checkpoint resumed as full
+    weights or the reverse (or with another rank). The model is built on torch's meta device
+    (no weights read). `model` None: the tiny model."""
+    from forge_agent.trainer.checkpoint import complete_checkpoints
+
+    lora = cfg.trainer.lora
+    if lora is not None:
+        from forge_agent.generator.engine import GeneratorError, lora_engine_args
+        from forge_agent.trainer.lora import check_target_modules
+
+        if lora.sync == "adapter":
+            try:
+                lora_engine_args(lora)  # a rank vLLM can serve
+            except GeneratorError as exc:
+                raise LoraSetupError(str(exc)) from None
+
+        try:
+            check_target_modules(_meta_model(cfg, model), lora)
+        except ValueError as exc:
+            raise LoraSetupError(str(exc)) from None
+    if cfg.checkpoint.resume:
+        done = complete_checkpoints(Path(cfg.output_dir) / "checkpoints")
+        if done:
+            from forge_agent.trainer.lora import check_checkpoint_kind
+
+            try:
+                check_checkpoint_kind(done[-1] / "policy", lora)
+            except ValueError as exc:
+                raise LoraSetupError(str(exc)) from None
+
+
+def _meta_model(cfg: Any, model: Path | None) -> Any:
+    """The policy's module structure on the meta device (no memory, no weights read)."""
+    import torch
+
+    with torch.device("meta"):
+        if model is None:
+            from forge_agent.models.tiny import build_model
+
+            tiny = cfg.model.tiny_config()
+            return build_model(tiny, tiny.vocab_size)
+        from transformers import AutoConfig, AutoModelForCausalLM
+
+        return AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(model))
 
 
 def prompt_length_warning(

@@ -87,11 +87,12 @@ class TrainerActor(Actor):
 
     @endpoint
     async def push_weights(self) -> int:
-        """Put the current weights into the weight store under the current policy version."""
+        """Put the current weights (with LoRA: the adapters, or the merged weights; see
+        `Trainer.sync_state_dict`) into the weight store under the current policy version."""
         if self.weight_store is None:
             raise RuntimeError("TrainerActor was built without a weight_store")
         t = self._t()
-        state = t.state_dict()  # every rank: gathering sharded tensors is a collective
+        state = t.sync_state_dict()  # every rank: gathering sharded tensors is a collective
         if self.rank == 0:
             await self.weight_store.put(t.policy_version, state)
         return t.policy_version

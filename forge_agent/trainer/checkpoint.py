@@ -4,7 +4,11 @@ position.
 Layout of one checkpoint folder:
 
     <path>/policy/         a standard Hugging Face folder (`save_pretrained` + tokenizer when
-                           given): loadable by transformers' `from_pretrained` and by vLLM
+                           given): loadable by transformers' `from_pretrained` and by vLLM;
+                           with LoRA (`trainer.lora`) peft's adapter folder instead
+                           (`adapter_config.json`, `adapter_model.safetensors`): loadable by
+                           `PeftModel.from_pretrained` and as a vLLM LoRA module
+                           (`python -m apps.export --merge` writes the merged model)
     <path>/trainer.pt      optimizer state (keyed by parameter name), step, policy version,
                            RNG states (python, torch, cuda) and the caller's data position
     <path>/COMPLETE        written last: a folder without it is an interrupted save
@@ -139,6 +143,17 @@ def load_checkpoint(
     path = Path(path)
     if not (path / _DONE).exists():
         raise FileNotFoundError(f"{path} is not a complete checkpoint (no {_DONE} marker)")
+    from forge_agent.trainer.lora import is_lora, load_adapter_weights, saved_lora
+
+    if is_lora(model) != (saved_lora(path / "policy") is not None):
+        kind = "a LoRA adapter" if saved_lora(path / "policy") else "full weights"
+        raise ValueError(
+            f"checkpoint {path} holds {kind}, the model "
+            f"{'has adapters' if is_lora(model) else 'has none'} (trainer.lora)"
+        )
+    if is_lora(model):
+        load_adapter_weights(model, path / "policy")
+        return _load_trainer_state(path, model, optimizer)
     from safetensors.torch import load_file
 
     weights: dict[str, torch.Tensor] = {}
@@ -156,6 +171,13 @@ def load_checkpoint(
             own[k].copy_(v)
     if tied and not getattr(getattr(model, "config", None), "tie_word_embeddings", False):
         raise KeyError(f"checkpoint {path} lacks weights {sorted(tied)[:5]}")
+    return _load_trainer_state(path, model, optimizer)
+
+
+def _load_trainer_state(
+    path: Path, model: nn.Module, optimizer: torch.optim.Optimizer | None
+) -> TrainerState:
+    """Optimizer state, RNG states, step, version and data position from `trainer.pt`."""
     blob = torch.load(path / _TRAINER_FILE, weights_only=False)
     if optimizer is not None and blob["optimizer"] is not None:
         _load_named_optimizer_state(model, optimizer, blob["optimizer"])

@@ -10,6 +10,55 @@ from forge_agent.algorithms.loss_config import LossConfig
 
 
 @dataclass
+class LoraConfig:
+    """LoRA adapters (Hu et al. 2021, arXiv:2106.09685) on the policy, through `peft`: each
+    targeted linear layer W becomes W + (alpha / rank) * B A with A `[rank, in]`, B `[out, rank]`
+    (B starts at 0, so step 0 is the base model). Only A and B train; the optimizer holds their
+    states only, and the reference policy is the base model with the adapters off.
+
+    `target_modules`: names (the last part of a module's name, e.g. ``q_proj``) of the linear
+    layers that get adapters; "all-linear" is every linear layer but the LM head (peft's
+    shorthand). `sync`: what a weight sync hands the generator: "adapter" (the adapter's
+    tensors only; vLLM serves each version as a new LoRA) or "merged" (the base weights with the
+    adapters merged in: engines that cannot serve adapters).
+    """
+
+    rank: int = 16
+    alpha: float = 32.0
+    dropout: float = 0.0
+    target_modules: list[str] = field(
+        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"]
+    )
+    sync: Literal["adapter", "merged"] = "adapter"
+
+    def __post_init__(self) -> None:
+        from forge_agent.typed_config import check_field
+
+        check_field(
+            self.rank >= 1, "rank", self.rank, "an int >= 1 (trainer.lora=null trains every weight)"
+        )
+        check_field(self.alpha > 0, "alpha", self.alpha, "a float > 0")
+        check_field(0.0 <= self.dropout < 1.0, "dropout", self.dropout, "a float in [0, 1)")
+        check_field(
+            bool(self.target_modules)
+            and all(isinstance(m, str) and m for m in self.target_modules),
+            "target_modules",
+            self.target_modules,
+            'a non-empty list of module names (e.g. [q_proj, v_proj]) or ["all-linear"]',
+        )
+
+    @property
+    def scaling(self) -> float:
+        """alpha / rank: the factor of the adapter's update B A."""
+        return self.alpha / self.rank
+
+
+LORA_BACKENDS = ("hf",)
+"""Trainer backends that train LoRA adapters (torchtitan's models are not transformers modules,
+which `peft` wraps)."""
+
+
+@dataclass
 class TrainerConfig:
     """The trainer's settings, as plain data (so an actor can receive it).
 
@@ -17,6 +66,7 @@ class TrainerConfig:
     `backend`: "hf" (transformers; FSDP2 when the trainer mesh has several procs) or "titan"
     (torchtitan; `titan` holds its parallelism degrees: ``tensor_parallel_degree``,
     ``data_parallel_shard_degree``, -1 = the rest); the actor picks the class from them.
+    `lora`: train LoRA adapters (`LoraConfig`, hf backend) instead of every weight (null).
     """
 
     backend: Literal["hf", "titan"] = "hf"
@@ -35,13 +85,22 @@ class TrainerConfig:
     # a group's common prompt computed once per row (its episodes attend to that one copy);
     # same logprobs and gradients, fewer tokens (packing.py); hf backend, sdpa/eager attention
     share_prefix: bool = True
+    lora: LoraConfig | None = None  # null: full fine-tuning
 
     def __post_init__(self) -> None:
         from forge_agent.typed_config import check_field
 
         if isinstance(self.loss, dict):  # from plain dicts
             self.loss = LossConfig(**self.loss)
-        self.betas = tuple(self.betas)  # type: ignore[assignment]
+        if isinstance(self.lora, dict):
+            self.lora = LoraConfig(**self.lora)
+        check_field(
+            self.lora is None or self.backend in LORA_BACKENDS,
+            "backend",
+            self.backend,
+            f"one of {list(LORA_BACKENDS)} when trainer.lora is set (peft wraps transformers "
+            "models, not torchtitan's); or trainer.lora=null for full fine-tuning",
+        )
         check_field(self.lr > 0.0, "lr", self.lr, "a float > 0")
         check_field(self.weight_decay >= 0.0, "weight_decay", self.weight_decay, "a float >= 0")
         norm = self.max_grad_norm

@@ -5,7 +5,7 @@ One `train_step(trajectories)` is one optimizer step:
     micro-batches = pack(trajectories)                  # no padding waste, see packing.py
     for mb in micro-batches:                            # gradient accumulation to a token budget
         logp, H = policy(mb, at=loss tokens)            # current logprobs and entropy [B, T]
-        ref = reference(mb) if kl_coef else None        # frozen reference policy
+        ref = reference(mb) if kl_coef else None        # frozen reference (LoRA: adapters off)
         loss = policy_loss(cfg.loss, logp, sampler_logp, A, mask, ...)   # batch-normalised
         loss.backward()
     clip_grad_norm_; optimizer.step(); policy_version += 1
@@ -15,11 +15,12 @@ One `train_step(trajectories)` is one optimizer step:
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import math
 import time
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -174,6 +175,10 @@ class Trainer:
                 from transformers import AutoTokenizer
 
                 tokenizer = AutoTokenizer.from_pretrained(self.model_path)
+        if cfg.lora is not None:  # adapters on the base model: only they train
+            from forge_agent.trainer.lora import apply_lora
+
+            model = apply_lora(model, cfg.lora)
         self.model = self._place(model)
         self.model.train()
         if cfg.gradient_checkpointing and hasattr(self.model, "gradient_checkpointing_enable"):
@@ -184,12 +189,14 @@ class Trainer:
         )
         self.tokenizer = tokenizer
         self.ref_model = ref_model
-        if self.ref_model is None and cfg.loss.kl_coef:
+        # with LoRA the reference policy is the same model with its adapters off
+        if self.ref_model is None and cfg.loss.kl_coef and cfg.lora is None:
             self.ref_model = self._reference_copy()
         if self.ref_model is not None:
             self.ref_model.to(self.device).eval().requires_grad_(False)
+        trained = [p for p in self.model.parameters() if p.requires_grad]  # LoRA: A and B only
         self.optimizer = torch.optim.AdamW(
-            self.model.parameters(), lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay
+            trained, lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay
         )
         self.step = 0
         self.policy_version = 0
@@ -208,6 +215,18 @@ class Trainer:
 
     def _reference_copy(self) -> nn.Module:
         return copy.deepcopy(self.model)
+
+    @contextlib.contextmanager
+    def _reference(self) -> Iterator[nn.Module]:
+        """The reference policy for the KL term: the frozen copy, or with LoRA the policy
+        itself with its adapters off while the context lasts."""
+        if self.ref_model is not None:
+            yield self.ref_model
+            return
+        from forge_agent.trainer.lora import reference_policy
+
+        with reference_policy(self.model):
+            yield self.model
 
     _loss_scale: float = 1.0  # data-parallel backends undo the gradient averaging
 
@@ -345,8 +364,8 @@ class Trainer:
                     adv = torch.tensor([t.advantage for t in batch])
                 ref = None
                 if cfg.loss.kl_coef:
-                    with torch.no_grad():
-                        ref, _ = self._logprobs(self.ref_model, mb, "none", targets)
+                    with torch.no_grad(), self._reference() as reference:
+                        ref, _ = self._logprobs(reference, mb, "none", targets)
                 loss, metrics = policy_loss(
                     cfg.loss,
                     logp,
@@ -407,9 +426,33 @@ class Trainer:
     # -- weights and checkpoints ---------------------------------------------------------------
 
     def state_dict(self) -> dict[str, torch.Tensor]:
-        """The policy's weights in the transformers layout (detached, on the trainer's device),
-        for the weight store."""
+        """The policy's weights in the transformers layout (detached), for the weight store;
+        with LoRA the base weights with the adapters merged in (`lora.merge_lora`)."""
+        state = self._full_state_dict()
+        if self.cfg.lora is None:
+            return state
+        from forge_agent.trainer.lora import merge_lora
+
+        return merge_lora(state, self.cfg.lora)
+
+    def sync_state_dict(self) -> dict[str, torch.Tensor]:
+        """What a weight sync hands the generator: the adapters' tensors with
+        `trainer.lora.sync: adapter`, else the (merged) weights of `state_dict`."""
+        lora = self.cfg.lora
+        return self.adapter_state_dict() if lora and lora.sync == "adapter" else self.state_dict()
+
+    def _full_state_dict(self) -> dict[str, torch.Tensor]:
+        """Every tensor of the model as it is (with LoRA: peft's names, adapters apart)."""
         return {k: v.detach() for k, v in self.model.state_dict().items()}
+
+    def adapter_state_dict(self) -> dict[str, torch.Tensor]:
+        """The LoRA adapters' tensors only, in peft's names (what an engine serving adapters
+        loads); an error without `trainer.lora`."""
+        if self.cfg.lora is None:
+            raise ValueError("adapter_state_dict: trainer.lora is null (full fine-tuning)")
+        from forge_agent.trainer.lora import adapter_tensors
+
+        return adapter_tensors(self._full_state_dict())
 
     def save_checkpoint(self, path: str | Path, data_position: Any = None) -> Path:
         """Save policy (HF folder), optimizer, step, version, RNG and data position."""
@@ -428,7 +471,9 @@ class Trainer:
     def load_checkpoint(self, path: str | Path) -> Any:
         """Restore from `save_checkpoint`; returns the saved data position."""
         from forge_agent.trainer.checkpoint import load_checkpoint
+        from forge_agent.trainer.lora import check_checkpoint_kind
 
+        check_checkpoint_kind(Path(path) / "policy", self.cfg.lora)
         state = load_checkpoint(path, self.model, self.optimizer)
         self.step, self.policy_version = state.step, state.policy_version
         return state.data_position

@@ -34,8 +34,11 @@ _OPTIMIZER_FILE = "optimizer_full.pt"
 
 
 def _decoder_layers(model: nn.Module) -> list[nn.Module]:
-    """The transformer blocks of a transformers causal LM (`model.model.layers`)."""
-    layers = getattr(getattr(model, "model", None), "layers", None)
+    """The transformer blocks of a transformers causal LM (`model.model.layers`; under a peft
+    model, its base model's)."""
+    from forge_agent.trainer.lora import base_model
+
+    layers = getattr(getattr(base_model(model), "model", None), "layers", None)
     if layers is None:
         raise ValueError(
             f"{type(model).__name__} has no model.layers: FSDP shards per decoder layer"
@@ -106,13 +109,25 @@ class FSDPTrainer(Trainer):
 
     # -- weights and checkpoints ----------------------------------------------------------------
 
-    def state_dict(self) -> dict[str, torch.Tensor]:
-        """Full weights in the transformers layout on rank 0 (CPU); {} on the other ranks.
-        A collective: every rank calls it."""
+    def _full_state_dict(self) -> dict[str, torch.Tensor]:
+        """Full weights on rank 0 (CPU); {} on the other ranks. A collective: every rank calls
+        it (`state_dict` merges LoRA adapters into them on rank 0)."""
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
         options = StateDictOptions(full_state_dict=True, cpu_offload=True)
         return get_model_state_dict(self.model, options=options)
+
+    def _unsharded_model(self) -> nn.Module:
+        """A plain (unsharded) copy of the policy's structure on the CPU: the transformers
+        model, with fresh adapters when `trainer.lora` is set; checkpoints go through it."""
+        from transformers import AutoModelForCausalLM
+
+        hf = AutoModelForCausalLM.from_pretrained(self.model_path, dtype=self.dtype)
+        if self.cfg.lora is not None:
+            from forge_agent.trainer.lora import apply_lora
+
+            hf = apply_lora(hf, self.cfg.lora)
+        return hf
 
     def _full_optimizer_state(self) -> dict[str, Any]:
         from torch.distributed.checkpoint.state_dict import (
@@ -126,15 +141,13 @@ class FSDPTrainer(Trainer):
     def save_checkpoint(self, path: str | Path, data_position: Any = None) -> Path:
         """Rank 0 writes the full weights (HF folder) and the full optimizer state; the other
         ranks take part in the gathers. Returns when every rank is done."""
-        from transformers import AutoModelForCausalLM
-
         from forge_agent.trainer.checkpoint import save_checkpoint
 
         path = Path(path)
-        weights = self.state_dict()
+        weights = self._full_state_dict()
         optimizer = self._full_optimizer_state()
         if self.rank == 0:
-            hf = AutoModelForCausalLM.from_pretrained(self.model_path, dtype=self.dtype)
+            hf = self._unsharded_model()
             hf.load_state_dict(weights)
             path.mkdir(parents=True, exist_ok=True)
             torch.save(optimizer, path / _OPTIMIZER_FILE)  # before COMPLETE is written
@@ -157,12 +170,13 @@ class FSDPTrainer(Trainer):
             set_model_state_dict,
             set_optimizer_state_dict,
         )
-        from transformers import AutoModelForCausalLM
 
         from forge_agent.trainer.checkpoint import load_checkpoint
+        from forge_agent.trainer.lora import check_checkpoint_kind
 
         path = Path(path)
-        hf = AutoModelForCausalLM.from_pretrained(self.model_path, dtype=self.dtype)
+        check_checkpoint_kind(path / "policy", self.cfg.lora)
+        hf = self._unsharded_model()
         state = load_checkpoint(path, hf, None)
         options = StateDictOptions(full_state_dict=True)
         set_model_state_dict(self.model, hf.state_dict(), options=options)

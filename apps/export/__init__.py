@@ -1,0 +1,1 @@
+"""`python -m apps.export`: a checkpoint's policy as a folder other tools load."""
