@@ -88,7 +88,6 @@ def test_blackjack_is_an_agent_env_with_named_actions() -> None:
     assert result.done and result.rewards["env_reward"] in (-1.0, 0.0, 1.0, 1.5)
 
 
-
 def test_an_unplayed_blackjack_hand_is_a_lost_bet() -> None:
     """Answering before the game ends scores -1, below every finished outcome but a loss: at 0
     (the return so far), RL learned to break its tool calls rather than play."""
@@ -106,6 +105,7 @@ def test_an_unplayed_blackjack_hand_is_a_lost_bet() -> None:
     assert unplayed.done and unplayed.rewards == {"env_reward": -1.0}
     assert unplayed.info["outcome"] == "stopped"
     assert played.done and played.info["outcome"] != "stopped"
+
 
 GYM_IDS = ["forge_agent/Calculator-v0", "forge_agent/CodeExec-v0", "forge_agent/FrozenLake-v0"]
 
