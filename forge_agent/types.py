@@ -97,6 +97,8 @@ class Trajectory:
     every sampled token gets `advantage`).
     `segment_starts` lists indices where a new training segment starts (a full re-render
     happened because the prompt could not be bridged append-only).
+    `adapter` names the LoRA adapter that sampled the episode and trains on it (None: the
+    run's only policy, see `trainer.lora.adapters`).
     """
 
     task_id: str
@@ -119,6 +121,7 @@ class Trajectory:
     tool_call_count: int = 0
     info: dict[str, Any] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
+    adapter: str | None = None
 
     @property
     def num_sampled(self) -> int:

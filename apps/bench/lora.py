@@ -15,7 +15,13 @@ the trainer was built (parameters the trainer adds, gradients, optimizer states,
 Sync: the trainer producing what it sends, through the engine's reload, median of `--syncs`.
 Prints a table and writes bench_results/lora.json (ratios vs `full`).
 
-    python -m apps.bench.lora [--rank 16] [--steps 3] [--syncs 3] [--trajectories 32]
+`--targets attention` puts the adapters on q/k/v/o only (`trainer.lora`'s default), `all` on
+all seven linear layers of each block. `--microbatch-tokens` and `--gradient-checkpointing` set
+both modes' trainer alike: they size the activations, which at this model size weigh as much as
+the optimizer state LoRA saves.
+
+    python -m apps.bench.lora [--rank 16] [--targets all|attention] [--steps 3] [--syncs 3]
+        [--trajectories 32] [--microbatch-tokens 2048] [--gradient-checkpointing]
 """
 
 from __future__ import annotations
@@ -43,7 +49,10 @@ SHAPE = {  # 51.9 M parameters: 18x the default tiny model's 2.9 M
     "head_dim": 64,
     "intermediate_size": 2048,
 }
-TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+TARGETS = {
+    "attention": ["q_proj", "k_proj", "v_proj", "o_proj"],
+    "all": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+}
 
 
 def _rss_mb() -> float:
@@ -63,7 +72,16 @@ def model_folder() -> Path:
     return ensure_tiny_model(TinyModelConfig(**SHAPE))
 
 
-def worker(mode: str, rank: int, steps: int, syncs: int, n: int) -> dict[str, Any]:
+def worker(
+    mode: str,
+    rank: int,
+    steps: int,
+    syncs: int,
+    n: int,
+    targets: str = "all",
+    microbatch_tokens: int = 2048,
+    checkpointing: bool = False,
+) -> dict[str, Any]:
     """One mode, in this process: train, then sync into a fresh vLLM engine."""
     import torch
     from transformers import AutoModelForCausalLM
@@ -81,11 +99,16 @@ def worker(mode: str, rank: int, steps: int, syncs: int, n: int) -> dict[str, An
     lora = None
     if mode != "full":
         sync = "merged" if mode == "lora_merged" else "adapter"
-        lora = LoraConfig(rank=rank, alpha=2.0 * rank, target_modules=TARGETS, sync=sync)
+        lora = LoraConfig(rank=rank, alpha=2.0 * rank, target_modules=TARGETS[targets], sync=sync)
     trajs = agent_trajectories(n, model.config.vocab_size)
     base_mb = _rss_mb()
     cfg = TrainerConfig(
-        lr=1e-4, loss=LossConfig.preset("grpo"), row_tokens=512, microbatch_tokens=2048, lora=lora
+        lr=1e-4,
+        loss=LossConfig.preset("grpo"),
+        row_tokens=512,
+        microbatch_tokens=microbatch_tokens,
+        gradient_checkpointing=checkpointing,
+        lora=lora,
     )
     trainer = Trainer(cfg, model)
     times = [trainer.train_step(trajs)["train/step_s"] for _ in range(steps + 1)][1:]
@@ -127,12 +150,22 @@ def worker(mode: str, rank: int, steps: int, syncs: int, n: int) -> dict[str, An
     }
 
 
-def main(rank: int, steps: int, syncs: int, n: int) -> dict[str, Any]:
+def main(
+    rank: int,
+    steps: int,
+    syncs: int,
+    n: int,
+    targets: str = "all",
+    microbatch_tokens: int = 2048,
+    checkpointing: bool = False,
+) -> dict[str, Any]:
     model_folder()  # built once, before the workers race for it
     rows = {}
     for mode in MODES:
         cmd = [sys.executable, "-m", "apps.bench.lora", "--worker", mode, "--rank", str(rank)]
         cmd += ["--steps", str(steps), "--syncs", str(syncs), "--trajectories", str(n)]
+        cmd += ["--targets", targets, "--microbatch-tokens", str(microbatch_tokens)]
+        cmd += ["--gradient-checkpointing"] if checkpointing else []
         done = subprocess.run(cmd, capture_output=True, text=True, env=os.environ.copy())
         if done.returncode:
             raise RuntimeError(f"{mode} worker failed:\n{done.stderr[-3000:]}")
@@ -145,6 +178,9 @@ def main(rank: int, steps: int, syncs: int, n: int) -> dict[str, Any]:
         "benchmark": "lora",
         "model": SHAPE,
         "rank": rank,
+        "targets": TARGETS[targets],
+        "microbatch_tokens": microbatch_tokens,
+        "gradient_checkpointing": checkpointing,
         "trajectories": n,
         "steps": steps,
         "syncs": syncs,
@@ -158,18 +194,39 @@ if __name__ == "__main__":
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--syncs", type=int, default=3)
     ap.add_argument("--trajectories", type=int, default=32)
+    ap.add_argument("--targets", choices=sorted(TARGETS), default="all")
+    ap.add_argument("--microbatch-tokens", type=int, default=2048)
+    ap.add_argument("--gradient-checkpointing", action="store_true")
     ap.add_argument("--worker", choices=MODES, default=None, help=argparse.SUPPRESS)
     ap.add_argument("--out", default="bench_results/lora.json")
     args = ap.parse_args()
     if args.worker:
-        row = worker(args.worker, args.rank, args.steps, args.syncs, args.trajectories)
+        row = worker(
+            args.worker,
+            args.rank,
+            args.steps,
+            args.syncs,
+            args.trajectories,
+            args.targets,
+            args.microbatch_tokens,
+            args.gradient_checkpointing,
+        )
         print(json.dumps(row), flush=True)
         sys.exit(0)
-    res = main(args.rank, args.steps, args.syncs, args.trajectories)
+    res = main(
+        args.rank,
+        args.steps,
+        args.syncs,
+        args.trajectories,
+        args.targets,
+        args.microbatch_tokens,
+        args.gradient_checkpointing,
+    )
     first = res["rows"]["full"]
     print(
-        f"model {first['params'] / 1e6:.1f} M parameters, LoRA rank {res['rank']} on {TARGETS}, "
-        f"{res['trajectories']} trajectories per step"
+        f"model {first['params'] / 1e6:.1f} M parameters, LoRA rank {res['rank']} on "
+        f"{res['targets']}, {res['trajectories']} trajectories per step, micro-batches of "
+        f"{res['microbatch_tokens']} tokens, gradient checkpointing {res['gradient_checkpointing']}"
     )
     print(
         f"{'mode':>12} | {'trained':>9} | {'step s':>7} | {'peak MB':>8} | {'sync MB':>8} | "

@@ -72,6 +72,7 @@ class SamplingConfig:
     seed: int | None = None
     prompt_logprobs: bool = False
     ignore_eos: bool = False  # keep sampling past end-of-sequence (benchmarks, tests)
+    adapter: str | None = None  # the LoRA adapter that samples (trainer.lora.adapters; None: first)
 
 
 def on_cpu() -> bool:

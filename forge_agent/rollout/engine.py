@@ -93,7 +93,8 @@ class RolloutEngine:
     """Runs episodes of one env against one generate function.
 
     `max_model_len`: the generator's context length (its setup answer); an episode's budget is
-    the smaller of it and `config.max_total_tokens`.
+    the smaller of it and `config.max_total_tokens`. `adapter_field`: the task field naming the
+    LoRA adapter that plays each episode (`trainer.lora.route`; None: the policy's only one).
     """
 
     def __init__(
@@ -104,8 +105,10 @@ class RolloutEngine:
         config: RolloutConfig | None = None,
         on_trajectory: Callable[[Trajectory], None] | None = None,
         max_model_len: int | None = None,
+        adapter_field: str | None = None,
     ) -> None:
         self.generate = generate
+        self.adapter_field = adapter_field
         self.envs = envs
         self.renderer = renderer
         self.config = config or RolloutConfig()
@@ -130,6 +133,14 @@ class RolloutEngine:
                 group_id=group_id or uuid.uuid4().hex[:12],
             )
             started = time.monotonic()
+            if self.adapter_field is not None:
+                traj.adapter = task.get(self.adapter_field)
+                if not isinstance(traj.adapter, str):
+                    error = (
+                        f"task {traj.task_id!r} has no adapter name in field "
+                        f"{self.adapter_field!r} (trainer.lora.route)"
+                    )
+                    return self._finish(traj, Status.ENV_ERROR, error, started)
             try:
                 env = await self.envs.acquire()
             except Exception as exc:  # a worker that cannot even start
@@ -202,6 +213,7 @@ class RolloutEngine:
                 top_p=cfg.top_p,
                 stop_token_ids=self.renderer.stop_token_ids,
                 seed=None if sampling_seed is None else sampling_seed + turn,
+                adapter=traj.adapter,
             )
             t0 = time.monotonic()
             try:

@@ -71,8 +71,10 @@ async def build_engines(
         )
         score = functools.partial(services.score, components=[AGENT_REWARD])
         return Engines(train, evaluate, endpoint, _agent_outcome(score))
+    route = cfg.trainer.lora.route if cfg.trainer.lora is not None else None
     train, evaluate = (
-        RolloutEngine(generate, envs, renderer, c, max_model_len=max_model_len) for c in configs
+        RolloutEngine(generate, envs, renderer, c, max_model_len=max_model_len, adapter_field=route)
+        for c in configs
     )
     return Engines(train, evaluate)
 

@@ -127,7 +127,8 @@ class LoraSetupError(SetupError):
 def check_lora(cfg: Any, model: Path | None) -> None:
     """`trainer.lora` against the model and the checkpoint a resumed run continues, before any
     actor starts: target modules the model does not have (the error lists its linear modules),
-    a rank above what vLLM serves (with `sync: adapter`), and a LoRA checkpoint resumed as full
+    a rank above what vLLM serves (with `sync: adapter`), several adapters where one trainer
+    proc or one endpoint cannot route them, and a LoRA checkpoint resumed as full
     weights or the reverse (or with another rank). The model is built on torch's meta device
     (no weights read). `model` None: the tiny model."""
     from forge_agent.trainer.checkpoint import complete_checkpoints
@@ -147,6 +148,18 @@ def check_lora(cfg: Any, model: Path | None) -> None:
             check_target_modules(_meta_model(cfg, model), lora)
         except ValueError as exc:
             raise LoraSetupError(str(exc)) from None
+        if len(lora.adapters) > 1 and cfg.services.trainer.procs > 1:
+            raise LoraSetupError(
+                f"trainer.lora.adapters {lora.adapters}: several adapters train on one trainer "
+                f"proc, not on {cfg.services.trainer.procs} FSDP ranks (services.trainer.procs); "
+                "set services.trainer.procs=1 or one adapter"
+            )
+        if len(lora.adapters) > 1 and cfg.env.is_agent_program:
+            raise LoraSetupError(
+                f"trainer.lora.adapters {lora.adapters}: an agent program's episodes "
+                f"({cfg.env.id}) call the endpoint, which serves the first adapter only; "
+                "use one adapter"
+            )
     if cfg.checkpoint.resume:
         done = complete_checkpoints(Path(cfg.output_dir) / "checkpoints")
         if done:

@@ -30,10 +30,36 @@ class LoraConfig:
         default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"]
     )
     sync: Literal["adapter", "merged"] = "adapter"
+    adapters: list[str] = field(default_factory=lambda: ["default"])
+    route: str | None = None  # task field naming each episode's adapter
 
     def __post_init__(self) -> None:
         from forge_agent.typed_config import check_field
 
+        names = self.adapters
+        check_field(
+            isinstance(names, list)
+            and bool(names)
+            and all(isinstance(n, str) and n.isidentifier() and n not in "lora_" for n in names)
+            and len(set(names)) == len(names),
+            "adapters",
+            names,
+            "a non-empty list of distinct names (identifiers, e.g. [solver, verifier], none a "
+            "part of 'lora_', which peft's tensor names hold)",
+        )
+        check_field(
+            len(names) == 1 or self.route is not None,
+            "route",
+            self.route,
+            f"the task field naming each episode's adapter (one of {names}) when "
+            "trainer.lora.adapters has several",
+        )
+        check_field(
+            len(names) == 1 or self.sync == "adapter",
+            "sync",
+            self.sync,
+            "adapter when trainer.lora.adapters has several (a merged model holds one adapter)",
+        )
         check_field(
             self.rank >= 1, "rank", self.rank, "an int >= 1 (trainer.lora=null trains every weight)"
         )

@@ -299,14 +299,38 @@ class Trainer:
         self.model.eval()
         try:
             out: list[torch.Tensor] = [torch.empty(0)] * len(trajectories)
-            for mb in self._pack(trajectories):
-                mb = mb.to(self.device)
-                logp, _ = self._logprobs(self.model, mb, "none")
-                for b, i in enumerate(mb.traj_indices):
-                    out[i] = logp[b, : len(trajectories[i].token_ids)].float().cpu()
+            for adapter, index in self._by_adapter(trajectories):
+                part = [trajectories[i] for i in index]
+                with self._adapter(adapter):
+                    for mb in self._pack(part):
+                        mb = mb.to(self.device)
+                        logp, _ = self._logprobs(self.model, mb, "none")
+                        for b, i in enumerate(mb.traj_indices):
+                            out[index[i]] = logp[b, : len(part[i].token_ids)].float().cpu()
             return out
         finally:
             self.model.train()
+
+    def _by_adapter(self, trajs: Sequence[Trajectory]) -> list[tuple[str | None, list[int]]]:
+        """The trajectories' indices per LoRA adapter (`Trajectory.adapter`), in first-seen
+        order; one part of them all without several adapters."""
+        if self.cfg.lora is None or len(self.cfg.lora.adapters) == 1:
+            return [(None, list(range(len(trajs))))]
+        parts: dict[str, list[int]] = {}
+        for i, t in enumerate(trajs):
+            parts.setdefault(t.adapter or self.cfg.lora.adapters[0], []).append(i)
+        return list(parts.items())
+
+    @contextlib.contextmanager
+    def _adapter(self, name: str | None) -> Iterator[None]:
+        """Within it the policy is LoRA adapter `name` (None: as it is)."""
+        if name is None:
+            yield
+            return
+        from forge_agent.trainer.lora import active_adapter
+
+        with active_adapter(self.model, name):
+            yield
 
     # -- steps ---------------------------------------------------------------------------------
 
@@ -331,14 +355,65 @@ class Trainer:
 
     def _step(self, trajs: Sequence[Trajectory], sft: bool) -> dict[str, float]:
         t0 = time.perf_counter()
-        cfg = self.cfg
         num_tokens = float(sum(t.num_sampled for t in trajs))  # whole batch, every rank
         num_sequences = float(len(trajs))
         trajs = self._shard(trajs)  # this rank's share (all of it in one process)
-        mbs = self._pack(trajs)
         sums: dict[str, float] = defaultdict(float)
         weights: dict[str, float] = defaultdict(float)
         self.optimizer.zero_grad(set_to_none=True)
+        mbs: list[MicroBatch] = []
+        # several LoRA adapters: each trains on its own episodes (rows never mix adapters);
+        # the loss is normalised over the whole batch, so the step equals one joint backward
+        for adapter, index in self._by_adapter(trajs):
+            part = [trajs[i] for i in index]
+            part_mbs = self._pack(part)
+            mbs += part_mbs
+            with self._adapter(adapter):
+                self._accumulate(part, part_mbs, sft, num_tokens, num_sequences, sums, weights)
+        self._reduce_metrics(sums, weights)
+        grad_norm = self._clip()
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.step += 1
+        self.policy_version += 1
+        elapsed = time.perf_counter() - t0
+        real = sum(mb.num_tokens for mb in mbs)
+        computed = sum(mb.computed_tokens for mb in mbs)
+        padded = sum(mb.padded_tokens for mb in mbs)
+        out = {k: sums[k] / weights[k] if weights[k] else 0.0 for k in sums}
+        out.update(
+            {
+                "train/grad_norm": grad_norm,
+                "train/trajectories": num_sequences,
+                "train/loss_tokens": num_tokens,
+                "train/tokens": float(real),
+                "train/padding_frac": 1.0 - computed / padded if padded else 0.0,
+                "train/shared_prefix_frac": 1.0 - computed / real if real else 0.0,
+                "train/microbatches": float(len(mbs)),
+                "train/step_s": elapsed,
+                "train/tokens_per_s": real / elapsed if elapsed > 0 else 0.0,
+                "train/policy_version": float(self.policy_version),
+            }
+        )
+        if not sft:
+            out["train/advantage_mean"] = sum(t.advantage for t in trajs) / len(trajs)
+            out["train/token_lag_max"] = float(_max_token_lag(trajs, self.policy_version - 1))
+        return out
+
+    def _accumulate(
+        self,
+        trajs: Sequence[Trajectory],
+        mbs: list[MicroBatch],
+        sft: bool,
+        num_tokens: float,
+        num_sequences: float,
+        sums: dict[str, float],
+        weights: dict[str, float],
+    ) -> None:
+        """Forward and backward of `trajs`' micro-batches `mbs`, gradients accumulated; each
+        loss normalised by the whole batch's `num_tokens` / `num_sequences`; metric sums and
+        weights added to `sums` / `weights`."""
+        cfg = self.cfg
         want_entropy = cfg.compute_entropy and not sft
         for mb_cpu, counts in self._schedule(mbs):
             mb = mb_cpu.to(self.device)
@@ -385,35 +460,6 @@ class Trainer:
                 else:  # token means: weight by this micro-batch's tokens
                     sums[k] += v * n_mb
                     weights[k] += n_mb
-        self._reduce_metrics(sums, weights)
-        grad_norm = self._clip()
-        self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
-        self.step += 1
-        self.policy_version += 1
-        elapsed = time.perf_counter() - t0
-        real = sum(mb.num_tokens for mb in mbs)
-        computed = sum(mb.computed_tokens for mb in mbs)
-        padded = sum(mb.padded_tokens for mb in mbs)
-        out = {k: sums[k] / weights[k] if weights[k] else 0.0 for k in sums}
-        out.update(
-            {
-                "train/grad_norm": grad_norm,
-                "train/trajectories": num_sequences,
-                "train/loss_tokens": num_tokens,
-                "train/tokens": float(real),
-                "train/padding_frac": 1.0 - computed / padded if padded else 0.0,
-                "train/shared_prefix_frac": 1.0 - computed / real if real else 0.0,
-                "train/microbatches": float(len(mbs)),
-                "train/step_s": elapsed,
-                "train/tokens_per_s": real / elapsed if elapsed > 0 else 0.0,
-                "train/policy_version": float(self.policy_version),
-            }
-        )
-        if not sft:
-            out["train/advantage_mean"] = sum(t.advantage for t in trajs) / len(trajs)
-            out["train/token_lag_max"] = float(_max_token_lag(trajs, self.policy_version - 1))
-        return out
 
     def _clip(self) -> float:
         params = [p for p in self.model.parameters() if p.grad is not None]
@@ -446,13 +492,14 @@ class Trainer:
         return {k: v.detach() for k, v in self.model.state_dict().items()}
 
     def adapter_state_dict(self) -> dict[str, torch.Tensor]:
-        """The LoRA adapters' tensors only, in peft's names (what an engine serving adapters
-        loads); an error without `trainer.lora`."""
+        """The LoRA adapters' tensors only, in peft's saved names, every adapter but "default"
+        under a `"<name>/"` prefix (what an engine serving adapters loads); an error without
+        `trainer.lora`."""
         if self.cfg.lora is None:
             raise ValueError("adapter_state_dict: trainer.lora is null (full fine-tuning)")
         from forge_agent.trainer.lora import adapter_tensors
 
-        return adapter_tensors(self._full_state_dict())
+        return adapter_tensors(self._full_state_dict(), self.cfg.lora.adapters)
 
     def save_checkpoint(self, path: str | Path, data_position: Any = None) -> Path:
         """Save policy (HF folder), optimizer, step, version, RNG and data position."""
