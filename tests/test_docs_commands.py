@@ -75,6 +75,15 @@ def page_files(tmp_path_factory) -> dict[str, str]:
     (root / "my_agents").mkdir()
     (root / "my_agents" / "__init__.py").write_text("")
     (root / "my_agents" / "calc.py").write_text(program)
+    roles = next(p for lang, p in docs_blocks(ROOT / "docs" / "lora.md") if lang == "python")
+    done = subprocess.run(
+        [sys.executable, "-c", roles],
+        cwd=root,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0 and (root / "roles.jsonl").exists(), done.stderr
     cache = root / "hub"
     for config in (ROOT / "apps" / "agent").glob("*.yaml"):
         name = (yaml.safe_load(config.read_text()).get("model") or {}).get("name")
@@ -89,7 +98,12 @@ def page_files(tmp_path_factory) -> dict[str, str]:
         "HF_HUB_CACHE": str(cache),
         "HF_HUB_OFFLINE": "1",
         "HUMANEVAL": HUMAN_EVAL,
+        "ROLES": str(root / "roles.jsonl"),
     }
+
+
+DATA_FILES = ("HUMANEVAL", "ROLES")
+"""`page_files` keys that are data files, not environment variables."""
 
 
 def _run(argv: list[str], env: dict[str, str], timeout: float = 60) -> subprocess.CompletedProcess:
@@ -119,13 +133,16 @@ print(json.dumps(results))
 """
 
 
-def _agent_args(args: list[str], humaneval: str) -> list[str]:
-    return [  # the page names HumanEval's file, which the reader downloads
-        f"env.dataset={humaneval}"
-        if a.startswith("env.dataset=") and a.endswith("HumanEval.jsonl.gz")
-        else a
-        for a in args
-    ]
+def _agent_args(args: list[str], files: dict[str, str]) -> list[str]:
+    """`args` with the data files the pages have the reader fetch or write put in place."""
+    out = []
+    for a in args:
+        if a.startswith("env.dataset=") and a.endswith("HumanEval.jsonl.gz"):
+            a = f"env.dataset={files['HUMANEVAL']}"  # the page names it; the reader downloads it
+        elif a == "env.dataset=roles.jsonl":
+            a = f"env.dataset={files['ROLES']}"  # docs/lora.md's make_roles.py wrote it
+        out.append(a)
+    return out
 
 
 @pytest.fixture(scope="module")
@@ -134,9 +151,9 @@ def agent_checks(page_files) -> dict[tuple[str, ...], tuple[int, str, str]]:
     own `main`, in one process (the imports and the tiny tokenizer load once: ~60 s saved)."""
     import json
 
-    env = {k: v for k, v in page_files.items() if k != "HUMANEVAL"}
+    env = {k: v for k, v in page_files.items() if k not in DATA_FILES}
     argvs = [
-        _agent_args(argv[3:], page_files["HUMANEVAL"])
+        _agent_args(argv[3:], page_files)
         for _, argv in COMMANDS
         if argv[:3] == ["python", "-m", "apps.agent.main"]
     ]
@@ -148,7 +165,7 @@ def agent_checks(page_files) -> dict[tuple[str, ...], tuple[int, str, str]]:
 
 @pytest.mark.parametrize("argv", [a for _, a in COMMANDS], ids=[w for w, _ in COMMANDS])
 def test_documented_command_runs(argv, page_files, agent_checks):
-    env = {k: v for k, v in page_files.items() if k != "HUMANEVAL"}
+    env = {k: v for k, v in page_files.items() if k not in DATA_FILES}
     if argv[:2] == ["bash", "scripts/setup.sh"]:
         result = _run(["bash", "-n", "scripts/setup.sh"], env)
         assert result.returncode == 0, result.stderr
@@ -160,7 +177,7 @@ def test_documented_command_runs(argv, page_files, agent_checks):
         assert paths and all((ROOT / p).exists() for p in paths), paths
         return
     if module == "apps.agent.main":
-        rc, out, err = agent_checks[tuple(_agent_args(args, page_files["HUMANEVAL"]))]
+        rc, out, err = agent_checks[tuple(_agent_args(args, page_files))]
         assert rc == 0, f"{shlex.join(argv)}\n{err[-3000:]}"
         assert "config: ok" in out
         assert "warning:" not in out, out  # e.g. prompts over the budget
