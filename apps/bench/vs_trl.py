@@ -32,8 +32,10 @@ bench_results/vs_trl.json and bench_results/vs_trl.png (held-out reward vs train
 
     python -m apps.bench.vs_trl                      # scenario a (the default), 2 rounds
     python -m apps.bench.vs_trl --scenarios a d --runs 1
-Scenarios: a = the default; d = group size 16 (b, 8 turns with 256-token tool outputs, and c,
-a 10x model, are not wired yet: see docs/default_run.md).
+    python -m apps.bench.vs_trl --scenarios a1 --sides forge --runs 1   # forge-agent only
+Scenarios: a = the default; d = group size 16; a1 = the default with
+`training.max_policy_lag=1` (b, 8 turns with 256-token tool outputs, and c, a 10x model, are
+not wired yet: see docs/default_run.md).
 """
 
 from __future__ import annotations
@@ -57,6 +59,7 @@ VENV = REPO / "bench_results" / "trl_venv"
 SCENARIOS: dict[str, list[str]] = {  # forge-agent overrides; the TRL side reads the same keys
     "a": [],
     "d": ["training.group_size=16"],
+    "a1": ["training.max_policy_lag=1"],  # the default with one step of overlap (forge side)
 }
 
 # --- what makes TRL render forge-agent's tokens (importable without TRL) -------------------
@@ -381,6 +384,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--trl-run", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--scenarios", nargs="+", default=["a"], choices=sorted(SCENARIOS))
     parser.add_argument("--runs", type=int, default=2, help="rounds of forge / TRL")
+    parser.add_argument("--sides", nargs="+", default=["forge", "trl"], choices=["forge", "trl"])
     parser.add_argument("--target", type=float, default=0.6, help="held-out reward target")
     parser.add_argument("--interval", type=float, default=2.0, help="PSS sampling period, s")
     parser.add_argument("--keep", type=Path, default=None, help="keep run folders here")
@@ -394,7 +398,7 @@ def main(argv: list[str] | None = None) -> None:
     from forge_agent.run.config import load_config
     from forge_agent.warm_start import policy_model
 
-    python = ensure_venv()
+    python = ensure_venv() if "trl" in args.sides else Path(sys.executable)
     out_dir = args.keep or Path(tempfile.mkdtemp(prefix="vs_trl_"))
     out_dir.mkdir(parents=True, exist_ok=True)
     results: dict[str, list[dict]] = {}
@@ -403,13 +407,15 @@ def main(argv: list[str] | None = None) -> None:
         cfg = load_config(REPO / "apps/agent/default.yaml", overrides)
         policy = policy_model(cfg)
         for i in range(args.runs):
-            f = forge_run(f"{name}-forge-{i}", out_dir, overrides, args.interval)
-            t = trl_run(python, f"{name}-trl-{i}", out_dir, cfg, args.interval, policy)
-            results.setdefault(name, []).extend([f, t])
+            runs = results.setdefault(name, [])
+            if "forge" in args.sides:
+                runs.append(forge_run(f"{name}-forge-{i}", out_dir, overrides, args.interval))
+            if "trl" in args.sides:
+                runs.append(trl_run(python, f"{name}-trl-{i}", out_dir, cfg, args.interval, policy))
             write_json(args.out, {"benchmark": "vs_trl", "results": results})
     rows = []
     for name, runs in results.items():
-        for side in ("forge", "trl"):
+        for side in args.sides:
             mine = [r for r in runs if r["side"] == side]
             ttt = [time_to(r["curve"], args.target) for r in mine]
             rows.append(
