@@ -294,6 +294,7 @@ def forge_run(label: str, out_dir: Path, overrides: list[str], interval: float) 
         "procs_at_peak": res["procs_at_peak"],
         "curve": curve,
         "evicted_stale": res["evicted_stale"],
+        "by_role": res["by_role"],
     }
 
 
