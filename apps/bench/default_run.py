@@ -130,7 +130,9 @@ def run_once(tree: Path, label: str, out_dir: Path, overrides: list[str], interv
         "reward_first": evals[0]["eval/reward/mean"] if evals else None,
         "reward_last": evals[-1]["eval/reward/mean"] if evals else None,
         "last_eval_step": evals[-1]["step"] if evals else None,
-        "step_s_median": statistics.median(m["train/step_s"] for m in metrics),
+        "step_s_median": statistics.median(
+            m["train/step_s"] for m in metrics if "train/step_s" in m
+        ),
         "evicted_stale": metrics[-1].get("replay/evicted_stale", 0),
         "peak_pss_gb": sampler.peak_bytes / 1e9,
         "procs_at_peak": len(sampler.at_peak),

@@ -1,0 +1,473 @@
+"""forge-agent against TRL's `GRPOTrainer` on the same work, side by side in one run.
+
+Both sides train the same warm-started policy (the default's cached warm start) on the same
+calculator tasks in the same order (the first `steps x groups_per_step` tasks of forge-agent's
+training stream), rendered token for token alike, with the same tool, the same judge, group
+size, clip (0.2 / 0.28, token-mean "dapo" loss, no KL), learning rate, sampling temperature and
+turn/token limits. The held-out reward of both comes from forge-agent's own evaluator
+(`apps.eval`, 64 held-out tasks x 4 samples): forge-agent evaluates itself during training
+(evals excluded from its train-loop time); TRL's checkpoints (saved every `eval.every` steps)
+are evaluated after its run, so TRL's clock also excludes them.
+
+TRL runs in its own virtual environment, `bench_results/trl_venv` (created on first use with
+`python -m venv --system-site-packages` and `pip install trl==1.16.0`; the main environment's
+torch and transformers are reused, nothing in the main environment changes). Its multi-turn
+tool loop is TRL's own: `GRPOTrainer(tools=[calculator])` with
+`max_tool_calling_iterations = max_turns - 1` and `generation_kwargs.max_new_tokens` per turn
+(generation through `model.generate`, TRL's default without a vLLM server). Two adjustments make
+TRL render exactly forge-agent's tokens (a test holds them to it,
+tests/test_vs_trl_template.py): the tool's JSON schema is forge-agent's (`trl_chat_template`
+writes `additionalProperties: false` and no return type, `trl_tool` gives the docstring
+forge-agent's one-paragraph-per-line description), and the tokenizer gets TRL's Qwen3
+`response_template` so TRL parses tool calls.
+
+What differs by design (each side's own algorithm): forge-agent drops groups whose rewards are
+all equal and draws more tasks until a step has `groups_per_step` groups that teach something;
+TRL trains every group of its batch (an equal-reward group has zero advantage).
+
+Runs alternate forge / TRL for `--runs` rounds per scenario. Prints, per side: the train loop
+(40 steps) and median step time, time to held-out `--target` (the first eval at or above it),
+held-out reward at each eval, peak summed PSS of the process tree; writes
+bench_results/vs_trl.json and bench_results/vs_trl.png (held-out reward vs train-loop seconds).
+
+    python -m apps.bench.vs_trl                      # scenario a (the default), 2 rounds
+    python -m apps.bench.vs_trl --scenarios a d --runs 1
+    python -m apps.bench.vs_trl --scenarios a1 --sides forge --runs 1   # forge-agent only
+Scenarios: a = the default; d = group size 16; a1 = the default with
+`training.max_policy_lag=1` (b, 8 turns with 256-token tool outputs, and c, a 10x model, are
+not wired yet: see docs/default_run.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[2]
+TRL_VERSION = "1.16.0"
+VENV = REPO / "bench_results" / "trl_venv"
+
+SCENARIOS: dict[str, list[str]] = {  # forge-agent overrides; the TRL side reads the same keys
+    "a": [],
+    "d": ["training.group_size=16"],
+    "a1": ["training.max_policy_lag=1"],  # the default with one step of overlap (forge side)
+}
+
+# --- what makes TRL render forge-agent's tokens (importable without TRL) -------------------
+
+_TOOL_JSON = "{{ tool | tojson }}"
+_TOOL_JSON_FORGE = (
+    '{{ {"type": tool.type, "function": {"name": tool.function.name, '
+    '"description": tool.function.description, "parameters": {"type": '
+    'tool.function.parameters.type, "properties": tool.function.parameters.properties, '
+    '"required": tool.function.parameters.required, "additionalProperties": false}}} '
+    "| tojson }}"
+)
+
+
+def trl_chat_template(template: str) -> str:
+    """The project's chat template with each tool written as forge-agent's `tool_spec` writes
+    it (transformers' `get_json_schema` adds a return type and no `additionalProperties`)."""
+    if _TOOL_JSON not in template:
+        raise ValueError(f"chat template has no {_TOOL_JSON!r} to rewrite")
+    return template.replace(_TOOL_JSON, _TOOL_JSON_FORGE)
+
+
+def trl_tool(fn: Any, max_tokens: int | None = None, tokenizer: Any = None) -> Any:
+    """`fn` as a TRL tool: same name and behaviour, a docstring from which transformers'
+    `get_json_schema` reads forge-agent's schema of `fn`, no return annotation, and its output
+    cut to `max_tokens` as forge-agent's rollout engine cuts tool messages."""
+    from forge_agent.tool_schema import tool_spec
+
+    spec = tool_spec(fn)["function"]
+    params = spec["parameters"]["properties"]
+    if list(params) != ["expression"] or params["expression"]["type"] != "string":
+        raise ValueError(f"trl_tool wraps one-string-argument tools; {spec['name']} has {params}")
+
+    def tool(expression: str):  # no return annotation: no "return" in the schema
+        out = str(fn(expression))
+        if max_tokens is not None and tokenizer is not None:
+            out = _truncate(tokenizer, out, max_tokens)
+        return out
+
+    tool.__name__ = tool.__qualname__ = spec["name"]
+    tool.__doc__ = (
+        f"{spec['description']}\n\nArgs:\n    expression: {params['expression']['description']}"
+    )
+    return tool
+
+
+def _truncate(tokenizer: Any, text: str, max_tokens: int) -> str:
+    """forge_agent.rollout.renderer.ChatRenderer.truncate_text, on a tokenizer."""
+    ids = tokenizer.encode(text, add_special_tokens=False)
+    if len(ids) <= max_tokens:
+        return text
+    kept = tokenizer.decode(ids[:max_tokens])
+    return f"{kept}\n...[truncated {len(ids) - max_tokens} tokens]"
+
+
+def tool_suffix_ids(tokenizer: Any, tool_messages: list[dict[str, Any]]) -> list[int]:
+    """The tokens TRL 1.16 appends after a completion that called tools: its
+    `GRPOTrainer._get_tool_suffix_ids` (a dummy conversation rendered with and without the tool
+    messages, the prefix cut after its last EOS), restated here so the test needs no TRL."""
+    calls = [{"type": "function", "function": {"name": tool_messages[0]["name"], "arguments": {}}}]
+    dummy = [
+        {"role": "user", "content": "dummy"},
+        {"role": "assistant", "content": "", "tool_calls": calls},
+    ]
+    prefix = tokenizer.apply_chat_template(dummy, tokenize=True, return_dict=False)
+    full = tokenizer.apply_chat_template(
+        dummy + tool_messages, add_generation_prompt=True, tokenize=True, return_dict=False
+    )
+    eos = [i for i, t in enumerate(prefix) if t == tokenizer.eos_token_id]
+    if eos:
+        prefix = prefix[: eos[-1] + 1]
+    if full[: len(prefix)] != prefix:
+        raise ValueError("the EOS-trimmed dummy prefix is not a prefix of the full render")
+    return list(full[len(prefix) :])
+
+
+def judge_reward(completion: list[dict[str, Any]], answer: str) -> float:
+    """The calculator env's judge on a TRL completion: 1.0 when its last message is an
+    assistant answer (no tool calls) the env would mark correct."""
+    from envs.calculator.env import extract_answer
+
+    last = completion[-1] if completion else {}
+    if last.get("role") != "assistant" or last.get("tool_calls"):
+        return 0.0  # ran out of turns (or tokens) while still calling tools: no answer
+    given = extract_answer(last.get("content") or "")
+    return float(given is not None and int(given) == int(answer))
+
+
+# --- the TRL side (runs inside the venv) ----------------------------------------------------
+
+
+def trl_train(args: argparse.Namespace) -> None:
+    """One TRL GRPO run: writes `timing.json` (per-step wall clock) and checkpoints."""
+    import torch
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+    from trl.chat_template_utils import qwen3_template
+
+    from envs.calculator.env import SYSTEM_PROMPT
+    from forge_agent.env.tasks import load_tasks
+    from tools.calculator import calculator
+
+    cfg = json.loads(args.trl_run)
+    out = Path(cfg["out"])
+    torch.manual_seed(cfg["seed"])
+    tok = AutoTokenizer.from_pretrained(cfg["model"])
+    tok.chat_template = trl_chat_template(tok.chat_template)
+    tok.response_template = qwen3_template
+    model = AutoModelForCausalLM.from_pretrained(cfg["model"], dtype=torch.float32)
+    groups = cfg["groups_per_step"]
+    tasks = load_tasks("calculator", "train", cfg["steps"] * groups, cfg["train_seed"], cfg["env"])
+    rows = [
+        {
+            "prompt": [
+                {"role": "system", "content": SYSTEM_PROMPT},
+                {"role": "user", "content": t["prompt"]},
+            ],
+            "answer": str(t["answer"]),
+        }
+        for t in tasks
+    ]
+
+    def correct(completions: list, answer: list, **_: Any) -> list[float]:
+        return [judge_reward(c, a) for c, a in zip(completions, answer, strict=True)]
+
+    class Clock(TrainerCallback):
+        def __init__(self) -> None:
+            self.t0 = 0.0
+            self.steps: list[tuple[int, float]] = []
+
+        def on_train_begin(self, *a: Any, **k: Any) -> None:
+            self.t0 = time.perf_counter()
+
+        def on_step_end(self, args: Any, state: Any, *a: Any, **k: Any) -> None:
+            self.steps.append((state.global_step, time.perf_counter() - self.t0))
+
+    clock = Clock()
+    group = cfg["group_size"]
+    gconf = GRPOConfig(
+        output_dir=str(out),
+        max_steps=cfg["steps"],
+        per_device_train_batch_size=groups * group,
+        num_generations=group,
+        gradient_accumulation_steps=1,
+        learning_rate=cfg["lr"],
+        lr_scheduler_type="constant",
+        warmup_steps=0,
+        weight_decay=0.0,
+        max_grad_norm=cfg["max_grad_norm"],
+        epsilon=cfg["clip_low"],
+        epsilon_high=cfg["clip_high"],
+        beta=0.0,
+        loss_type="dapo",
+        scale_rewards="group",
+        mask_truncated_completions=True,
+        temperature=cfg["temperature"],
+        top_p=1.0,
+        max_completion_length=cfg["max_total_tokens"] - cfg["prompt_tokens"],
+        max_tool_calling_iterations=cfg["max_turns"] - 1,
+        generation_kwargs={"max_new_tokens": cfg["max_new_tokens"]},
+        shuffle_dataset=False,
+        logging_steps=1,
+        save_strategy="steps",
+        save_steps=cfg["eval_every"],
+        save_only_model=True,
+        report_to="none",
+        use_cpu=True,
+        bf16=False,
+        seed=cfg["seed"],
+        dataloader_num_workers=0,
+    )
+    tool = trl_tool(calculator, cfg["tool_output_tokens"], tok)
+    trainer = GRPOTrainer(
+        model=model,
+        reward_funcs=[correct],
+        args=gconf,
+        train_dataset=Dataset.from_list(rows),
+        processing_class=tok,
+        tools=[tool],
+        callbacks=[clock],
+    )
+    trainer.train()
+    logs = trainer.state.log_history
+    history = [{k: v for k, v in h.items() if isinstance(v, int | float)} for h in logs]
+    (out / "timing.json").write_text(
+        json.dumps({"steps": clock.steps, "log_history": history}, indent=1)
+    )
+
+
+def ensure_venv() -> Path:
+    """bench_results/trl_venv with trl==TRL_VERSION (created on first use); its python."""
+    python = VENV / "bin" / "python"
+    probe = [str(python), "-c", "import trl; print(trl.__version__)"]
+    if python.exists():
+        got = subprocess.run(probe, capture_output=True, text=True)
+        if got.returncode == 0 and got.stdout.strip() == TRL_VERSION:
+            return python
+    print(f"[vs_trl] creating {VENV} with trl=={TRL_VERSION} (first use)", flush=True)
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(VENV)], check=True)
+    subprocess.run([str(python), "-m", "pip", "install", "-q", f"trl=={TRL_VERSION}"], check=True)
+    return python
+
+
+# --- the orchestrator (main environment) ----------------------------------------------------
+
+
+def forge_run(label: str, out_dir: Path, overrides: list[str], interval: float) -> dict:
+    """One `python -m apps.agent.main` run; its eval curve against train-loop seconds."""
+    from apps.bench.default_run import run_once
+
+    res = run_once(REPO, label, out_dir, overrides, interval)
+    lines = (out_dir / label / "metrics.jsonl").read_text().splitlines()
+    elapsed, at_step = 0.0, {0: 0.0}
+    for line in lines:
+        rec = json.loads(line)
+        m = rec["metrics"]
+        if "profile/step_s" in m:
+            elapsed += m["profile/step_s"] - m.get("profile/eval_s", 0.0)
+            at_step[rec["step"]] = elapsed
+    summary = json.loads((out_dir / label / "summary.json").read_text())
+    curve = [
+        (e["step"], at_step.get(e["step"], float("nan")), e["eval/reward/mean"])
+        for e in summary["evals"]
+    ]
+    return {
+        "side": "forge",
+        "label": label,
+        "train_loop_s": res["train_loop_s"],
+        "step_s_median": statistics.median(_diffs(sorted(at_step.values()))),
+        "peak_pss_gb": res["peak_pss_gb"],
+        "procs_at_peak": res["procs_at_peak"],
+        "curve": curve,
+        "evicted_stale": res["evicted_stale"],
+        "by_role": res["by_role"],
+    }
+
+
+def trl_run(
+    python: Path, label: str, out_dir: Path, cfg: Any, interval: float, policy: Path
+) -> dict:
+    """One TRL run in the venv, then forge-agent's evaluator on each checkpoint."""
+    from apps.bench.default_run import TreeSampler
+    from forge_agent.models.tiny import load_tokenizer  # noqa: F401  (the venv imports it too)
+
+    run_dir = out_dir / label
+    run_dir.mkdir(parents=True, exist_ok=True)
+    spec = {
+        "out": str(run_dir),
+        "model": str(policy),
+        "seed": cfg.seed,
+        "steps": cfg.training.steps,
+        "groups_per_step": cfg.training.groups_per_step,
+        "group_size": cfg.training.group_size,
+        "lr": cfg.trainer.lr,
+        "max_grad_norm": cfg.trainer.max_grad_norm,
+        "clip_low": 0.2,
+        "clip_high": 0.28,
+        "temperature": cfg.rollout.temperature,
+        "max_turns": cfg.rollout.max_turns,
+        "max_new_tokens": cfg.rollout.max_new_tokens_per_turn,
+        "max_total_tokens": cfg.rollout.max_total_tokens,
+        "prompt_tokens": 128,
+        "tool_output_tokens": cfg.rollout.tool_output_tokens,
+        "eval_every": cfg.eval.every,
+        "train_seed": cfg.env.train_seed,
+        "env": dict(cfg.env.kwargs),
+    }
+    log = out_dir / f"{label}.log"
+    cmd = [str(python), "-m", "apps.bench.vs_trl", "--trl-run", json.dumps(spec)]
+    env = {**os.environ, "PYTHONPATH": str(REPO), "TRL_EXPERIMENTAL_SILENCE": "1"}
+    print(f"[{label}] TRL GRPOTrainer (log {log})", flush=True)
+    with open(log, "w") as sink:
+        proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=sink, stderr=subprocess.STDOUT)
+        sampler = TreeSampler(proc.pid, interval)
+        sampler.start()
+        rc = proc.wait()
+        sampler.stop()
+    if rc != 0:
+        raise SystemExit(f"[{label}] TRL exited {rc}; see {log}")
+    timing = json.loads((run_dir / "timing.json").read_text())
+    at_step = {0: 0.0, **{s: t for s, t in timing["steps"]}}
+    times = [t for _, t in timing["steps"]]
+    curve = []
+    every = cfg.eval.every
+    for step in range(0, cfg.training.steps + 1, every):
+        model = policy if step == 0 else run_dir / f"checkpoint-{step}"
+        reward = evaluate_folder(model, out_dir / f"{label}-eval-{step}")
+        curve.append((step, at_step[step], reward))
+        print(f"[{label}] step {step}: held-out reward {reward:.3f}", flush=True)
+    return {
+        "side": "trl",
+        "label": label,
+        "train_loop_s": times[-1],
+        "step_s_median": statistics.median(_diffs([0.0, *times])),
+        "peak_pss_gb": sampler.peak_bytes / 1e9,
+        "procs_at_peak": len(sampler.at_peak),
+        "curve": curve,
+    }
+
+
+def evaluate_folder(model: Path, out: Path) -> float:
+    """forge-agent's evaluator (`python -m apps.eval`) on a model folder: mean reward."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    cmd = [sys.executable, "-m", "apps.eval", "--model", str(model), "--out", str(out)]
+    subprocess.run(cmd, cwd=REPO, env=env, check=True, capture_output=True)
+    report = json.loads((out / "eval.json").read_text())
+    return float(report["metrics"]["eval/reward/mean"])
+
+
+def _diffs(times: list[float]) -> list[float]:
+    """Successive differences of an increasing list of times."""
+    return [b - a for a, b in itertools.pairwise(times)]
+
+
+def time_to(curve: list[tuple[int, float, float]], target: float) -> float | None:
+    """Train-loop seconds at the first eval at or above `target`."""
+    return next((t for _, t, r in curve if r >= target), None)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--trl-run", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--scenarios", nargs="+", default=["a"], choices=sorted(SCENARIOS))
+    parser.add_argument("--runs", type=int, default=2, help="rounds of forge / TRL")
+    parser.add_argument("--sides", nargs="+", default=["forge", "trl"], choices=["forge", "trl"])
+    parser.add_argument("--target", type=float, default=0.6, help="held-out reward target")
+    parser.add_argument("--interval", type=float, default=2.0, help="PSS sampling period, s")
+    parser.add_argument("--keep", type=Path, default=None, help="keep run folders here")
+    parser.add_argument("--out", default="bench_results/vs_trl.json")
+    parser.add_argument("overrides", nargs="*", help="config overrides for both sides")
+    args = parser.parse_args(argv)
+    if args.trl_run is not None:
+        trl_train(args)
+        return
+    from forge_agent.bench_util import print_table, write_json
+    from forge_agent.run.config import load_config
+    from forge_agent.warm_start import policy_model
+
+    python = ensure_venv() if "trl" in args.sides else Path(sys.executable)
+    out_dir = args.keep or Path(tempfile.mkdtemp(prefix="vs_trl_"))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    results: dict[str, list[dict]] = {}
+    for name in args.scenarios:
+        overrides = [*SCENARIOS[name], *args.overrides]
+        cfg = load_config(REPO / "apps/agent/default.yaml", overrides)
+        policy = policy_model(cfg)
+        for i in range(args.runs):
+            runs = results.setdefault(name, [])
+            if "forge" in args.sides:
+                runs.append(forge_run(f"{name}-forge-{i}", out_dir, overrides, args.interval))
+            if "trl" in args.sides:
+                runs.append(trl_run(python, f"{name}-trl-{i}", out_dir, cfg, args.interval, policy))
+            write_json(args.out, {"benchmark": "vs_trl", "results": results})
+    rows = []
+    for name, runs in results.items():
+        for side in args.sides:
+            mine = [r for r in runs if r["side"] == side]
+            ttt = [time_to(r["curve"], args.target) for r in mine]
+            rows.append(
+                {
+                    "name": f"{name} {side}",
+                    "loop": statistics.median(r["train_loop_s"] for r in mine),
+                    "step": statistics.median(r["step_s_median"] for r in mine),
+                    "ttt": statistics.median(x for x in ttt if x is not None)
+                    if any(x is not None for x in ttt)
+                    else None,
+                    "last": statistics.median(r["curve"][-1][2] for r in mine),
+                    "pss": statistics.median(r["peak_pss_gb"] for r in mine),
+                    "runs": ", ".join(f"{r['train_loop_s']:.0f}" for r in mine),
+                    "rewards": " / ".join(
+                        ",".join(f"{c[2]:.2f}" for c in r["curve"]) for r in mine
+                    ),
+                }
+            )
+    print_table(
+        rows,
+        [
+            ("name", "scenario side", ""),
+            ("loop", "train loop s", ".1f"),
+            ("runs", "each run s", ""),
+            ("step", "median step s", ".2f"),
+            ("ttt", f"s to {args.target}", ".1f"),
+            ("last", "final reward", ".3f"),
+            ("pss", "peak PSS GB", ".2f"),
+            ("rewards", "held-out reward per eval", ""),
+        ],
+    )
+    write_json(args.out, {"benchmark": "vs_trl", "rows": rows, "results": results})
+    plot(results, Path(args.out).with_suffix(".png"))
+
+
+def plot(results: dict[str, list[dict]], path: Path) -> None:
+    """Held-out reward vs train-loop seconds, every run of every scenario."""
+    from forge_agent.bench_util import new_figure, save_figure
+
+    fig = new_figure(7, 4)
+    ax = fig.add_subplot(1, 1, 1)
+    for name, runs in results.items():
+        for r in runs:
+            xs, ys = [c[1] for c in r["curve"]], [c[2] for c in r["curve"]]
+            style = "-o" if r["side"] == "forge" else "--s"
+            ax.plot(xs, ys, style, label=f"{name} {r['label'].split('-', 1)[1]}")
+    ax.set_xlabel("train-loop seconds (evals excluded)")
+    ax.set_ylabel("held-out reward (forge-agent's evaluator)")
+    ax.legend(fontsize=7)
+    save_figure(fig, path)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,73 @@
+"""The TRL side of `apps.bench.vs_trl` sees exactly forge-agent's tokens: its chat template,
+through transformers' `apply_chat_template` on the project's tokenizer with the calculator as a
+callable tool (as TRL's `GRPOTrainer(tools=...)` renders), gives the renderer's prompt ids, and
+the tool-result tokens TRL appends after a tool call are the renderer's bridge. TRL itself is
+not needed (the bench installs it in its own venv)."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+
+from apps.bench.vs_trl import judge_reward, tool_suffix_ids, trl_chat_template, trl_tool
+from envs.calculator.env import SYSTEM_PROMPT
+from forge_agent.env.tasks import load_tasks
+from forge_agent.rollout.renderer import ChatRenderer
+from forge_agent.tool_schema import tool_spec
+from tools.calculator import calculator
+
+
+@pytest.fixture(scope="module")
+def sides(tiny_tokenizer):
+    """(forge-agent's renderer, the tokenizer as the TRL side configures it)."""
+    trl_tok = copy.deepcopy(tiny_tokenizer)
+    trl_tok.chat_template = trl_chat_template(tiny_tokenizer.chat_template)
+    return ChatRenderer(tiny_tokenizer), trl_tok
+
+
+def _prompt(task):
+    return [
+        {"role": "system", "content": SYSTEM_PROMPT},
+        {"role": "user", "content": task["prompt"]},
+    ]
+
+
+def test_trl_prompt_tokens_equal_the_renderers(sides):
+    renderer, trl_tok = sides
+    tool = trl_tool(calculator)
+    for task in load_tasks("calculator", "train", 4, 0, {"difficulty": 1}):
+        ours = renderer.render_prompt(_prompt(task), [tool_spec(calculator)])
+        theirs = trl_tok.apply_chat_template(
+            _prompt(task), tools=[tool], add_generation_prompt=True, return_dict=False
+        )
+        assert list(theirs) == ours, trl_tok.decode(theirs)
+
+
+def test_trl_tool_result_tokens_equal_the_renderers_bridge(sides):
+    renderer, trl_tok = sides
+    task = load_tasks("calculator", "train", 1, 0, {"difficulty": 1})[0]
+    prompt = renderer.render_prompt(_prompt(task), [tool_spec(calculator)])
+    arguments = json.dumps({"expression": task["expression"]})
+    body = f'{{"name": "calculator", "arguments": {arguments}}}'
+    call = f"<tool_call>\n{body}\n</tool_call><|im_end|>"
+    completion = trl_tok.encode(call, add_special_tokens=False)
+    result = trl_tool(calculator)(task["expression"])
+    assert result == task["answer"]
+    bridged = renderer.bridge(
+        prompt,
+        completion,
+        [{"role": "tool", "tool_call_id": "call_0", "name": "calculator", "content": result}],
+        [tool_spec(calculator)],
+    )
+    suffix = tool_suffix_ids(trl_tok, [{"role": "tool", "name": "calculator", "content": result}])
+    assert bridged == prompt + completion + suffix, trl_tok.decode(suffix)
+
+
+def test_judge_reward_scores_only_a_final_answer():
+    call = {"role": "assistant", "content": "", "tool_calls": [{"type": "function"}]}
+    answer = {"role": "assistant", "content": "7"}
+    assert judge_reward([call, {"role": "tool", "content": "7"}, answer], "7") == 1.0
+    assert judge_reward([{"role": "assistant", "content": "\\boxed{8}"}], "7") == 0.0
+    assert judge_reward([call], "7") == 0.0
