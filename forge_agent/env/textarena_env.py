@@ -89,6 +89,12 @@ class TextArenaEnv(SeatEnv):
         )
 
     def reset(self, task: dict[str, Any], seed: int | None = None) -> SeatStart:
+        return self._reset(task, seed)
+
+    def step(self, assistant_message: Message) -> SeatStep:
+        return self._step(assistant_message)
+
+    def _reset(self, task: dict[str, Any], seed: int | None = None) -> SeatStart:
         seed = task["seed"] if task.get("seed") is not None else seed
         self._env = self._ta.make(f"{self.game}-raw")
         self._env.reset(num_players=len(self.seats), seed=seed)
@@ -99,7 +105,7 @@ class TextArenaEnv(SeatEnv):
         seats[self.seats[pid]][0].append(self._message(pid, observation))
         return SeatStart(seats=seats, turn=self.seats[pid], zero_sum=self.zero_sum)
 
-    def step(self, assistant_message: Message) -> SeatStep:
+    def _step(self, assistant_message: Message) -> SeatStep:
         if self._env is None:
             raise RuntimeError("TextArenaEnv.step() called before reset()")
         done, _ = self._env.step(message_text(assistant_message).strip())
@@ -146,7 +152,7 @@ class TextArenaEnv(SeatEnv):
     def _random_game(self, rng: random.Random, seat: str, game_seed: int) -> list[Message]:
         """One game of random legal moves; the conversation `seat` saw and played ([] when
         the game lists no moves)."""
-        start = self.reset({"seed": game_seed})
+        start = self._reset({"seed": game_seed})
         seen = {s: list(start.seats[s][0]) for s in self.seats}  # what each seat has read
         convo = [m for m in seen[seat] if m["role"] == "system"]
         read = len(convo)
@@ -155,7 +161,7 @@ class TextArenaEnv(SeatEnv):
             assert turn is not None
             moves = legal_moves(message_text(seen[turn][-1]))
             if not moves:
-                self.close()
+                self._env = None
                 return []
             move: Message = {"role": "assistant", "content": rng.choice(moves)}
             if turn == seat:
@@ -163,11 +169,54 @@ class TextArenaEnv(SeatEnv):
                 convo.append(move)
                 seen[seat].append(move)
                 read = len(seen[seat])
-            step = self.step(move)
+            step = self._step(move)
             for s, messages in step.messages.items():
                 seen[s].extend(messages)
             if step.done:
                 break
             turn = step.turn
-        self.close()
+        self._env = None
         return convo
+
+
+# -- scripted opponents (`env.seats.player_1=forge_agent.env.textarena_env:random_move`) -------
+
+
+def random_move(messages: list[Message], tools: list[Any]) -> str:
+    """A uniformly random move among those the last observation lists (games that list their
+    `Available Moves`); "[0]" when none is listed."""
+    moves = legal_moves(message_text(messages[-1])) if messages else []
+    return random.choice(moves) if moves else "[0]"
+
+
+_LINES = ((0, 1, 2), (3, 4, 5), (6, 7, 8), (0, 3, 6), (1, 4, 7), (2, 5, 8), (0, 4, 8), (2, 4, 6))
+
+
+def tictactoe_board(text: str) -> list[str]:
+    """The 9 cells of the last board in a tic-tac-toe observation: "O", "X" or "" (empty)."""
+    rows = re.findall(r"^ ?(\S) \| (\S) \| (\S) ?$", text, re.MULTILINE)[-3:]
+    cells = [c for row in rows for c in row]
+    return [c if c in ("O", "X") else "" for c in cells] if len(cells) == 9 else [""] * 9
+
+
+def tictactoe_heuristic(messages: list[Message], tools: list[Any]) -> str:
+    """A fixed tic-tac-toe player: win if it can, else block the opponent's line, else the
+    centre, else a corner, else any free cell (ties broken at random)."""
+    text = message_text(messages[-1]) if messages else ""
+    board = tictactoe_board(text)
+    mine = "O" if "you will be 'O'" in "".join(message_text(m) for m in messages) else "X"
+    free = [i for i in range(9) if not board[i]]
+    legal = {int(m.strip("[]")) for m in legal_moves(text)} or set(free)
+    free = [i for i in free if i in legal] or sorted(legal)
+    for mark in (mine, "X" if mine == "O" else "O"):  # win, then block
+        for line in _LINES:
+            cells = [board[i] for i in line]
+            if cells.count(mark) == 2 and cells.count("") == 1:
+                cell = line[cells.index("")]
+                if cell in free:
+                    return f"[{cell}]"
+    for group in ([4], [0, 2, 6, 8], list(range(9))):
+        options = [c for c in group if c in free]
+        if options:
+            return f"[{random.choice(options)}]"
+    return "[0]"

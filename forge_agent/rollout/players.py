@@ -34,6 +34,7 @@ __all__ = [
     "PlayerSpec",
     "ScriptedPlayer",
     "SnapshotPlayer",
+    "build_players",
     "check_seats",
     "parse_player",
 ]
@@ -121,6 +122,37 @@ def check_seats(
                 f"weight_store.max_versions={p.arg + 1} or more"
             )
     return specs
+
+
+def build_players(
+    specs: dict[str, PlayerSpec],
+    *,
+    store: Any = None,
+    model_path: Any = None,
+    renderer: Any = None,
+    timeout_s: float = 30.0,
+    max_new_tokens: int = 48,
+    temperature: float = 1.0,
+) -> dict[str, Player | None]:
+    """The players of `specs` (from `check_seats`); None marks a policy seat. Snapshots read
+    `store` and copy the policy at `model_path`."""
+    players: dict[str, Player | None] = {}
+    for seat, p in specs.items():
+        if p.kind == "policy":
+            players[seat] = None
+        elif p.kind == "scripted":
+            players[seat] = ScriptedPlayer(p.arg, seat)
+        elif p.kind == "endpoint":
+            url, model = p.arg
+            players[seat] = EndpointPlayer(url, model, seat, timeout_s, max_new_tokens, temperature)
+        else:
+            if store is None:
+                raise ValueError(f"env.seats.{seat}={p.text!r} needs the run's weight store")
+            players[seat] = SnapshotPlayer(
+                store, model_path, renderer, p.arg, p.kind == "league", seat,
+                max_new_tokens, temperature,
+            )  # fmt: skip
+    return players
 
 
 class ScriptedPlayer:

@@ -71,10 +71,31 @@ async def build_engines(
         )
         score = functools.partial(services.score, components=[AGENT_REWARD])
         return Engines(train, evaluate, endpoint, _agent_outcome(score))
+    players = _players(cfg, services, policy_path, renderer)
     train, evaluate = (
-        RolloutEngine(generate, envs, renderer, c, max_model_len=max_model_len) for c in configs
+        RolloutEngine(generate, envs, renderer, c, max_model_len=max_model_len, players=players)
+        for c in configs
     )
     return Engines(train, evaluate)
+
+
+def _players(cfg: AgentConfig, services: Any, policy_path: Any, renderer: Any) -> dict | None:
+    """Who plays each seat of a multi-seat env (`env.seats`); None for one-seat envs."""
+    from forge_agent.rollout.players import build_players
+    from forge_agent.run.setup_checks import check_env_seats
+
+    specs = check_env_seats(cfg)
+    if not specs:
+        return None
+    return build_players(
+        specs,
+        store=getattr(services, "store", None),
+        model_path=policy_path,
+        renderer=renderer,
+        timeout_s=cfg.env.step_timeout_s,
+        max_new_tokens=cfg.rollout.max_new_tokens_per_turn,
+        temperature=cfg.rollout.temperature,
+    )
 
 
 async def evaluate_policy(
