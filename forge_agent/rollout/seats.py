@@ -9,7 +9,8 @@ One episode of a `SeatEnv` (`forge_agent.env.SeatEnv`):
                        full re-render starts a new segment) -> generate -> parse
           other seat:  its player answers the seat's messages (snapshot, scripted, endpoint)
           env.step(move) -> new messages per seat, next turn, rewards per seat
-    -> one Trajectory per policy seat (`info["seat"]`, `info["episode_id"]`, `info["players"]`)
+    -> one Trajectory per policy seat that moved (`info["seat"]`, `info["episode_id"]`,
+       `info["players"]`; a seat the game ended before its first move has nothing to train)
 
 Consumes: a task, a seed and the engine's generate function, env source and limits.
 Produces: the policy seats' trajectories. Waits on: the generator, the env, the opponents.
@@ -94,7 +95,9 @@ async def run_seated_episode(
         for s in seats.values():
             if s.traj is not None:
                 _trim(s.traj)
-        return [engine._finish(t, t.status, None, started) for t in trajs]
+        # a seat the game ended before it moved (the opponent forfeited) has nothing to train
+        moved = [t for t in trajs if t.turn_spans or t.status.is_infra_failure]
+        return [engine._finish(t, t.status, None, started) for t in moved]
 
 
 async def _play(
