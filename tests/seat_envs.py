@@ -22,22 +22,33 @@ class CountingGame(SeatEnv):
         self.task, self.moves = task, 0
         go: Message = {"role": "user", "content": "Go."}
         seats = {s: ([{"role": "system", "content": f"You are {s}."}, go], []) for s in self.seats}
-        seats["player_1"][0].pop()  # player_1 hears of the game with player_0's first move
+        for s in self.seats[1:]:  # the others hear of the game with the moves before theirs
+            seats[s][0].pop()
         return SeatStart(seats=seats, turn="player_0", zero_sum=True)
 
     def step(self, assistant_message: Message) -> SeatStep:
+        n = len(self.seats)
         self.moves += 1
-        mover = self.seats[(self.moves - 1) % 2]
-        other = self.seats[self.moves % 2]
+        mover = self.seats[(self.moves - 1) % n]
+        other = self.seats[self.moves % n]
         if self.rogue_turn is not None:
             return SeatStep(messages={}, turn=self.rogue_turn)
-        if self.moves >= 2 * self.rounds:
+        if self.moves >= n * self.rounds:
             winner = self.task.get("winner", "player_0")
-            loser = "player_1" if winner == "player_0" else "player_0"
-            rewards = {winner: {"outcome": 1.0}, loser: {"outcome": -1.0}}
+            rewards = {s: {"outcome": 1.0 if s == winner else -1.0 / (n - 1)} for s in self.seats}
             return SeatStep(rewards=rewards, done=True, info={"outcome": f"{winner} won"})
         said = {"role": "user", "content": f"{mover} said {assistant_message.get('content')}."}
         return SeatStep(messages={other: [said]}, turn=other)
+
+    def tasks(self, split: str, n: int, seed: int) -> list[dict[str, Any]]:
+        return [{"task_id": f"count-{split}-{seed}-{i}"} for i in range(n)]
+
+
+class FourSeatGame(CountingGame):
+    """Four seats in turn: a run can seat the policy twice (self-play), a snapshot and a
+    scripted player at once."""
+
+    seats: ClassVar[tuple[str, ...]] = ("player_0", "player_1", "player_2", "player_3")
 
 
 def say_seven(messages: list[Message], tools: list[Any]) -> str:

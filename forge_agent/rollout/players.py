@@ -246,13 +246,14 @@ class SnapshotPlayer:
         self._lock = asyncio.Lock()
 
     async def choose(self, rng: random.Random | None = None) -> int:
-        """The version one episode plays against (the engine passes it to `act`)."""
-        held = sorted(await self.store.versions())
-        if not held:
+        """The version one episode plays against (the engine passes it to `act`): among the
+        versions the store holds and version 0, the initial policy at `model_path`."""
+        try:
+            held = sorted({0, *await self.store.versions()})
+        except Exception as exc:
             raise EnvFailure(
-                Status.ENV_ERROR,
-                f"{self.label} (seat {self.seat!r}): the weight store holds no version yet",
-            )
+                Status.ENV_ERROR, f"{self.label} (seat {self.seat!r}): weight store: {exc}"
+            ) from exc
         if self.league:
             return (rng or random).choice(held[-self.offset :])
         return held[max(0, len(held) - 1 - self.offset)]
@@ -264,7 +265,7 @@ class SnapshotPlayer:
         async with self._lock:
             try:
                 if self._loaded != version:
-                    state = await self.store.get(version)
+                    state = await self.store.get(version) if version else None
                     await asyncio.to_thread(self._load, state)
                     self._loaded = version
             except Exception as exc:
@@ -277,15 +278,17 @@ class SnapshotPlayer:
             ids = await asyncio.to_thread(self._generate, prompt)
         return self.renderer.parse(ids, tools, prompt, call_prefix="snapshot")
 
-    def _load(self, state: dict[str, Any]) -> None:
+    def _load(self, state: dict[str, Any] | None) -> None:
+        """The policy at `model_path` with `state` loaded (None: its own weights, version 0)."""
         import torch
         from transformers import AutoModelForCausalLM
 
-        if self._model is None:
+        if self._model is None or state is None:
             self._model = AutoModelForCausalLM.from_pretrained(
                 str(self.model_path), dtype=torch.float32
             ).eval()
-        self._model.load_state_dict({k: v.float() for k, v in state.items()}, strict=False)
+        if state is not None:
+            self._model.load_state_dict({k: v.float() for k, v in state.items()}, strict=False)
 
     def _generate(self, prompt: list[int]) -> list[int]:
         import torch
