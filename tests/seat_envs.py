@@ -9,8 +9,9 @@ from forge_agent.types import Message, SeatStart, SeatStep
 
 
 class CountingGame(SeatEnv):
-    """Two seats say numbers in turn for `rounds` rounds; `player_0` always wins (a first-mover
-    advantage: +1 / -1), unless the task says `winner`."""
+    """Seats say numbers in turn for `rounds` rounds (every other seat hears each move);
+    `player_0` always wins (a first-mover advantage: +1, the others share -1), unless the task
+    says `winner`."""
 
     seats: ClassVar[tuple[str, ...]] = ("player_0", "player_1")
     zero_sum: ClassVar[bool] = True
@@ -38,7 +39,7 @@ class CountingGame(SeatEnv):
             rewards = {s: {"outcome": 1.0 if s == winner else -1.0 / (n - 1)} for s in self.seats}
             return SeatStep(rewards=rewards, done=True, info={"outcome": f"{winner} won"})
         said = {"role": "user", "content": f"{mover} said {assistant_message.get('content')}."}
-        return SeatStep(messages={other: [said]}, turn=other)
+        return SeatStep(messages={s: [said] for s in self.seats if s != mover}, turn=other)
 
     def tasks(self, split: str, n: int, seed: int) -> list[dict[str, Any]]:
         return [{"task_id": f"count-{split}-{seed}-{i}"} for i in range(n)]
