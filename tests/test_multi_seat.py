@@ -196,3 +196,15 @@ def test_the_run_config_refuses_a_seated_env_without_env_seats() -> None:
         check_env_seats(cfg)
     cfg = load_config(None, ["env.id=calculator"])
     assert check_env_seats(cfg) == {}  # a one-seat env runs as before
+
+
+def test_the_trace_page_shows_the_seats_of_an_episode_side_by_side(tiny_tokenizer, renderer):
+    from forge_agent.observability.trace_html import render_html
+
+    players = {"player_0": None, "player_1": None}
+    engine = _engine(tiny_tokenizer, renderer, CountingGame, players)
+    group = asyncio.run(engine.run_group({"task_id": "count"}, 0, 2))
+    page = render_html(group.trajectories)
+    assert page.count('<div class="seats">') == 2  # one row per episode
+    row = page.split('<div class="seats">')[1]
+    assert row.index("seat player_0") < row.index("seat player_1")
