@@ -53,13 +53,17 @@ def _textarena(env_id: str) -> Any:
 
 
 class TextArenaEnv(SeatEnv):
-    """A TextArena two-player game; `game`: its id, e.g. "TicTacToe-v0" or "Nim-v0"."""
+    """A TextArena two-player game; `game`: its id, e.g. "TicTacToe-v0" or "Nim-v0".
+
+    `board_only`: each observation is only the game's latest board (and its notices of invalid
+    moves), without the rules and move descriptions: short prompts for small models.
+    """
 
     seats: ClassVar[tuple[str, ...]] = ("player_0", "player_1")
     zero_sum: ClassVar[bool] = True
     required_fields: ClassVar[tuple[str, ...]] = ()
 
-    def __init__(self, game: str = "TicTacToe-v0") -> None:
+    def __init__(self, game: str = "TicTacToe-v0", board_only: bool = False) -> None:
         ta = _textarena(f"textarena:{game}")
         base = game.removesuffix("-raw")
         known = ta.envs.registration.ENV_REGISTRY
@@ -67,7 +71,7 @@ class TextArenaEnv(SeatEnv):
             near = [k for k in known if k.lower().startswith(base.split("-")[0].lower()[:4])]
             where = f"textarena:{game}"
             raise EnvSetupError(where, "TextArena's registry", f"unknown game; near: {near[:8]}")
-        self.game = base
+        self.game, self.board_only = base, board_only
         self._ta = ta
         self._env: Any = None
 
@@ -83,6 +87,8 @@ class TextArenaEnv(SeatEnv):
 
     def system_prompt(self, seat: str) -> str:
         player = self.seats.index(seat)
+        if self.board_only:
+            return f"{self.game}, Player {player}. Reply with one of the Available Moves."
         return (
             f"You are Player {player} in the game {self.game}. On your turn, reply with only "
             "your move, in the format the game asks for."
@@ -130,12 +136,22 @@ class TextArenaEnv(SeatEnv):
     def _message(self, pid: int, observation: Any) -> Message:
         """A player's unseen observation entries as one user message."""
         parts = []
-        for entry in observation if isinstance(observation, list) else [(-1, observation, None)]:
+        entries = observation if isinstance(observation, list) else [(-1, observation, None)]
+        if self.board_only:
+            kinds = [getattr(e[2], "name", "") for e in entries]
+            boards = [i for i, k in enumerate(kinds) if k == "GAME_BOARD"]
+            keep = {i for i, k in enumerate(kinds) if k == "GAME_ADMIN"} | set(boards[-1:])
+            entries = [e for i, e in enumerate(entries) if i in keep]
+        for entry in entries:
             sender, text = entry[0], str(entry[1])
             if sender == pid:
                 continue  # its own move is already in its history
             parts.append(text if sender == -1 else f"[Player {sender}] {text}")
         return {"role": "user", "content": "\n".join(parts)}
+
+    def corpus(self) -> list[list[Message]]:
+        """Tokenizer text: a few games' conversations (when the tiny model's corpus names it)."""
+        return self.demonstrations(16, seed=0, demo_fraction=1.0)
 
     def demonstrations(self, n: int, seed: int, demo_fraction: float) -> list[list[Message]]:
         """Conversations of one seat making uniformly random legal moves against a random
@@ -204,7 +220,8 @@ def tictactoe_heuristic(messages: list[Message], tools: list[Any]) -> str:
     centre, else a corner, else any free cell (ties broken at random)."""
     text = message_text(messages[-1]) if messages else ""
     board = tictactoe_board(text)
-    mine = "O" if "you will be 'O'" in "".join(message_text(m) for m in messages) else "X"
+    seen = "".join(message_text(m) for m in messages)
+    mine = "O" if "you will be 'O'" in seen or "Player 0." in seen else "X"
     free = [i for i in range(9) if not board[i]]
     legal = {int(m.strip("[]")) for m in legal_moves(text)} or set(free)
     free = [i for i in free if i in legal] or sorted(legal)

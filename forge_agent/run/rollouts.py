@@ -71,7 +71,7 @@ async def build_engines(
         )
         score = functools.partial(services.score, components=[AGENT_REWARD])
         return Engines(train, evaluate, endpoint, _agent_outcome(score))
-    players = _players(cfg, services, policy_path, renderer)
+    players = seat_players(cfg, getattr(services, "store", None), policy_path, renderer)
     train, evaluate = (
         RolloutEngine(generate, envs, renderer, c, max_model_len=max_model_len, players=players)
         for c in configs
@@ -79,8 +79,9 @@ async def build_engines(
     return Engines(train, evaluate)
 
 
-def _players(cfg: AgentConfig, services: Any, policy_path: Any, renderer: Any) -> dict | None:
-    """Who plays each seat of a multi-seat env (`env.seats`); None for one-seat envs."""
+def seat_players(cfg: AgentConfig, store: Any, policy_path: Any, renderer: Any) -> dict | None:
+    """Who plays each seat of a multi-seat env (`env.seats`); None for one-seat envs.
+    Snapshot seats read `store` (the run's weight store)."""
     from forge_agent.rollout.players import build_players
     from forge_agent.run.setup_checks import check_env_seats
 
@@ -89,7 +90,7 @@ def _players(cfg: AgentConfig, services: Any, policy_path: Any, renderer: Any) -
         return None
     return build_players(
         specs,
-        store=getattr(services, "store", None),
+        store=store,
         model_path=policy_path,
         renderer=renderer,
         timeout_s=cfg.env.step_timeout_s,
