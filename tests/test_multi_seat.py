@@ -208,3 +208,21 @@ def test_the_trace_page_shows_the_seats_of_an_episode_side_by_side(tiny_tokenize
     assert page.count('<div class="seats">') == 2  # one row per episode
     row = page.split('<div class="seats">')[1]
     assert row.index("seat player_0") < row.index("seat player_1")
+
+
+def test_the_docs_seated_env_plays_through_the_engine(tiny_tokenizer, renderer):
+    from pathlib import Path
+
+    from tests.user_envs import docs_blocks
+
+    page = Path(__file__).resolve().parents[1] / "docs" / "multi_agent.md"
+    (code,) = [text for lang, text in docs_blocks(page) if lang == "python"]
+    namespace: dict = {}
+    exec(compile(code, "docs/multi_agent.md", "exec"), namespace)
+    players = {"left": None, "right": ScriptedPlayer(say_seven, "right")}
+    engine = _engine(tiny_tokenizer, renderer, namespace["LongerWord"], players)
+    (traj,) = asyncio.run(engine.run_group({"task_id": "words"}, 0, 1)).trajectories
+    assert traj.status == Status.OK and traj.info["seat"] == "left"
+    # "3" against "7": words of one letter tie
+    assert traj.reward == 0.0 and traj.info["seat_rewards"] == {"left": 0.0, "right": 0.0}
+    assert traj.info["outcome"] == "difference 0"
