@@ -58,6 +58,32 @@ class StepResult:
 
 
 @dataclass
+class SeatStart:
+    """What a seated env's `reset` returns (see `forge_agent.env.SeatEnv`): each seat's opening
+    messages and tools, and the seat whose move it is."""
+
+    seats: dict[str, tuple[list[Message], list[ToolSpec]]]
+    turn: str
+    zero_sum: bool = False  # the seats' rewards of a finished episode sum to 0 (checked)
+
+
+@dataclass
+class SeatStep:
+    """What a seated env returns for one seat's move.
+
+    `messages[seat]`: new messages that seat reads before its next move (a seat with none may
+    be left out); `turn`: the seat to move next (None once `done`); `rewards[seat]`: named
+    reward components of each seat (at the end of the episode, or intermediate).
+    """
+
+    messages: dict[str, list[Message]] = field(default_factory=dict)
+    turn: str | None = None
+    rewards: dict[str, dict[str, float]] = field(default_factory=dict)
+    done: bool = False
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
 class Completion:
     """One generator answer for one prompt (token ids in, token ids out)."""
 

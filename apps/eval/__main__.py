@@ -84,6 +84,7 @@ async def run_eval(cfg: AgentConfig, model_path: Path | str, out: Path) -> EvalR
     from forge_agent.models.tiny import load_tokenizer
     from forge_agent.observability.traces import TraceWriter
     from forge_agent.rollout import ChatRenderer, RolloutEngine
+    from forge_agent.run.rollouts import seat_players
 
     tasks = eval_tasks(cfg.env, cfg.eval.num_tasks)
     renderer = ChatRenderer(load_tokenizer(model_path), cfg.renderer)
@@ -108,6 +109,7 @@ async def run_eval(cfg: AgentConfig, model_path: Path | str, out: Path) -> EvalR
             replace(cfg.rollout, temperature=cfg.eval.temperature),
             on_trajectory=lambda traj: writer.write(traj, {"split": "eval"}),
             max_model_len=engine.max_model_len,
+            players=seat_players(cfg, None, model_path, renderer),  # env.seats (multi-seat)
         )
         progress = EpisodeProgress(len(tasks) * cfg.eval.k)  # after start-up: honest rate/ETA
         report = await evaluate(rollout, tasks, cfg.eval.k, seed=cfg.seed, progress=progress)

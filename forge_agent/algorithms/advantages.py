@@ -24,6 +24,9 @@ i earned, `turn_returns`): tokens of turn k get A_{i,k}.
               form a step-level group; A^S_{i,k} is the estimator applied to the discounted
               returns G_{i,k} within that step group (0 for a turn whose state no other turn
               shares, and for a state without a key).
+Multi-seat episodes (`forge_agent.env.SeatEnv`): a group holds G episodes of one task and a
+trajectory per policy seat of each; each seat's trajectories (`info["seat"]`) form their own
+baseline group, so a first mover's advantage never leaks into the other seat's baseline.
 The filters below act on episode rewards in every mode; a dropped or masked member gets no turn
 advantages either.
 
@@ -176,6 +179,17 @@ def _turn_advantages(
     return [[a + cfg.omega * x for x in row] for a, row in zip(episode, step, strict=True)]
 
 
+def seat_groups(group: Group) -> list[Group]:
+    """`group` split by seat (`traj.info["seat"]`), in first-seen order; a one-seat group
+    (no seat) is itself."""
+    by_seat: dict[object, list[Trajectory]] = {}
+    for t in group.trajectories:
+        by_seat.setdefault(t.info.get("seat"), []).append(t)
+    if len(by_seat) <= 1:
+        return [group]
+    return [Group(task_id=group.task_id, trajectories=ts) for ts in by_seat.values()]
+
+
 def _is_infra(traj: Trajectory, cfg: AdvantageConfig) -> bool:
     return traj.status.is_infra_failure or (
         cfg.exclude_reward_errors and bool(traj.info.get("reward_errors"))
@@ -190,9 +204,10 @@ def compute_advantages(
 
     Trajectories are updated in place; the returned list holds only those the loss should see
     (in group order). Dropped reasons: "infra_failure", "truncated", "small_group",
-    "zero_variance".
+    "zero_variance". A multi-seat group is split by seat first (`seat_groups`).
     """
     cfg = cfg or AdvantageConfig()
+    groups = [sub for group in groups for sub in seat_groups(group)]
     stats = AdvantageStats(groups_in=len(groups))
     kept: list[Trajectory] = []
     for group in groups:

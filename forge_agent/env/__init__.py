@@ -12,7 +12,16 @@ import importlib
 from typing import Any
 
 from forge_agent.env.config import EnvConfig
-from forge_agent.env.protocol import AgentEnv, Env, EnvFailure, ToolEnv, maybe_await, message_text
+from forge_agent.env.protocol import (
+    AgentEnv,
+    Env,
+    EnvFailure,
+    SeatEnv,
+    ToolEnv,
+    env_seats,
+    maybe_await,
+    message_text,
+)
 from forge_agent.env.registry import (
     ENTRY_POINT_GROUP,
     EnvSpec,
@@ -48,9 +57,12 @@ __all__ = [
     "GymnasiumAgentEnv",
     "OpenEnvAgentEnv",
     "ReasoningGymEnv",
+    "SeatEnv",
     "Split",
+    "TextArenaEnv",
     "ToolEnv",
     "VerifiersEnv",
+    "env_seats",
     "env_spec",
     "holdout",
     "in_eval_split",
@@ -73,6 +85,7 @@ _LAZY = {
     "serve_openenv": "forge_agent.env.openenv_adapter",
     "ReasoningGymEnv": "forge_agent.env.reasoning_gym_env",
     "VerifiersEnv": "forge_agent.env.verifiers_env",
+    "TextArenaEnv": "forge_agent.env.textarena_env",
 }
 
 

@@ -28,6 +28,9 @@ class EnvConfig:
     a local file instead of the env's own (task field -> column or "{template}").
     `curriculum`: a difficulty ladder over one of `kwargs` and online task selection
     (`forge_agent.env.curriculum`); off by default.
+    `seats`: for a multi-seat env (`SeatEnv`), who plays each seat: `policy`, `snapshot:-k`,
+    `league:k`, `module:function` (scripted) or `endpoint:<url>[#model]`
+    (`forge_agent.rollout.players`); empty for one-seat envs.
     """
 
     id: str = "calculator"
@@ -40,6 +43,7 @@ class EnvConfig:
     dataset: str | None = None
     fields: dict[str, str] = field(default_factory=dict)
     curriculum: CurriculumConfig = field(default_factory=CurriculumConfig)
+    seats: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         check_field(bool(self.id), "id", self.id, "a registered env id or 'module:Name'")

@@ -26,9 +26,18 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, ClassVar, Protocol, TypeVar, runtime_checkable
 
 from forge_agent.toolset import ToolSet
-from forge_agent.types import Message, Status, StepResult, ToolSpec
+from forge_agent.types import Message, SeatStart, SeatStep, Status, StepResult, ToolSpec
 
-__all__ = ["AgentEnv", "Env", "EnvFailure", "ToolEnv", "maybe_await", "message_text"]
+__all__ = [
+    "AgentEnv",
+    "Env",
+    "EnvFailure",
+    "SeatEnv",
+    "ToolEnv",
+    "env_seats",
+    "maybe_await",
+    "message_text",
+]
 
 T = TypeVar("T")
 
@@ -160,6 +169,44 @@ class Env:
     def default_task(self, seed: int) -> dict[str, Any]:
         """The task of an episode started without one (from Gymnasium or OpenEnv)."""
         return {}
+
+
+class SeatEnv(Env):
+    """An env of several seats (players or roles) taking turns: one episode, one trajectory per
+    seat the policy plays.
+
+    `seats` names them (e.g. `("player_0", "player_1")`); the run's `env.seats` says who plays
+    each (`forge_agent.rollout.players`). One episode:
+
+        start = await env.reset(task, seed)   # SeatStart: each seat's messages + tools, start.turn
+        step = await env.step(message)        # the move of the seat whose turn it is -> SeatStep:
+                                              # new messages per seat, next turn, rewards per seat
+        ...                                   # until step.done
+        await env.close()
+
+    Every seat sees only its own messages and keeps its own token history (append-only, with
+    the same bridge and segment rules as a one-seat episode). Rewards are per seat
+    (`SeatStep.rewards[seat]`); `zero_sum = True` states that the seats' rewards of a finished
+    episode sum to 0 (the rollout engine checks it and marks `info["zero_sum_error"]`). An env
+    that gives the turn to a seat it did not declare ends the episode `env_error`.
+    A plain `Env` is the case of one seat and runs exactly as before.
+    """
+
+    seats: ClassVar[tuple[str, ...]] = ()
+    zero_sum: ClassVar[bool] = False
+
+    async def reset(  # type: ignore[override]
+        self, task: dict[str, Any], seed: int | None = None
+    ) -> SeatStart:
+        raise NotImplementedError(f"{type(self).__name__} must implement reset(task, seed)")
+
+    async def step(self, assistant_message: Message) -> SeatStep:  # type: ignore[override]
+        raise NotImplementedError(f"{type(self).__name__} must implement step(assistant_message)")
+
+
+def env_seats(env_class: Any) -> tuple[str, ...]:
+    """The seats an env class declares (`SeatEnv.seats`); () for a one-seat env."""
+    return tuple(getattr(env_class, "seats", ()) or ())
 
 
 class ToolEnv(Env):

@@ -8,8 +8,8 @@ An env id resolves, in this order, to:
    env worker processes included, without editing forge-agent;
 3. `"package.module:Name"` itself;
 4. an OpenEnv server's URL (`http://host:port`), played through `OpenEnvAgentEnv`;
-5. `"reasoning_gym:<task>"` / `"verifiers:<module>"`: an environment of those ecosystems
-   (`ECOSYSTEMS`), through its adapter in `forge_agent.env`.
+5. `"reasoning_gym:<task>"` / `"verifiers:<module>"` / `"textarena:<game>"`: an environment of
+   those ecosystems (`ECOSYSTEMS`), through its adapter in `forge_agent.env`.
 
 An entry point is a callable or a `"package.module:Name"` string imported on first use, so
 registering an env costs nothing and env workers can rebuild it in another process.
@@ -131,6 +131,7 @@ AGENT_PREFIX = "agent:"
 ECOSYSTEMS: dict[str, tuple[str, str]] = {
     "reasoning_gym": ("forge_agent.env.reasoning_gym_env:ReasoningGymEnv", "task"),
     "verifiers": ("forge_agent.env.verifiers_env:VerifiersEnv", "module"),
+    "textarena": ("forge_agent.env.textarena_env:TextArenaEnv", "game"),
 }
 """Id prefix -> (the adapter's entry point, the argument the rest of the id fills)."""
 
@@ -165,7 +166,7 @@ def env_spec(env_id: str) -> EnvSpec:
         "env.id",
         f"unknown env id; registered ids: {', '.join(registered_env_ids())} (or pass a "
         "'package.module:Factory' entry point, an OpenEnv server's http:// URL, "
-        "'reasoning_gym:<task>' or 'verifiers:<module>')",
+        "'reasoning_gym:<task>', 'verifiers:<module>' or 'textarena:<game>')",
     )
 
 

@@ -37,7 +37,7 @@ from typing import Any, Self
 from forge_agent.env.config import EnvConfig
 from forge_agent.env.protocol import EnvFailure
 from forge_agent.env.registry import EnvSpec, env_spec
-from forge_agent.types import Message, Status, StepResult, ToolSpec
+from forge_agent.types import Message, SeatStart, Status, StepResult, ToolSpec
 
 __all__ = ["EnvLease", "EnvPool", "EnvWorker"]
 
@@ -102,8 +102,11 @@ class EnvWorker:
 
     async def reset(
         self, slot: int, task: dict[str, Any], seed: int | None, timeout_s: float
-    ) -> tuple[list[Message], list[ToolSpec]]:
-        messages, tools = await self._request(slot, ("reset", task, seed), timeout_s, "reset")
+    ) -> tuple[list[Message], list[ToolSpec]] | SeatStart:
+        reply = await self._request(slot, ("reset", task, seed), timeout_s, "reset")
+        if isinstance(reply, SeatStart):  # a multi-seat env (forge_agent.env.SeatEnv)
+            return reply
+        messages, tools = reply
         return messages, tools
 
     async def step(self, slot: int, assistant_message: Message, timeout_s: float) -> StepResult:

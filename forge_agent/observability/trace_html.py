@@ -101,6 +101,9 @@ details > summary { cursor: pointer; }
 pre { margin: 4px 0 0; white-space: pre-wrap; word-break: break-word;
   font: 12px/1.5 ui-monospace, "SFMono-Regular", Menlo, Consolas, monospace; }
 .note { color: var(--muted); font-style: italic; }
+.seats { display: flex; gap: 16px; align-items: flex-start; }
+.seats > .card { flex: 1 1 0; min-width: 0; }
+.badge.seat { background: #e0e7ff; color: #3730a3; }
 """
 
 
@@ -287,10 +290,12 @@ def _render_card(index: int, rec: dict[str, Any], decode: Decode | None) -> str:
     facts_html = "".join(
         f'<span class="fact fact-{_css_token(k)}">{_e(k)} <b>{_e(v)}</b></span>' for k, v in facts
     )
+    seat = (rec.get("info") or {}).get("seat")
+    seat_html = f'<span class="badge seat">seat {_e(seat)}</span>' if seat else ""
     head = (
         f'<div class="card-head"><span class="ep">#{index}</span>'
         f'<span class="task">{_e(rec.get("task_id", "?"))}</span>'
-        f'<span class="group">group {_e(rec.get("group_id", "?"))}</span>'
+        f'<span class="group">group {_e(rec.get("group_id", "?"))}</span>{seat_html}'
         f'<span class="badge status {st}">{_e(status)}</span>'
         f'<span class="reward-total">reward {_e(_fmt(rec.get("reward", 0.0)))}</span></div>'
     )
@@ -324,6 +329,21 @@ def _render_card(index: int, rec: dict[str, Any], decode: Decode | None) -> str:
     )
 
 
+def _side_by_side(recs: Sequence[dict[str, Any]], decode: Decode | None) -> list[str]:
+    """The cards of `recs`; the seats of one multi-seat episode (`info["episode_id"]`) side
+    by side in one row, where the episode's first seat appears."""
+    rows: dict[Any, list[str]] = {}
+    for i, rec in enumerate(recs):
+        episode = (rec.get("info") or {}).get("episode_id")
+        rows.setdefault(("episode", episode) if episode else ("card", i), []).append(
+            _render_card(i, rec, decode)
+        )
+    return [
+        f'<div class="seats">{"".join(cards)}</div>' if len(cards) > 1 else cards[0]
+        for cards in rows.values()
+    ]
+
+
 def render_html(
     traces: Sequence[dict[str, Any] | Trajectory],
     decode: Decode | None = None,
@@ -342,7 +362,7 @@ def render_html(
         '<span><span class="tok tok-env">env</span> tool results, user turns, template</span>'
         "</div>"
     )
-    cards = "\n".join(_render_card(i, r, decode) for i, r in enumerate(recs))
+    cards = "\n".join(_side_by_side(recs, decode))
     return (
         '<!doctype html>\n<html lang="en"><head><meta charset="utf-8">'
         f"<title>{_e(title)}</title><style>{_CSS}</style></head><body>"

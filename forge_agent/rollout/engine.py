@@ -95,6 +95,9 @@ class RolloutEngine:
     `max_model_len`: the generator's context length (its setup answer); an episode's budget is
     the smaller of it and `config.max_total_tokens`. `adapter_field`: the task field naming the
     LoRA adapter that plays each episode (`trainer.lora.route`; None: the policy's only one).
+    `players`: for a multi-seat env (`forge_agent.env.SeatEnv`), who plays each seat (None:
+    the policy; see `forge_agent.rollout.players`); its episodes run in
+    `forge_agent.rollout.seats` and yield one trajectory per policy seat. None: one-seat envs.
     """
 
     def __init__(
@@ -106,9 +109,11 @@ class RolloutEngine:
         on_trajectory: Callable[[Trajectory], None] | None = None,
         max_model_len: int | None = None,
         adapter_field: str | None = None,
+        players: dict[str, Any] | None = None,
     ) -> None:
         self.generate = generate
         self.adapter_field = adapter_field
+        self.players = players
         self.envs = envs
         self.renderer = renderer
         self.config = config or RolloutConfig()
@@ -332,8 +337,27 @@ class RolloutEngine:
     async def run_group(
         self, task: dict[str, Any], seed: int, group_size: int, sampling_seed: int | None = None
     ) -> Group:
-        """`group_size` episodes of `task`, all from the same env seed (same start state)."""
+        """`group_size` episodes of `task`, all from the same env seed (same start state);
+        with `players`, the policy seats' trajectories of each episode (`info["seat"]`)."""
         group_id = f"{task.get('task_id', 'task')}-{uuid.uuid4().hex[:8]}"
+        if self.players:
+            from forge_agent.rollout.seats import run_seated_episode
+
+            episodes = await asyncio.gather(
+                *(
+                    run_seated_episode(
+                        self,
+                        self.players,
+                        task,
+                        seed,
+                        group_id,
+                        None if sampling_seed is None else sampling_seed + 1000 * i,
+                    )
+                    for i in range(group_size)
+                )
+            )
+            trajectories = [t for episode in episodes for t in episode]
+            return Group(task_id=str(task.get("task_id", "task")), trajectories=trajectories)
         trajectories = await asyncio.gather(
             *(
                 self.run_episode(

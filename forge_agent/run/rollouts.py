@@ -72,11 +72,40 @@ async def build_engines(
         score = functools.partial(services.score, components=[AGENT_REWARD])
         return Engines(train, evaluate, endpoint, _agent_outcome(score))
     route = cfg.trainer.lora.route if cfg.trainer.lora is not None else None
+    players = seat_players(cfg, getattr(services, "store", None), policy_path, renderer)
     train, evaluate = (
-        RolloutEngine(generate, envs, renderer, c, max_model_len=max_model_len, adapter_field=route)
+        RolloutEngine(
+            generate,
+            envs,
+            renderer,
+            c,
+            max_model_len=max_model_len,
+            adapter_field=route,
+            players=players,
+        )
         for c in configs
     )
     return Engines(train, evaluate)
+
+
+def seat_players(cfg: AgentConfig, store: Any, policy_path: Any, renderer: Any) -> dict | None:
+    """Who plays each seat of a multi-seat env (`env.seats`); None for one-seat envs.
+    Snapshot seats read `store` (the run's weight store)."""
+    from forge_agent.rollout.players import build_players
+    from forge_agent.run.setup_checks import check_env_seats
+
+    specs = check_env_seats(cfg)
+    if not specs:
+        return None
+    return build_players(
+        specs,
+        store=store,
+        model_path=policy_path,
+        renderer=renderer,
+        timeout_s=cfg.env.step_timeout_s,
+        max_new_tokens=cfg.rollout.max_new_tokens_per_turn,
+        temperature=cfg.rollout.temperature,
+    )
 
 
 async def evaluate_policy(

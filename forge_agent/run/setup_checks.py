@@ -252,6 +252,34 @@ def check_run_choices(cfg: Any) -> None:
                 "advantages.turn_credit to none or discounted",
             )
     check_curriculum(env)
+    check_env_seats(cfg)
+
+
+def check_env_seats(cfg: Any) -> dict[str, Any]:
+    """`env.seats` against the seats the env declares (every seat has a player, none unknown,
+    snapshots the weight store keeps); a multi-seat env without `env.seats` is refused too.
+    The parsed player specs ({} for a one-seat env)."""
+    from forge_agent.env.protocol import env_seats
+    from forge_agent.env.registry import env_spec
+    from forge_agent.rollout.players import check_seats
+
+    env = cfg.env
+    if env.is_agent_program:
+        declared: tuple[str, ...] = ()
+    else:
+        try:
+            declared = env_seats(env_spec(env.id).factory())
+        except Exception:  # an env that cannot load fails later, naming itself
+            return {}
+    if not declared and not env.seats:
+        return {}
+    if declared and not env.seats:
+        raise EnvSetupError(env.id, "env.seats", f"the env has seats {list(declared)}; say who "
+                            "plays each, e.g. env.seats.player_0=policy")  # fmt: skip
+    try:
+        return check_seats(env.seats, declared, env.id, cfg.weight_store.max_versions)
+    except ValueError as exc:
+        raise EnvSetupError(env.id, "env.seats", str(exc)) from exc
 
 
 MIN_START_EPISODES = 16
