@@ -247,3 +247,11 @@ def test_plumbing_a_run_routes_each_episode_to_its_tasks_adapter(policy_model_pa
     for name in ROLES:  # B starts at zero: a nonzero B means the adapter trained
         weights = load_file(str(policy / name / "adapter_model.safetensors"))
         assert any(v.abs().max() > 0 for k, v in weights.items() if ".lora_B." in k)
+
+
+def test_route_seat_needs_one_adapter_per_policy_seat():
+    from forge_agent.run.setup_checks import LoraSetupError, check_lora
+
+    lora = "trainer.lora={rank: 4, adapters: [player_0, player_1], route: seat}"
+    with pytest.raises(LoraSetupError, match=r"route=seat.*policy seats of env\.seats \(none\)"):
+        check_lora(load_config(None, [lora]), None)

@@ -87,6 +87,33 @@ def test_a_two_seat_episode_yields_a_trajectory_per_seat_with_its_own_tokens(
     assert "zero_sum_error" not in first.info
 
 
+def test_with_route_seat_each_policy_seat_samples_and_trains_its_own_adapter(
+    tiny_tokenizer, renderer
+):
+    """`trainer.lora.route=seat`: one LoRA adapter per player, named after its seat; every
+    request of a seat names that adapter and its trajectory carries it (the trainer trains
+    each adapter on its own seat's trajectories, tests/test_lora_adapters.py)."""
+    asked = []
+    inner = _generate(tiny_tokenizer, renderer)
+
+    async def generate(ids, sampling, session):
+        asked.append((session.rsplit("-", 1)[-1], sampling.adapter))
+        return await inner(ids, sampling, session)
+
+    cfg = RolloutConfig(max_turns=6, max_total_tokens=4096, tool_output_tokens=1024)
+    players = {"player_0": None, "player_1": None}
+    engine = RolloutEngine(
+        generate, LocalEnvs(CountingGame), renderer, cfg, players=players, adapter_field="seat"
+    )
+    group = asyncio.run(engine.run_group({"task_id": "count"}, 0, 1))
+    assert [(t.info["seat"], t.adapter) for t in group.trajectories] == [
+        ("player_0", "player_0"),
+        ("player_1", "player_1"),
+    ]
+    assert asked and all(seat == adapter for seat, adapter in asked)
+    assert {seat for seat, _ in asked} == {"player_0", "player_1"}
+
+
 def test_each_seat_is_normalised_among_its_own_trajectories() -> None:
     def traj(seat: str, reward: float) -> Trajectory:
         t = Trajectory(task_id="t", group_id="g", reward=reward, info={"seat": seat})

@@ -72,6 +72,7 @@ async def run_seated_episode(
             if seat.player is None:
                 seat.traj = Trajectory(task_id=str(task.get("task_id", "task")), group_id=group_id)
                 seat.traj.info.update(seat=seat.name, episode_id=episode_id, players=labels)
+                seat.traj.adapter = _seat_adapter(engine.adapter_field, seat.name, task)
         trajs = [s.traj for s in seats.values() if s.traj is not None]
         started = time.monotonic()
         try:
@@ -240,6 +241,7 @@ async def _policy_move(engine: Any, seat: _Seat, limit: int, sampling_seed: int 
         top_p=cfg.top_p,
         stop_token_ids=engine.renderer.stop_token_ids,
         seed=None if sampling_seed is None else sampling_seed + turn,
+        adapter=traj.adapter,
     )
     session = f"{traj.group_id}-{traj.info['episode_id']}-{seat.name}"
     t0 = time.monotonic()
@@ -312,3 +314,12 @@ def _trim(traj: Trajectory) -> None:
 def _status(exc: BaseException) -> Status:
     status = getattr(exc, "status", None)
     return status if isinstance(status, Status) else Status.ENV_ERROR
+
+
+def _seat_adapter(route: str | None, seat: str, task: dict[str, Any]) -> str | None:
+    """The LoRA adapter a policy seat plays (`trainer.lora.route`): "seat" gives each seat the
+    adapter of its name (one adapter per player), a task field the adapter it names, None the
+    policy's only one."""
+    if route is None:
+        return None
+    return seat if route == "seat" else task.get(route)

@@ -154,6 +154,14 @@ def check_lora(cfg: Any, model: Path | None) -> None:
                 f"proc, not on {cfg.services.trainer.procs} FSDP ranks (services.trainer.procs); "
                 "set services.trainer.procs=1 or one adapter"
             )
+        if lora.route == "seat":
+            policy_seats = sorted(k for k, v in cfg.env.seats.items() if v == "policy")
+            if not policy_seats or sorted(lora.adapters) != policy_seats:
+                raise LoraSetupError(
+                    f"trainer.lora.route=seat gives each policy seat the adapter of its name, so "
+                    f"trainer.lora.adapters must be the policy seats of env.seats "
+                    f"({policy_seats or 'none'}), not {lora.adapters}"
+                )
         if len(lora.adapters) > 1 and cfg.env.is_agent_program:
             raise LoraSetupError(
                 f"trainer.lora.adapters {lora.adapters}: an agent program's episodes "

@@ -21,6 +21,11 @@ class LoraConfig:
     shorthand). `sync`: what a weight sync hands the generator: "adapter" (the adapter's
     tensors only; vLLM serves each version as a new LoRA) or "merged" (the base weights with the
     adapters merged in: engines that cannot serve adapters).
+
+    `adapters`: the names of the adapters trained on the one base (one per role or player;
+    one engine serves them all in the same batches). `route`: which adapter plays an episode:
+    the task field naming it (needed with several adapters), or "seat": in a multi-seat env
+    (`env.seats`) each policy seat plays the adapter of its name.
     """
 
     rank: int = 16
@@ -31,7 +36,7 @@ class LoraConfig:
     )
     sync: Literal["adapter", "merged"] = "adapter"
     adapters: list[str] = field(default_factory=lambda: ["default"])
-    route: str | None = None  # task field naming each episode's adapter
+    route: str | None = None  # task field naming each episode's adapter, or "seat"
 
     def __post_init__(self) -> None:
         from forge_agent.typed_config import check_field
