@@ -212,14 +212,7 @@ class RolloutEngine:
             if budget <= 0:
                 traj.status = Status.TRUNCATED_LENGTH
                 break
-            sampling = SamplingConfig(
-                max_tokens=min(cfg.max_new_tokens_per_turn, budget),
-                temperature=cfg.temperature,
-                top_p=cfg.top_p,
-                stop_token_ids=self.renderer.stop_token_ids,
-                seed=None if sampling_seed is None else sampling_seed + turn,
-                adapter=traj.adapter,
-            )
+            sampling = self.turn_sampling(traj, budget, turn, sampling_seed)
             t0 = time.monotonic()
             try:
                 completion = await self.generate(list(context), sampling, session)
@@ -283,6 +276,22 @@ class RolloutEngine:
         traj.timings["env_s"] = env_s
         traj.timings["generate_s"] = gen_s
         self.stats["generate_s"] += gen_s
+
+    def turn_sampling(
+        self, traj: Trajectory, budget: int, turn: int, sampling_seed: int | None
+    ) -> SamplingConfig:
+        """The sampling of `traj`'s turn `turn`: at most `budget` new tokens (and the per-turn
+        cap), the run's temperature and top-p, the renderer's stop tokens, a per-turn seed when
+        `sampling_seed` is set, and the trajectory's LoRA adapter."""
+        cfg = self.config
+        return SamplingConfig(
+            max_tokens=min(cfg.max_new_tokens_per_turn, budget),
+            temperature=cfg.temperature,
+            top_p=cfg.top_p,
+            stop_token_ids=self.renderer.stop_token_ids,
+            seed=None if sampling_seed is None else sampling_seed + turn,
+            adapter=traj.adapter,
+        )
 
     @staticmethod
     def _append(

@@ -25,7 +25,6 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from forge_agent.generator.config import SamplingConfig
 from forge_agent.rollout.engine import START_STATE
 from forge_agent.rollout.players import Player
 from forge_agent.types import Message, SeatStart, SeatStep, Status, ToolSpec, Trajectory
@@ -194,7 +193,7 @@ async def _play(
 
 async def _policy_move(engine: Any, seat: _Seat, limit: int, sampling_seed: int | None) -> Message:
     """The policy's move for `seat`: bridge what the seat received, generate, parse."""
-    traj, cfg = seat.traj, engine.config
+    traj = seat.traj
     assert traj is not None
     if seat.last_completion is None:  # its first move: a full render of all it has seen
         seat.messages.extend(seat.pending)
@@ -235,14 +234,7 @@ async def _policy_move(engine: Any, seat: _Seat, limit: int, sampling_seed: int 
     if budget <= 0:
         raise _Stop(Status.TRUNCATED_LENGTH, None, seat=seat.name)
     turn = seat.turns
-    sampling = SamplingConfig(
-        max_tokens=min(cfg.max_new_tokens_per_turn, budget),
-        temperature=cfg.temperature,
-        top_p=cfg.top_p,
-        stop_token_ids=engine.renderer.stop_token_ids,
-        seed=None if sampling_seed is None else sampling_seed + turn,
-        adapter=traj.adapter,
-    )
+    sampling = engine.turn_sampling(traj, budget, turn, sampling_seed)
     session = f"{traj.group_id}-{traj.info['episode_id']}-{seat.name}"
     t0 = time.monotonic()
     try:
