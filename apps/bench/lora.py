@@ -35,6 +35,7 @@ import statistics
 import subprocess
 import sys
 import time
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -72,16 +73,32 @@ def model_folder() -> Path:
     return ensure_tiny_model(TinyModelConfig(**SHAPE))
 
 
-def worker(
-    mode: str,
-    rank: int,
-    steps: int,
-    syncs: int,
-    n: int,
-    targets: str = "all",
-    microbatch_tokens: int = 2048,
-    checkpointing: bool = False,
-) -> dict[str, Any]:
+@dataclass
+class Settings:
+    """One bench run's settings (the command line's options), the same for every mode."""
+
+    rank: int = 16
+    steps: int = 3
+    syncs: int = 3
+    trajectories: int = 32
+    targets: str = "all"
+    microbatch_tokens: int = 2048
+    gradient_checkpointing: bool = False
+
+    def argv(self) -> list[str]:
+        """These settings as the options a worker process is started with."""
+        out = []
+        for f in fields(self):
+            value = getattr(self, f.name)
+            flag = "--" + f.name.replace("_", "-")
+            if isinstance(value, bool):
+                out += [flag] if value else []
+            else:
+                out += [flag, str(value)]
+        return out
+
+
+def worker(mode: str, settings: Settings) -> dict[str, Any]:
     """One mode, in this process: train, then sync into a fresh vLLM engine."""
     import torch
     from transformers import AutoModelForCausalLM
@@ -93,21 +110,23 @@ def worker(
     from forge_agent.trainer import Trainer, TrainerConfig
     from forge_agent.trainer.config import LoraConfig
 
+    rank, steps, syncs, n = settings.rank, settings.steps, settings.syncs, settings.trajectories
     folder = str(model_folder())
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
     params = sum(p.numel() for p in model.parameters())
     lora = None
     if mode != "full":
         sync = "merged" if mode == "lora_merged" else "adapter"
-        lora = LoraConfig(rank=rank, alpha=2.0 * rank, target_modules=TARGETS[targets], sync=sync)
+        targets = TARGETS[settings.targets]
+        lora = LoraConfig(rank=rank, alpha=2.0 * rank, target_modules=targets, sync=sync)
     trajs = agent_trajectories(n, model.config.vocab_size)
     base_mb = _rss_mb()
     cfg = TrainerConfig(
         lr=1e-4,
         loss=LossConfig.preset("grpo"),
         row_tokens=512,
-        microbatch_tokens=microbatch_tokens,
-        gradient_checkpointing=checkpointing,
+        microbatch_tokens=settings.microbatch_tokens,
+        gradient_checkpointing=settings.gradient_checkpointing,
         lora=lora,
     )
     trainer = Trainer(cfg, model)
@@ -150,22 +169,11 @@ def worker(
     }
 
 
-def main(
-    rank: int,
-    steps: int,
-    syncs: int,
-    n: int,
-    targets: str = "all",
-    microbatch_tokens: int = 2048,
-    checkpointing: bool = False,
-) -> dict[str, Any]:
+def main(settings: Settings) -> dict[str, Any]:
     model_folder()  # built once, before the workers race for it
     rows = {}
     for mode in MODES:
-        cmd = [sys.executable, "-m", "apps.bench.lora", "--worker", mode, "--rank", str(rank)]
-        cmd += ["--steps", str(steps), "--syncs", str(syncs), "--trajectories", str(n)]
-        cmd += ["--targets", targets, "--microbatch-tokens", str(microbatch_tokens)]
-        cmd += ["--gradient-checkpointing"] if checkpointing else []
+        cmd = [sys.executable, "-m", "apps.bench.lora", "--worker", mode, *settings.argv()]
         done = subprocess.run(cmd, capture_output=True, text=True, env=os.environ.copy())
         if done.returncode:
             raise RuntimeError(f"{mode} worker failed:\n{done.stderr[-3000:]}")
@@ -177,13 +185,8 @@ def main(
     return {
         "benchmark": "lora",
         "model": SHAPE,
-        "rank": rank,
-        "targets": TARGETS[targets],
-        "microbatch_tokens": microbatch_tokens,
-        "gradient_checkpointing": checkpointing,
-        "trajectories": n,
-        "steps": steps,
-        "syncs": syncs,
+        **asdict(settings),
+        "targets": TARGETS[settings.targets],
         "rows": rows,
     }
 
@@ -200,28 +203,12 @@ if __name__ == "__main__":
     ap.add_argument("--worker", choices=MODES, default=None, help=argparse.SUPPRESS)
     ap.add_argument("--out", default="bench_results/lora.json")
     args = ap.parse_args()
+    settings = Settings(**{f.name: getattr(args, f.name) for f in fields(Settings)})
     if args.worker:
-        row = worker(
-            args.worker,
-            args.rank,
-            args.steps,
-            args.syncs,
-            args.trajectories,
-            args.targets,
-            args.microbatch_tokens,
-            args.gradient_checkpointing,
-        )
+        row = worker(args.worker, settings)
         print(json.dumps(row), flush=True)
         sys.exit(0)
-    res = main(
-        args.rank,
-        args.steps,
-        args.syncs,
-        args.trajectories,
-        args.targets,
-        args.microbatch_tokens,
-        args.gradient_checkpointing,
-    )
+    res = main(settings)
     first = res["rows"]["full"]
     print(
         f"model {first['params'] / 1e6:.1f} M parameters, LoRA rank {res['rank']} on "
