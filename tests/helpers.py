@@ -86,3 +86,13 @@ def host_victim_intact(victim: Path) -> bool:
         sorted(p.name for p in victim.iterdir()) == [f"keep{i}" for i in range(5)]
         and stat.S_IMODE(victim.stat().st_mode) == 0o755
     )
+
+
+def spawn_lora_generator(procs: Any, name: str, model: Any, lora: Any) -> Any:
+    """A `Generator` actor on `procs` serving `model` plus LoRA adapters of `lora`'s shape (up to
+    eight sequences at once), set up."""
+    from forge_agent.generator import Generator, GeneratorConfig
+
+    gen = procs.spawn(name, Generator, GeneratorConfig(max_num_seqs=8), str(model), lora=lora)
+    gen.setup.call_one().get()
+    return gen

@@ -19,7 +19,7 @@ from forge_agent.run.config import ConfigError, load_config
 from forge_agent.trainer.config import LoraConfig, TrainerConfig
 from forge_agent.types import Trajectory
 from forge_agent.weights.store import MonarchWeightStore
-from tests.helpers import short_training, spawn_test_procs
+from tests.helpers import short_training, spawn_lora_generator, spawn_test_procs
 
 PARITY_BOUND = 1e-4  # fp32 sampler vs trainer, as in test_weight_sync_parity
 ROLES = ["solver", "verifier"]
@@ -93,18 +93,9 @@ def test_one_engine_serves_both_adapters_in_the_same_batches(
 ):
     """Requests of both adapters run at once on one engine; each is sampled under its own
     adapter: vLLM's logprobs equal the trainer's under that adapter, not under the other."""
-    from forge_agent.generator import Generator, GeneratorConfig
-
     trainer, trajs, *_ = two_adapters
     procs = spawn_test_procs(1)
-    gen = procs.spawn(
-        "two_adapter_generator",
-        Generator,
-        GeneratorConfig(max_num_seqs=8),
-        str(tiny_model_path),
-        lora=_lora(),
-    )
-    gen.setup.call_one().get()
+    gen = spawn_lora_generator(procs, "two_adapter_generator", tiny_model_path, _lora())
     store = asyncio.run(MonarchWeightStore.spawn(procs, name="ws_two_adapters"))
     try:
         adapters = trainer.sync_state_dict()

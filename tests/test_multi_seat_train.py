@@ -17,7 +17,9 @@ from forge_agent.run.config import load_config
 from tests.helpers import short_training
 
 
-def test_self_play_snapshot_and_scripted_seats_train_two_steps(policy_model_path, tmp_path):
+def test_plumbing_self_play_snapshot_and_scripted_seats_train_two_steps(
+    policy_model_path, tmp_path
+):
     from forge_agent.run.controller import train
 
     out = tmp_path / "run"

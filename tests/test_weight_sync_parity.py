@@ -14,7 +14,7 @@ from forge_agent.trainer.config import LoraConfig
 from forge_agent.trainer.core import Trainer, TrainerConfig
 from forge_agent.types import Trajectory
 from forge_agent.weights.store import MonarchWeightStore
-from tests.helpers import spawn_test_procs
+from tests.helpers import spawn_lora_generator, spawn_test_procs
 
 PARITY_BOUND = 1e-4  # the generator parity test's bound (fp32)
 
@@ -82,17 +82,10 @@ def test_after_a_weight_sync_generator_logprobs_equal_the_trainers(
 @pytest.fixture(scope="module")
 def lora_generator(policy_model_path):
     """A vLLM CPU engine serving the policy model plus LoRA adapters of rank <= 8."""
-    from forge_agent.generator import Generator, GeneratorConfig
-
     procs = spawn_test_procs(1)
-    gen = procs.spawn(
-        "lora_generator",
-        Generator,
-        GeneratorConfig(max_num_seqs=8),
-        str(policy_model_path),
-        lora=LoraConfig(rank=4, alpha=8.0),
+    gen = spawn_lora_generator(
+        procs, "lora_generator", policy_model_path, LoraConfig(rank=4, alpha=8.0)
     )
-    gen.setup.call_one().get()
     yield gen
     gen.shutdown.call_one().get()
     procs.stop().get()
