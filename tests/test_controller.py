@@ -254,7 +254,7 @@ def test_run_killed_mid_training_resumes_from_its_checkpoint(policy_model_path, 
     # quiet by default: vLLM, torch, Triton and Monarch logs go to run.log, not the console
     assert _third_party_lines(log) == []
     run_log = (out / "run.log").read_text()
-    assert "EngineCore" in run_log
+    assert "[cpu_worker.py:" in run_log  # vLLM's own warnings reached the log file
     assert "Passing raw prompts" not in run_log  # prompts reach vLLM as engine inputs
     summary = json.loads((out / "summary.json").read_text())
     assert summary["steps"] == 4 and summary["policy_version"] == 4

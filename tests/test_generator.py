@@ -7,7 +7,7 @@ import asyncio
 import pytest
 import torch
 
-from forge_agent.generator import SamplingConfig
+from forge_agent.generator import GeneratorConfig, SamplingConfig
 
 PARITY_BOUND = 1e-4  # fp32; measured about 5e-7 before and 2e-6 after an update
 
@@ -165,14 +165,16 @@ def _vllm_engine_processes() -> list:
     return found
 
 
-def test_the_cpu_engine_runs_its_worker_inside_the_engine_core(generator, fixed_ids):
-    """executor auto on CPU: vLLM's engine core and its worker are one process (no second torch
-    process, no worker queue to poll), and it still serves and reloads (the tests above)."""
+def test_the_cpu_engine_runs_inside_the_generators_own_process(generator, fixed_ids):
+    """executor and engine_core auto on CPU: vLLM's engine core and its worker run in the
+    generator actor's process (no engine-core or worker process of vLLM's, no socket hop per
+    engine step), and it still serves and reloads (the tests above)."""
     generator.generate.call_one(fixed_ids, SamplingConfig(max_tokens=2)).get()
-    engines = _vllm_engine_processes()
-    assert engines, "no vLLM engine process below the test process"
-    names = sorted(p.name() for p in engines)
-    assert all("EngineCore" in n for n in names), names
+    assert _vllm_engine_processes() == []
+    assert GeneratorConfig().resolved_engine_core() == "inproc"
+    assert GeneratorConfig(engine_core="process").resolved_engine_core() == "process"
+    with pytest.raises(ValueError, match="engine_core"):
+        GeneratorConfig(engine_core="thread")
 
 
 def test_the_cpu_engine_core_keeps_few_onednn_primitives(generator):

@@ -27,6 +27,11 @@ class GeneratorConfig:
     # (the cores go to the trainer, controller and env workers), "active" spin, null: OpenMP's
     # default (spin a while, then sleep)
     omp_wait_policy: str | None = "passive"
+    # auto: "inproc" where the executor is "uni" (CPU, one worker): vLLM's engine core runs in
+    # the generator's own process, stepped by a thread (`generator.inproc`: one process and
+    # one copy of torch and vLLM less, no socket hop per engine step); else "process":
+    # AsyncLLM's engine-core process (on GPUs it overlaps the scheduler with the model)
+    engine_core: str = "auto"
     engine_kwargs: dict[str, Any] = field(default_factory=dict)  # passed to AsyncEngineArgs
 
     def __post_init__(self) -> None:
@@ -45,6 +50,12 @@ class GeneratorConfig:
         check_field(
             self.executor in ("auto", "uni", "mp"), "executor", self.executor, "auto | uni | mp"
         )
+        check_field(
+            self.engine_core in ("auto", "inproc", "process"),
+            "engine_core",
+            self.engine_core,
+            "auto | inproc | process",
+        )
         policy = self.omp_wait_policy
         check_field(
             policy in (None, "active", "passive"),
@@ -58,6 +69,12 @@ class GeneratorConfig:
         if self.executor != "auto":
             return self.executor
         return "uni" if on_cpu() and self.tensor_parallel_size == 1 else "mp"
+
+    def resolved_engine_core(self) -> str:
+        """Where vLLM's engine core runs: "inproc" (this process) or "process" (its own)."""
+        if self.engine_core != "auto":
+            return self.engine_core
+        return "inproc" if self.resolved_executor() == "uni" else "process"
 
 
 @dataclass

@@ -58,9 +58,10 @@ ONEDNN_CACHE_CAPACITY = 16
 def engine_environ(config: GeneratorConfig) -> dict[str, str]:
     """The environment vLLM reads at import, from `config` (set where the user has not)."""
     env = {"VLLM_LOGGING_LEVEL": "WARNING"}  # INFO logs per request and reload drown a run
-    if config.resolved_executor() == "uni":
-        # vLLM's CPU platform turns "uni" into "mp" unless V1 multiprocessing is off; AsyncLLM
-        # still runs its engine core in a process of its own (that is the only process left)
+    if config.resolved_executor() == "uni" or config.resolved_engine_core() == "inproc":
+        # vLLM's CPU platform turns "uni" into "mp" unless V1 multiprocessing is off (AsyncLLM
+        # still runs its engine core in a process of its own); LLMEngine (engine_core inproc)
+        # keeps its engine core in this process only with it off
         env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     if on_cpu():
         # oneDNN keeps a compiled primitive (with its buffers) per matmul shape, up to 1024;
@@ -71,8 +72,9 @@ def engine_environ(config: GeneratorConfig) -> dict[str, str]:
 
 
 def engine_process_environ(config: GeneratorConfig) -> dict[str, str]:
-    """The environment of the engine processes vLLM starts (not of the generator's own
-    process): OpenMP's wait policy on CPU, unless the user's environment sets one."""
+    """The environment of the engine-core process vLLM starts, or with `engine_core` inproc
+    of the generator's own proc (set when the proc starts, `run.placement`): OpenMP's wait
+    policy on CPU, unless the user's environment sets one."""
     if config.omp_wait_policy is None or not on_cpu() or "OMP_WAIT_POLICY" in os.environ:
         return {}
     return {"OMP_WAIT_POLICY": config.omp_wait_policy.upper()}
@@ -197,9 +199,13 @@ class VLLMEngine:
         from vllm.v1.engine.async_llm import AsyncLLM
 
         kwargs = engine_args(self.config, self.model, self.dtype, self.seed, self.lora)
-        args = AsyncEngineArgs(**kwargs)
-        with _environ(engine_process_environ(self.config)):  # its engine-core process starts
-            self._llm = AsyncLLM.from_engine_args(args)
+        if self.config.resolved_engine_core() == "inproc":
+            from forge_agent.generator.inproc import InprocLLM
+
+            self._llm = InprocLLM(kwargs)
+        else:
+            with _environ(engine_process_environ(self.config)):  # its engine-core process
+                self._llm = AsyncLLM.from_engine_args(AsyncEngineArgs(**kwargs))
         from forge_agent.generator.reaper import watch_engine
 
         self._reaper = watch_engine()  # engine processes die with this process, even on SIGKILL

@@ -132,11 +132,14 @@ class Placement:
         t = self.cfg.trainer
         return self.spawn("trainer", t.procs, 1 if t.with_gpus else 0, service="trainer")
 
-    def generator_procs(self, replica: int) -> Any:
-        """Generator replica ``replica``'s mesh: one proc (``gpus_per_generator`` GPUs)."""
+    def generator_procs(self, replica: int, environ: dict[str, str] | None = None) -> Any:
+        """Generator replica ``replica``'s mesh: one proc (``gpus_per_generator`` GPUs);
+        ``environ``: set in the proc before anything imports torch (OpenMP reads it then)."""
         g = self.cfg.generator
         gpus = self.gpus_per_generator if g.with_gpus else 0
-        return self.spawn(f"generator{replica}", 1, gpus, service="generator", host=replica)
+        return self.spawn(
+            f"generator{replica}", 1, gpus, service="generator", host=replica, environ=environ
+        )
 
     def reward_procs(self) -> Any:
         """The reward service's mesh: ``reward.num_replicas`` CPU procs."""
@@ -149,21 +152,26 @@ class Placement:
         gpus_per_proc: int = 0,
         service: str | None = None,
         host: int | None = None,
+        environ: dict[str, str] | None = None,
     ) -> Any:
         """A mesh of ``procs`` procs per host of ``service``'s host mesh (this host when
         None), each given its own next ``gpus_per_proc`` GPUs of its host; ``host`` i: on
-        host i (modulo the mesh's size) only."""
+        host i (modulo the mesh's size) only; ``environ``: variables each proc sets first."""
         host_name = self.mesh_of(service) if service else LOCAL
         hosts = self._host(host_name, host)
-        bootstrap = None
+        devices: tuple[str, ...] = ()
         if gpus_per_proc:
             given = dict(self.given)
             if name in given:  # a replacement for a failed mesh gets its GPUs back
-                devices = given[name]
+                devices = tuple(given[name])
             else:
-                devices = [self._take_gpus(name, host_name, gpus_per_proc) for _ in range(procs)]
-                self.given.append((name, devices))
-            bootstrap = functools.partial(_set_visible_devices, tuple(devices))
+                devices = tuple(
+                    self._take_gpus(name, host_name, gpus_per_proc) for _ in range(procs)
+                )
+                self.given.append((name, list(devices)))
+        bootstrap = None
+        if devices or environ:
+            bootstrap = functools.partial(_bootstrap, devices, tuple((environ or {}).items()))
         mesh = hosts.spawn_procs(per_host={"procs": procs}, name=name, bootstrap=bootstrap)
         self.meshes.append(mesh)
         self.named[name] = mesh
@@ -298,10 +306,15 @@ class Placement:
                 await asyncio.wait_for(host.stop(), 30)
 
 
-def _set_visible_devices(devices: tuple[str, ...]) -> None:
-    """Proc bootstrap: this proc's own GPUs (chosen by its rank in the mesh)."""
+def _bootstrap(devices: tuple[str, ...], environ: tuple[tuple[str, str], ...]) -> None:
+    """Proc bootstrap (before the actors' modules import torch): ``environ``'s variables
+    where the proc's environment lacks them, and this proc's own GPUs (chosen by its rank in
+    the mesh) when ``devices``."""
     import os
 
-    from monarch.actor import current_rank
+    for key, value in environ:
+        os.environ.setdefault(key, value)
+    if devices:
+        from monarch.actor import current_rank
 
-    os.environ["CUDA_VISIBLE_DEVICES"] = devices[current_rank().rank]
+        os.environ["CUDA_VISIBLE_DEVICES"] = devices[current_rank().rank]

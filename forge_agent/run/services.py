@@ -261,9 +261,14 @@ class Services:
 
     async def _spawn_generator(self, replica: int) -> tuple[Any, Any]:
         from forge_agent.generator import Generator
+        from forge_agent.generator.engine import engine_process_environ
 
         cfg = self.cfg
-        procs = self.placement.generator_procs(replica)
+        # an in-process engine core runs in the generator's proc: it gets the engine's
+        # environment (OpenMP's wait policy) before torch is imported there
+        inproc = cfg.generator.resolved_engine_core() == "inproc"
+        environ = engine_process_environ(cfg.generator) if inproc else None
+        procs = self.placement.generator_procs(replica, environ=environ)
         lora = cfg.trainer.lora
         generator = procs.spawn(
             "generator",
