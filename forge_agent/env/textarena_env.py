@@ -36,11 +36,15 @@ __all__ = ["PIP_INSTALL", "TextArenaEnv", "legal_moves"]
 PIP_INSTALL = "pip install textarena==0.7.4  (or: pip install -e '.[ecosystems]')"
 
 _MOVES = re.compile(r"Available Moves:\s*(.*)")
+_FREE = re.compile(r"Free: ([0-9 ]+|none)\.")
 
 
 def legal_moves(text: str) -> list[str]:
-    """The moves an observation lists (`Available Moves: '[0]', '[1]'`), or []."""
-    found = _MOVES.findall(text)
+    """The moves an observation lists (`Available Moves: '[0]', '[1]'`, or the cells view's
+    `Free: 0 1.` as `[0]`, `[1]`), or []."""
+    found, free = _MOVES.findall(text), _FREE.findall(text)
+    if free and (not found or text.rfind("Free: ") > text.rfind("Available Moves:")):
+        return [f"[{c}]" for c in free[-1].split() if c != "none"]
     return re.findall(r"'(\[[^\]]*\])'", found[-1]) if found else []
 
 
@@ -57,13 +61,18 @@ class TextArenaEnv(SeatEnv):
 
     `board_only`: each observation is only the game's latest board (and its notices of invalid
     moves), without the rules and move descriptions: short prompts for small models.
+    `cells` (tic-tac-toe, implies `board_only`): the board as one line naming the cells of each
+    mark and the free ones, `You (O): 4. Opponent (X): 1 3. Free: 0 2 5 6 7 8.`, instead of the
+    3x3 drawing (the same state, in a form a small model reads; no hint of a move).
     """
 
     seats: ClassVar[tuple[str, ...]] = ("player_0", "player_1")
     zero_sum: ClassVar[bool] = True
     required_fields: ClassVar[tuple[str, ...]] = ()
 
-    def __init__(self, game: str = "TicTacToe-v0", board_only: bool = False) -> None:
+    def __init__(
+        self, game: str = "TicTacToe-v0", board_only: bool = False, cells: bool = False
+    ) -> None:
         ta = _textarena(f"textarena:{game}")
         base = game.removesuffix("-raw")
         known = ta.envs.registration.ENV_REGISTRY
@@ -71,7 +80,10 @@ class TextArenaEnv(SeatEnv):
             near = [k for k in known if k.lower().startswith(base.split("-")[0].lower()[:4])]
             where = f"textarena:{game}"
             raise EnvSetupError(where, "TextArena's registry", f"unknown game; near: {near[:8]}")
-        self.game, self.board_only = base, board_only
+        if cells and base != "TicTacToe-v0":
+            where = f"textarena:{game}"
+            raise EnvSetupError(where, "env.kwargs.cells", "only TicTacToe-v0 has a cells view")
+        self.game, self.board_only, self.cells = base, board_only or cells, cells
         self._ta = ta
         self._env: Any = None
 
@@ -87,6 +99,8 @@ class TextArenaEnv(SeatEnv):
 
     def system_prompt(self, seat: str) -> str:
         player = self.seats.index(seat)
+        if self.cells:
+            return f"{self.game}, Player {player}. Reply with one Free cell as [n]."
         if self.board_only:
             return f"{self.game}, Player {player}. Reply with one of the Available Moves."
         return (
@@ -146,6 +160,8 @@ class TextArenaEnv(SeatEnv):
             sender, text = entry[0], str(entry[1])
             if sender == pid:
                 continue  # its own move is already in its history
+            if self.cells and getattr(entry[2], "name", "") == "GAME_BOARD":
+                text = tictactoe_cells(tictactoe_board(text), "O" if pid == 0 else "X")
             parts.append(text if sender == -1 else f"[Player {sender}] {text}")
         return {"role": "user", "content": "\n".join(parts)}
 
@@ -208,11 +224,37 @@ def random_move(messages: list[Message], tools: list[Any]) -> str:
 _LINES = ((0, 1, 2), (3, 4, 5), (6, 7, 8), (0, 3, 6), (1, 4, 7), (2, 5, 8), (0, 4, 8), (2, 4, 6))
 
 
+_CELLS = re.compile(r"You \(([OX])\): ([0-9 ]+|none)\. Opponent \(([OX])\): ([0-9 ]+|none)\.")
+
+
 def tictactoe_board(text: str) -> list[str]:
-    """The 9 cells of the last board in a tic-tac-toe observation: "O", "X" or "" (empty)."""
+    """The 9 cells of the last board in a tic-tac-toe observation (the 3x3 drawing or the
+    cells view): "O", "X" or "" (empty)."""
+    views = list(_CELLS.finditer(text))
     rows = re.findall(r"^ ?(\S) \| (\S) \| (\S) ?$", text, re.MULTILINE)[-3:]
+    if views and (len(rows) < 3 or views[-1].start() > text.rfind(" | ")):
+        board = [""] * 9
+        mine, my_cells, theirs, their_cells = views[-1].groups()
+        for mark, listed in ((mine, my_cells), (theirs, their_cells)):
+            for c in listed.split():
+                if c != "none":
+                    board[int(c)] = mark
+        return board
     cells = [c for row in rows for c in row]
     return [c if c in ("O", "X") else "" for c in cells] if len(cells) == 9 else [""] * 9
+
+
+def tictactoe_cells(board: list[str], mine: str) -> str:
+    """The cells view of a tic-tac-toe board for the player of mark `mine`:
+    `You (O): 4. Opponent (X): 1 3. Free: 0 2 5 6 7 8.` ("none" for an empty list)."""
+    theirs = "X" if mine == "O" else "O"
+
+    def listed(mark: str) -> str:
+        return " ".join(str(i) for i in range(9) if board[i] == mark) or "none"
+
+    return (
+        f"You ({mine}): {listed(mine)}. Opponent ({theirs}): {listed(theirs)}. Free: {listed('')}."
+    )
 
 
 def tictactoe_heuristic(messages: list[Message], tools: list[Any]) -> str:
