@@ -36,15 +36,15 @@ __all__ = ["PIP_INSTALL", "TextArenaEnv", "legal_moves"]
 PIP_INSTALL = "pip install textarena==0.7.4  (or: pip install -e '.[ecosystems]')"
 
 _MOVES = re.compile(r"Available Moves:\s*(.*)")
-_FREE = re.compile(r"Free: ([0-9 ]+|none)\.")
+_CELLS = re.compile(r"Board: (\S) (\S) (\S) / (\S) (\S) (\S) / (\S) (\S) (\S)\.")
 
 
 def legal_moves(text: str) -> list[str]:
-    """The moves an observation lists (`Available Moves: '[0]', '[1]'`, or the cells view's
-    `Free: 0 1.` as `[0]`, `[1]`), or []."""
-    found, free = _MOVES.findall(text), _FREE.findall(text)
-    if free and (not found or text.rfind("Free: ") > text.rfind("Available Moves:")):
-        return [f"[{c}]" for c in free[-1].split() if c != "none"]
+    """The moves an observation lists (`Available Moves: '[0]', '[1]'`, or the free cells of
+    the cells view's `Board: 0 X 2 / ...` as `[0]`, `[2]`), or []."""
+    found, views = _MOVES.findall(text), list(_CELLS.finditer(text))
+    if views and (not found or views[-1].start() > text.rfind("Available Moves:")):
+        return [f"[{c}]" for c in views[-1].groups() if c.isdigit()]
     return re.findall(r"'(\[[^\]]*\])'", found[-1]) if found else []
 
 
@@ -61,9 +61,10 @@ class TextArenaEnv(SeatEnv):
 
     `board_only`: each observation is only the game's latest board (and its notices of invalid
     moves), without the rules and move descriptions: short prompts for small models.
-    `cells` (tic-tac-toe, implies `board_only`): the board as one line naming the cells of each
-    mark and the free ones, `You (O): 4. Opponent (X): 1 3. Free: 0 2 5 6 7 8.`, instead of the
-    3x3 drawing (the same state, in a form a small model reads; no hint of a move).
+    `cells` (tic-tac-toe, implies `board_only`): the board on one line, each cell its number
+    when free or its mark, row by row, and the seat's mark: `You are O. Board: 0 X 2 / 3 O 5 /
+    6 7 8.` instead of the 3x3 drawing and its list of moves (the same state, short, every cell
+    at a fixed place, the free ones the only digits; no hint of a move).
     """
 
     seats: ClassVar[tuple[str, ...]] = ("player_0", "player_1")
@@ -100,7 +101,7 @@ class TextArenaEnv(SeatEnv):
     def system_prompt(self, seat: str) -> str:
         player = self.seats.index(seat)
         if self.cells:
-            return f"{self.game}, Player {player}. Reply with one Free cell as [n]."
+            return f"{self.game}, Player {player}. Reply with a free cell as [n]."
         if self.board_only:
             return f"{self.game}, Player {player}. Reply with one of the Available Moves."
         return (
@@ -224,37 +225,24 @@ def random_move(messages: list[Message], tools: list[Any]) -> str:
 _LINES = ((0, 1, 2), (3, 4, 5), (6, 7, 8), (0, 3, 6), (1, 4, 7), (2, 5, 8), (0, 4, 8), (2, 4, 6))
 
 
-_CELLS = re.compile(r"You \(([OX])\): ([0-9 ]+|none)\. Opponent \(([OX])\): ([0-9 ]+|none)\.")
-
-
 def tictactoe_board(text: str) -> list[str]:
     """The 9 cells of the last board in a tic-tac-toe observation (the 3x3 drawing or the
     cells view): "O", "X" or "" (empty)."""
     views = list(_CELLS.finditer(text))
     rows = re.findall(r"^ ?(\S) \| (\S) \| (\S) ?$", text, re.MULTILINE)[-3:]
     if views and (len(rows) < 3 or views[-1].start() > text.rfind(" | ")):
-        board = [""] * 9
-        mine, my_cells, theirs, their_cells = views[-1].groups()
-        for mark, listed in ((mine, my_cells), (theirs, their_cells)):
-            for c in listed.split():
-                if c != "none":
-                    board[int(c)] = mark
-        return board
-    cells = [c for row in rows for c in row]
+        cells = list(views[-1].groups())
+    else:
+        cells = [c for row in rows for c in row]
     return [c if c in ("O", "X") else "" for c in cells] if len(cells) == 9 else [""] * 9
 
 
 def tictactoe_cells(board: list[str], mine: str) -> str:
     """The cells view of a tic-tac-toe board for the player of mark `mine`:
-    `You (O): 4. Opponent (X): 1 3. Free: 0 2 5 6 7 8.` ("none" for an empty list)."""
-    theirs = "X" if mine == "O" else "O"
-
-    def listed(mark: str) -> str:
-        return " ".join(str(i) for i in range(9) if board[i] == mark) or "none"
-
-    return (
-        f"You ({mine}): {listed(mine)}. Opponent ({theirs}): {listed(theirs)}. Free: {listed('')}."
-    )
+    `You are O. Board: 0 X 2 / 3 O 5 / 6 7 8.` (a free cell shows its number)."""
+    shown = [board[i] or str(i) for i in range(9)]
+    rows = " / ".join(" ".join(shown[r : r + 3]) for r in (0, 3, 6))
+    return f"You are {mine}. Board: {rows}."
 
 
 def tictactoe_heuristic(messages: list[Message], tools: list[Any]) -> str:
