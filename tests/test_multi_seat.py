@@ -15,7 +15,14 @@ import re
 import pytest
 
 from forge_agent.algorithms.advantages import compute_advantages
-from forge_agent.env.textarena_env import TextArenaEnv, legal_moves, tictactoe_board
+from forge_agent.env.sources import EnvSetupError
+from forge_agent.env.textarena_env import (
+    TextArenaEnv,
+    legal_moves,
+    random_move,
+    tictactoe_board,
+    tictactoe_heuristic,
+)
 from forge_agent.rollout import ChatRenderer, LocalEnvs, RolloutConfig, RolloutEngine
 from forge_agent.rollout.players import EndpointPlayer, ScriptedPlayer, check_seats
 from forge_agent.types import Completion, Group, Status, Trajectory
@@ -172,6 +179,38 @@ def test_the_textarena_demonstrations_are_legal_games_of_one_seat() -> None:
                 assert move["content"] in legal_moves(before["content"])
     board = tictactoe_board(" O | X | 2 \n---+---+---\n 3 | 4 | 5 \n---\n 6 | 7 | X ")
     assert board == ["O", "X", "", "", "", "", "", "", "X"]
+
+
+def test_the_tictactoe_cells_view_names_the_same_board_and_the_scripted_players_read_it() -> None:
+    env = TextArenaEnv("TicTacToe-v0", cells=True)
+    start = env._reset({"seed": 0})
+    assert start.seats["player_0"][0][-1]["content"] == "You are O. Board: 0 1 2 / 3 4 5 / 6 7 8."
+    for move in ("[4]", "[0]", "[8]"):
+        step = env._step({"role": "assistant", "content": move})
+    seen = step.messages["player_1"][0]["content"]  # X's view after O 4, X 0, O 8
+    assert seen == "You are X. Board: X 1 2 / 3 O 5 / 6 7 O."
+    assert tictactoe_board(seen) == ["X", "", "", "", "O", "", "", "", "O"]
+    assert legal_moves(seen) == ["[1]", "[2]", "[3]", "[5]", "[6]", "[7]"]
+    x_sees = [
+        {"role": "system", "content": env.system_prompt("player_1")},
+        step.messages["player_1"][0],
+    ]
+    assert tictactoe_heuristic(x_sees, []) in {"[2]", "[6]"}  # no line to take or block: a corner
+    x_sees[-1] = {"role": "user", "content": "You are X. Board: X 1 2 / 3 O O / 6 7 8."}
+    assert tictactoe_heuristic(x_sees, []) == "[3]"  # the block
+    o_sees = [
+        {"role": "system", "content": env.system_prompt("player_0")},
+        {"role": "user", "content": "You are O. Board: O X 2 / X O 5 / 6 7 8."},
+    ]
+    assert tictactoe_heuristic(o_sees, []) == "[8]"  # the win
+    assert random_move(o_sees, []) in {"[2]", "[5]", "[6]", "[7]", "[8]"}
+    for demo in env.demonstrations(4, seed=0, demo_fraction=1.0):
+        for before, move in itertools.pairwise(demo):
+            if move["role"] == "assistant":
+                assert "Board: " in before["content"] and "|" not in before["content"]
+                assert move["content"] in legal_moves(before["content"])
+    with pytest.raises(EnvSetupError, match=r"env\.kwargs\.cells"):
+        TextArenaEnv("Nim-v0", cells=True)
 
 
 def test_a_turn_given_to_a_seat_that_does_not_exist_ends_the_episode_env_error(

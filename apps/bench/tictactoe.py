@@ -30,8 +30,11 @@ class _Disk:
         return []
 
 
-async def play(model: str, opponent: str, games: int, max_moves: int = 7) -> dict[str, float]:
-    """Win / draw / loss / unfinished rates of `model` (player_0) against `opponent`."""
+async def play(
+    model: str, opponent: str, games: int, max_moves: int = 7, cells: bool = True
+) -> dict[str, float]:
+    """Win / draw / loss / unfinished rates of `model` (player_0) against `opponent`; `cells`:
+    the cells view of the board (as apps/agent/tictactoe.yaml trains), else the 3x3 drawing."""
     import torch
 
     from forge_agent.env import textarena_env
@@ -46,7 +49,7 @@ async def play(model: str, opponent: str, games: int, max_moves: int = 7) -> dic
     for g in range(games):
         random.seed(g)
         torch.manual_seed(g)
-        env = TextArenaEnv("TicTacToe-v0", board_only=True)
+        env = TextArenaEnv("TicTacToe-v0", board_only=True, cells=cells)
         start = env._reset({"seed": g})
         seen = {s: list(start.seats[s][0]) for s in env.seats}
         turn, moves, result = start.turn, 0, None
@@ -76,13 +79,19 @@ def main() -> None:
     parser.add_argument("--models", nargs="+", required=True, help="policy folders")
     parser.add_argument("--labels", nargs="*", default=None, help="a name per model")
     parser.add_argument("--games", type=int, default=128, help="games per model and opponent")
+    parser.add_argument(
+        "--view",
+        choices=("cells", "board"),
+        default="cells",
+        help="observations: the cells view (env.kwargs.cells, the default) or the 3x3 drawing",
+    )
     parser.add_argument("--out", default="tictactoe.json", help="where the JSON goes")
     args = parser.parse_args()
     labels = args.labels or [Path(m).name for m in args.models]
     rows = []
     for model, label in zip(args.models, labels, strict=True):
         for opponent in OPPONENTS:
-            rates = asyncio.run(play(model, opponent, args.games))
+            rates = asyncio.run(play(model, opponent, args.games, cells=args.view == "cells"))
             row = {"model": label, "path": model, "opponent": opponent, "games": args.games}
             rows.append({**row, **rates})
             print(

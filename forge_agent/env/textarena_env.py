@@ -36,11 +36,15 @@ __all__ = ["PIP_INSTALL", "TextArenaEnv", "legal_moves"]
 PIP_INSTALL = "pip install textarena==0.7.4  (or: pip install -e '.[ecosystems]')"
 
 _MOVES = re.compile(r"Available Moves:\s*(.*)")
+_CELLS = re.compile(r"Board: (\S) (\S) (\S) / (\S) (\S) (\S) / (\S) (\S) (\S)\.")
 
 
 def legal_moves(text: str) -> list[str]:
-    """The moves an observation lists (`Available Moves: '[0]', '[1]'`), or []."""
-    found = _MOVES.findall(text)
+    """The moves an observation lists (`Available Moves: '[0]', '[1]'`, or the free cells of
+    the cells view's `Board: 0 X 2 / ...` as `[0]`, `[2]`), or []."""
+    found, views = _MOVES.findall(text), list(_CELLS.finditer(text))
+    if views and (not found or views[-1].start() > text.rfind("Available Moves:")):
+        return [f"[{c}]" for c in views[-1].groups() if c.isdigit()]
     return re.findall(r"'(\[[^\]]*\])'", found[-1]) if found else []
 
 
@@ -57,13 +61,19 @@ class TextArenaEnv(SeatEnv):
 
     `board_only`: each observation is only the game's latest board (and its notices of invalid
     moves), without the rules and move descriptions: short prompts for small models.
+    `cells` (tic-tac-toe, implies `board_only`): the board on one line, each cell its number
+    when free or its mark, row by row, and the seat's mark: `You are O. Board: 0 X 2 / 3 O 5 /
+    6 7 8.` instead of the 3x3 drawing and its list of moves (the same state, short, every cell
+    at a fixed place, the free ones the only digits; no hint of a move).
     """
 
     seats: ClassVar[tuple[str, ...]] = ("player_0", "player_1")
     zero_sum: ClassVar[bool] = True
     required_fields: ClassVar[tuple[str, ...]] = ()
 
-    def __init__(self, game: str = "TicTacToe-v0", board_only: bool = False) -> None:
+    def __init__(
+        self, game: str = "TicTacToe-v0", board_only: bool = False, cells: bool = False
+    ) -> None:
         ta = _textarena(f"textarena:{game}")
         base = game.removesuffix("-raw")
         known = ta.envs.registration.ENV_REGISTRY
@@ -71,7 +81,10 @@ class TextArenaEnv(SeatEnv):
             near = [k for k in known if k.lower().startswith(base.split("-")[0].lower()[:4])]
             where = f"textarena:{game}"
             raise EnvSetupError(where, "TextArena's registry", f"unknown game; near: {near[:8]}")
-        self.game, self.board_only = base, board_only
+        if cells and base != "TicTacToe-v0":
+            where = f"textarena:{game}"
+            raise EnvSetupError(where, "env.kwargs.cells", "only TicTacToe-v0 has a cells view")
+        self.game, self.board_only, self.cells = base, board_only or cells, cells
         self._ta = ta
         self._env: Any = None
 
@@ -87,6 +100,8 @@ class TextArenaEnv(SeatEnv):
 
     def system_prompt(self, seat: str) -> str:
         player = self.seats.index(seat)
+        if self.cells:
+            return f"{self.game}, Player {player}. Reply with a free cell as [n]."
         if self.board_only:
             return f"{self.game}, Player {player}. Reply with one of the Available Moves."
         return (
@@ -146,6 +161,8 @@ class TextArenaEnv(SeatEnv):
             sender, text = entry[0], str(entry[1])
             if sender == pid:
                 continue  # its own move is already in its history
+            if self.cells and getattr(entry[2], "name", "") == "GAME_BOARD":
+                text = tictactoe_cells(tictactoe_board(text), "O" if pid == 0 else "X")
             parts.append(text if sender == -1 else f"[Player {sender}] {text}")
         return {"role": "user", "content": "\n".join(parts)}
 
@@ -209,10 +226,23 @@ _LINES = ((0, 1, 2), (3, 4, 5), (6, 7, 8), (0, 3, 6), (1, 4, 7), (2, 5, 8), (0, 
 
 
 def tictactoe_board(text: str) -> list[str]:
-    """The 9 cells of the last board in a tic-tac-toe observation: "O", "X" or "" (empty)."""
+    """The 9 cells of the last board in a tic-tac-toe observation (the 3x3 drawing or the
+    cells view): "O", "X" or "" (empty)."""
+    views = list(_CELLS.finditer(text))
     rows = re.findall(r"^ ?(\S) \| (\S) \| (\S) ?$", text, re.MULTILINE)[-3:]
-    cells = [c for row in rows for c in row]
+    if views and (len(rows) < 3 or views[-1].start() > text.rfind(" | ")):
+        cells = list(views[-1].groups())
+    else:
+        cells = [c for row in rows for c in row]
     return [c if c in ("O", "X") else "" for c in cells] if len(cells) == 9 else [""] * 9
+
+
+def tictactoe_cells(board: list[str], mine: str) -> str:
+    """The cells view of a tic-tac-toe board for the player of mark `mine`:
+    `You are O. Board: 0 X 2 / 3 O 5 / 6 7 8.` (a free cell shows its number)."""
+    shown = [board[i] or str(i) for i in range(9)]
+    rows = " / ".join(" ".join(shown[r : r + 3]) for r in (0, 3, 6))
+    return f"You are {mine}. Board: {rows}."
 
 
 def tictactoe_heuristic(messages: list[Message], tools: list[Any]) -> str:
