@@ -34,7 +34,8 @@ bench_results/vs_trl.json and bench_results/vs_trl.png (held-out reward vs train
     python -m apps.bench.vs_trl --scenarios a d --runs 1
     python -m apps.bench.vs_trl --scenarios a1 --sides forge --runs 1   # forge-agent only
 Scenarios: a = the default; d = group size 16; a1 = the default with
-`training.max_policy_lag=1` (b, 8 turns with 256-token tool outputs, and c, a 10x model, are
+`training.max_policy_lag=1`; a0 = the default with vLLM's engine core in a process of its own
+(`generator.engine_core=process`, the layout before the in-process engine core) (b, 8 turns with 256-token tool outputs, and c, a 10x model, are
 not wired yet: see docs/default_run.md).
 """
 
@@ -60,6 +61,7 @@ SCENARIOS: dict[str, list[str]] = {  # forge-agent overrides; the TRL side reads
     "a": [],
     "d": ["training.group_size=16"],
     "a1": ["training.max_policy_lag=1"],  # the default with one step of overlap (forge side)
+    "a0": ["generator.engine_core=process"],  # the default with vLLM's engine-core process
 }
 
 # --- what makes TRL render forge-agent's tokens (importable without TRL) -------------------

@@ -69,13 +69,15 @@ class InprocLLM:
                 else:
                     if future is not None:
                         future.set_result(result)
-            if self._streams and engine.has_unfinished_requests():
+            if engine.has_unfinished_requests():
                 try:
                     outputs = engine.step()
                 except BaseException as exc:  # the engine is broken: end every stream with it
                     self._fail_all(exc)
                     continue
                 self._deliver(outputs)
+            elif self._streams:  # listeners of requests the engine no longer has: never hang
+                self._fail_all(RuntimeError("vLLM dropped the request without a final output"))
             else:
                 self._wake.wait()
                 self._wake.clear()
