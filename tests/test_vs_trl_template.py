@@ -12,11 +12,11 @@ import json
 import pytest
 
 from apps.bench.vs_trl import judge_reward, tool_suffix_ids, trl_chat_template, trl_tool
-from envs.calculator.env import SYSTEM_PROMPT
+from envs.calculator.env import SYSTEM_PROMPT, CalculatorEnv
 from forge_agent.env.tasks import load_tasks
 from forge_agent.rollout.renderer import ChatRenderer
 from forge_agent.tool_schema import tool_spec
-from tools.calculator import calculator
+from tools.calculator import calculator, logging_calculator
 
 
 @pytest.fixture(scope="module")
@@ -71,3 +71,34 @@ def test_judge_reward_scores_only_a_final_answer():
     assert judge_reward([call, {"role": "tool", "content": "7"}, answer], "7") == 1.0
     assert judge_reward([{"role": "assistant", "content": "\\boxed{8}"}], "7") == 0.0
     assert judge_reward([call], "7") == 0.0
+
+
+def test_long_tool_replies_are_cut_alike_on_both_sides(sides):
+    """Scenario b's tool (the calculator with a 2,000-character evaluation log) is cut to
+    `rollout.tool_output_tokens` by the TRL side exactly as the rollout engine cuts it, and
+    the cut reply bridges to the same tokens."""
+    renderer, trl_tok = sides
+    env = CalculatorEnv(difficulty=1, tool_log_chars=2000)
+    task = load_tasks("calculator", "train", 1, 0, {"difficulty": 1})[0]
+    full = env.tool(task["expression"])
+    assert full.split("\n", 1)[0] == task["answer"]
+    assert len(trl_tok.encode(full, add_special_tokens=False)) > 256
+    cut = trl_tool(env.tool, 256, trl_tok)(task["expression"])
+    assert cut == renderer.truncate_text(full, 256) and "[truncated" in cut
+    prompt = renderer.render_prompt(_prompt(task), [tool_spec(env.tool)])
+    assert prompt == renderer.render_prompt(_prompt(task), [tool_spec(calculator)])
+    body = f'{{"name": "calculator", "arguments": {json.dumps({"expression": "1"})}}}'
+    completion = trl_tok.encode(
+        f"<tool_call>\n{body}\n</tool_call><|im_end|>", add_special_tokens=False
+    )
+    message = {"role": "tool", "tool_call_id": "call_0", "name": "calculator", "content": cut}
+    bridged = renderer.bridge(prompt, completion, [message], [tool_spec(env.tool)])
+    suffix = tool_suffix_ids(trl_tok, [{"role": "tool", "name": "calculator", "content": cut}])
+    assert bridged == prompt + completion + suffix
+
+
+def test_the_calculators_log_needs_a_positive_size_and_the_env_refuses_a_bad_one():
+    with pytest.raises(ValueError, match="log_chars"):
+        logging_calculator(0)
+    with pytest.raises(ValueError, match="tool_log_chars"):
+        CalculatorEnv(tool_log_chars=-1)

@@ -18,10 +18,12 @@ functions, task generators) can use `evaluate`, which returns a `Fraction` or ra
 from __future__ import annotations
 
 import ast
+import functools
 import warnings
+from collections.abc import Callable
 from fractions import Fraction
 
-__all__ = ["CalculatorError", "calculator", "evaluate", "format_number"]
+__all__ = ["CalculatorError", "calculator", "evaluate", "format_number", "logging_calculator"]
 
 MAX_EXPRESSION_CHARS = 1_000
 """Longest expression accepted (bounds parse time and nesting depth)."""
@@ -58,6 +60,31 @@ def calculator(expression: str) -> str:
         return format_number(evaluate(expression))
     except CalculatorError as exc:
         return f"Error: {exc}"
+
+
+def logging_calculator(log_chars: int) -> Callable[[str], str]:
+    """`calculator` that writes an evaluation log of `log_chars` characters after its result.
+
+    The reply's first line is what `calculator` returns; then lines of the form
+    `check 3: 37 * 12 = 444` (the expression re-evaluated, numbered) up to `log_chars`
+    characters. Same name, docstring and schema as `calculator`. It exists to make tool outputs
+    long at the same task (the speed bench's long-tool-output scenario, `apps/bench/vs_trl.py`);
+    the rollout cuts tool messages to `rollout.tool_output_tokens` as for any tool.
+    """
+    if log_chars < 1:
+        raise ValueError(f"log_chars must be >= 1, got {log_chars!r}")
+
+    @functools.wraps(calculator)
+    def logged(expression: str) -> str:
+        result = calculator(expression)
+        lines, size, k = [], 0, 1
+        while size < log_chars:
+            line = f"check {k}: {expression.strip()} = {result}"
+            lines.append(line)
+            size, k = size + len(line) + 1, k + 1
+        return result + "\n" + "\n".join(lines)[:log_chars]
+
+    return logged
 
 
 def evaluate(expression: str) -> Fraction:

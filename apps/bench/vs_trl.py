@@ -33,10 +33,12 @@ bench_results/vs_trl.json and bench_results/vs_trl.png (held-out reward vs train
     python -m apps.bench.vs_trl                      # scenario a (the default), 2 rounds
     python -m apps.bench.vs_trl --scenarios a d --runs 1
     python -m apps.bench.vs_trl --scenarios a1 --sides forge --runs 1   # forge-agent only
-Scenarios: a = the default; d = group size 16; a1 = the default with
-`training.max_policy_lag=1`; a0 = the default with vLLM's engine core in a process of its own
-(`generator.engine_core=process`, the layout before the in-process engine core) (b, 8 turns with 256-token tool outputs, and c, a 10x model, are
-not wired yet: see docs/default_run.md).
+Scenarios: a = the default; b = 8 turns, every tool reply 256 tokens (the calculator with
+`tool_log_chars`: its result, then an evaluation log, cut to `rollout.tool_output_tokens` on
+both sides; its warm start demonstrates the long replies); d = group size 16; a1 = the default
+with `training.max_policy_lag=1`; a0 = the default with vLLM's engine core in a process of its
+own (`generator.engine_core=process`, the layout before the in-process engine core). (c, a 10x
+model, is not wired yet: see docs/default_run.md.)
 """
 
 from __future__ import annotations
@@ -62,6 +64,14 @@ SCENARIOS: dict[str, list[str]] = {  # forge-agent overrides; the TRL side reads
     "d": ["training.group_size=16"],
     "a1": ["training.max_policy_lag=1"],  # the default with one step of overlap (forge side)
     "a0": ["generator.engine_core=process"],  # the default with vLLM's engine-core process
+    "b": [  # 8 turns, each tool reply cut to 256 tokens (the calculator's evaluation log)
+        "rollout.max_turns=8",
+        "rollout.tool_output_tokens=256",
+        "rollout.max_total_tokens=2048",
+        "generator.max_model_len=2048",
+        "generator.cpu_kv_cache_gb=0.5",
+        "env.kwargs.tool_log_chars=2000",
+    ],
 }
 
 # --- what makes TRL render forge-agent's tokens (importable without TRL) -------------------
@@ -161,9 +171,8 @@ def trl_train(args: argparse.Namespace) -> None:
     from trl import GRPOConfig, GRPOTrainer
     from trl.chat_template_utils import qwen3_template
 
-    from envs.calculator.env import SYSTEM_PROMPT
+    from envs.calculator.env import SYSTEM_PROMPT, CalculatorEnv
     from forge_agent.env.tasks import load_tasks
-    from tools.calculator import calculator
 
     cfg = json.loads(args.trl_run)
     out = Path(cfg["out"])
@@ -234,7 +243,7 @@ def trl_train(args: argparse.Namespace) -> None:
         seed=cfg["seed"],
         dataloader_num_workers=0,
     )
-    tool = trl_tool(calculator, cfg["tool_output_tokens"], tok)
+    tool = trl_tool(CalculatorEnv(**cfg["env"]).tool, cfg["tool_output_tokens"], tok)
     trainer = GRPOTrainer(
         model=model,
         reward_funcs=[correct],

@@ -17,7 +17,7 @@ from typing import Any
 from envs.calculator.tasks import DIFFICULTIES, generate_tasks
 from forge_agent.env import Split, ToolEnv, holdout
 from forge_agent.types import Message
-from tools.calculator import calculator
+from tools.calculator import calculator, logging_calculator
 
 __all__ = ["CalculatorEnv", "demonstration", "extract_answer"]
 
@@ -44,6 +44,9 @@ class CalculatorEnv(ToolEnv):
 
     Args:
         difficulty: difficulty of the tasks made by `default_task` (1, 2 or 3).
+        tool_log_chars: > 0 makes the tool's reply its result followed by an evaluation log of
+            this many characters (`tools.calculator.logging_calculator`): long tool outputs at
+            the same task, for the speed bench. 0: the bare result.
     """
 
     tools = (calculator,)
@@ -51,10 +54,16 @@ class CalculatorEnv(ToolEnv):
     tool_timeout_s = 5.0
     required_fields = ("prompt", "answer")
 
-    def __init__(self, difficulty: int = 1) -> None:
+    def __init__(self, difficulty: int = 1, tool_log_chars: int = 0) -> None:
         if difficulty not in DIFFICULTIES:  # refused when built, before any task is made
             raise ValueError(f"difficulty must be one of {DIFFICULTIES}, got {difficulty!r}")
+        if not isinstance(tool_log_chars, int) or tool_log_chars < 0:
+            raise ValueError(f"tool_log_chars must be an int >= 0, got {tool_log_chars!r}")
         self.difficulty = int(difficulty)
+        self.tool = logging_calculator(tool_log_chars) if tool_log_chars else calculator
+
+    def get_tools(self) -> list[Any]:
+        return [self.tool]
 
     def default_task(self, seed: int) -> dict[str, Any]:
         return generate_tasks(1, seed=seed, difficulty=self.difficulty)[0]
@@ -71,7 +80,7 @@ class CalculatorEnv(ToolEnv):
         rng = random.Random(seed)
         convos = []
         for task in generate_tasks(n, seed=seed + 7919, difficulty=self.difficulty):
-            demo = demonstration(task)
+            demo = demonstration(task, self.tool)
             if rng.random() >= demo_fraction:  # a guess: answer without the tool
                 demo = [*demo[:2], {"role": "assistant", "content": _guess(task["answer"], rng)}]
             convos.append(demo)
@@ -114,13 +123,14 @@ def _guess(answer: str, rng: random.Random) -> str:
     return "".join(digits).lstrip("0") or "0"
 
 
-def demonstration(task: dict[str, Any]) -> list[Message]:
+def demonstration(task: dict[str, Any], tool: Any = calculator) -> list[Message]:
     """A correct, tool-using conversation for `task` (for supervised warm starts).
 
-    system, user, assistant calling `calculator`, the tool's result, assistant final answer.
+    system, user, assistant calling `calculator`, the tool's reply (`tool`: `calculator` or a
+    `logging_calculator`), assistant final answer.
     """
-    result = calculator(task["expression"])
-    assert result == str(task["answer"]), (task, result)
+    result = tool(task["expression"])
+    assert result.split("\n", 1)[0] == str(task["answer"]), (task, result)
     call_id = "call_0"
     return [
         {"role": "system", "content": SYSTEM_PROMPT},
