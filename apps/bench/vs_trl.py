@@ -37,8 +37,10 @@ Scenarios: a = the default; b = 8 turns, every tool reply 256 tokens (the calcul
 `tool_log_chars`: its result, then an evaluation log, cut to `rollout.tool_output_tokens` on
 both sides; its warm start demonstrates the long replies); d = group size 16; a1 = the default
 with `training.max_policy_lag=1`; a0 = the default with vLLM's engine core in a process of its
-own (`generator.engine_core=process`, the layout before the in-process engine core). (c, a 10x
-model, is not wired yet: see docs/default_run.md.)
+own (`generator.engine_core=process`, the layout before the in-process engine core); a2 = the
+default with `generator.enforce_eager=false` (vLLM compiles the model); c = the
+tiny model at 9.1x the default's parameters (26.2 M: width 512, 8 layers), warm-started like the
+default.
 """
 
 from __future__ import annotations
@@ -64,6 +66,7 @@ SCENARIOS: dict[str, list[str]] = {  # forge-agent overrides; the TRL side reads
     "d": ["training.group_size=16"],
     "a1": ["training.max_policy_lag=1"],  # the default with one step of overlap (forge side)
     "a0": ["generator.engine_core=process"],  # the default with vLLM's engine-core process
+    "a2": ["generator.enforce_eager=false"],  # the default with vLLM's torch.compile'd model
     "b": [  # 8 turns, each tool reply cut to 256 tokens (the calculator's evaluation log)
         "rollout.max_turns=8",
         "rollout.tool_output_tokens=256",
@@ -71,6 +74,11 @@ SCENARIOS: dict[str, list[str]] = {  # forge-agent overrides; the TRL side reads
         "generator.max_model_len=2048",
         "generator.cpu_kv_cache_gb=0.5",
         "env.kwargs.tool_log_chars=2000",
+    ],
+    "c": [  # the tiny Qwen3 at 26.2 M parameters (the default's 2.9 M x 9.1), its own warm start
+        "model.tiny={hidden_size: 512, num_layers: 8, num_heads: 8, num_kv_heads: 4, "
+        "intermediate_size: 1536}",
+        "generator.cpu_kv_cache_gb=0.5",  # 16 KB of KV a token: 32k tokens, as the default's
     ],
 }
 
