@@ -74,11 +74,11 @@ def test_judge_reward_scores_only_a_final_answer():
 
 
 def test_long_tool_replies_are_cut_alike_on_both_sides(sides):
-    """Scenario b's tool (the calculator with a 2,000-character evaluation log) is cut to
+    """Scenario b's tool (the calculator with a 320-character evaluation log) is cut to
     `rollout.tool_output_tokens` by the TRL side exactly as the rollout engine cuts it, and
     the cut reply bridges to the same tokens."""
     renderer, trl_tok = sides
-    env = CalculatorEnv(difficulty=1, tool_log_chars=2000)
+    env = CalculatorEnv(difficulty=1, tool_log_chars=320)
     task = load_tasks("calculator", "train", 1, 0, {"difficulty": 1})[0]
     full = env.tool(task["expression"])
     assert full.split("\n", 1)[0] == task["answer"]

@@ -73,7 +73,7 @@ SCENARIOS: dict[str, list[str]] = {  # forge-agent overrides; the TRL side reads
         "rollout.max_total_tokens=2048",
         "generator.max_model_len=2048",
         "generator.cpu_kv_cache_gb=0.5",
-        "env.kwargs.tool_log_chars=2000",
+        "env.kwargs.tool_log_chars=320",  # ~270 tokens, cut to 256; demonstrations alike
     ],
     "c": [  # the tiny Qwen3 at 26.2 M parameters (the default's 2.9 M x 9.1), its own warm start
         "model.tiny={hidden_size: 512, num_layers: 8, num_heads: 8, num_kv_heads: 4, "
