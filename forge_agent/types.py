@@ -95,6 +95,7 @@ class Completion:
     # the version that sampled each token; None: all `policy_version`. A request interrupted
     # by a weight update (partial rollout) continues on the new weights with the new version.
     versions: list[int] | None = None
+    cached_tokens: int = 0  # prompt tokens vLLM's prefix cache served instead of computing
 
     def token_versions(self) -> list[int]:
         """The policy version of each generated token."""

@@ -101,6 +101,34 @@ def test_many_concurrent_requests_all_complete(generator, fixed_ids):
     assert len({tuple(c.token_ids) for c in outs}) > 1  # different seeds, different samples
 
 
+def test_a_groups_shared_prompt_is_prefilled_once(generator, tiny_tokenizer):
+    """G requests of one prompt (a GRPO group's first turn) sent together: vLLM's prefix
+    cache serves all but one of them their prompt's full KV blocks (32 tokens on CPU; at the
+    CPU build's default of 128 no block of such a prompt was ever reused)."""
+    text = "<|im_start|>user\n" + " ".join(f"What is {i} * {i + 7}?" for i in range(12))
+    ids = tiny_tokenizer.encode(text + "<|im_end|>\n<|im_start|>assistant\n")
+    assert len(ids) >= 96
+
+    async def run():
+        sampling = [SamplingConfig(max_tokens=4, seed=i) for i in range(8)]
+        return await asyncio.gather(*[generator.generate.call_one(ids, s) for s in sampling])
+
+    outs = asyncio.run(run())
+    full_blocks = len(ids) // 32 * 32
+    assert sorted(c.cached_tokens for c in outs)[1:] == [full_blocks] * 7, [
+        c.cached_tokens for c in outs
+    ]
+
+
+def test_block_size_must_be_a_multiple_of_16():
+    from forge_agent.typed_config import ConfigError
+
+    assert GeneratorConfig().resolved_block_size() == 32  # CPU
+    assert GeneratorConfig(block_size=64).resolved_block_size() == 64
+    with pytest.raises(ConfigError, match="block_size"):
+        GeneratorConfig(block_size=20)
+
+
 def test_in_flight_requests_finish_on_old_weights(generator, hf_model, fixed_ids):
     """A request running when an update arrives completes with the old version; later ones
     get the new version."""

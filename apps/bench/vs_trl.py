@@ -38,7 +38,9 @@ Scenarios: a = the default; b = 8 turns, every tool reply 256 tokens (the calcul
 both sides; its warm start demonstrates the long replies); d = group size 16; a1 = the default
 with `training.max_policy_lag=1`; a0 = the default with vLLM's engine core in a process of its
 own (`generator.engine_core=process`, the layout before the in-process engine core); a2 = the
-default with `generator.enforce_eager=false` (vLLM compiles the model); c = the
+default with `generator.enforce_eager=false` (vLLM compiles the model); a3 = the default with
+vLLM's CPU KV block of 128 tokens (`generator.block_size=128`: before the 32-token block, no
+prompt block was ever reused); c = the
 tiny model at 9.1x the default's parameters (26.2 M: width 512, 8 layers), warm-started like the
 default.
 """
@@ -67,6 +69,7 @@ SCENARIOS: dict[str, list[str]] = {  # forge-agent overrides; the TRL side reads
     "a1": ["training.max_policy_lag=1"],  # the default with one step of overlap (forge side)
     "a0": ["generator.engine_core=process"],  # the default with vLLM's engine-core process
     "a2": ["generator.enforce_eager=false"],  # the default with vLLM's torch.compile'd model
+    "a3": ["generator.block_size=128"],  # the default at vLLM's CPU block (no prefix reuse)
     "b": [  # 8 turns, each tool reply cut to 256 tokens (the calculator's evaluation log)
         "rollout.max_turns=8",
         "rollout.tool_output_tokens=256",

@@ -6,6 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+CPU_BLOCK_SIZE = 32
+"""The smallest KV block vLLM's CPU attention takes (its default there is 128)."""
+
 
 @dataclass
 class GeneratorConfig:
@@ -18,6 +21,11 @@ class GeneratorConfig:
     gpu_memory_utilization: float = 0.85
     cpu_kv_cache_gb: float = 0.125  # KV cache size on the CPU build (GiB; fractions allowed)
     enable_prefix_caching: bool = True
+    # KV-cache block, tokens; null: 32 on CPU, vLLM's default elsewhere. The prefix cache
+    # keeps only full blocks: at vLLM's CPU default (128) a group's shared prompt and the
+    # short turns of the CPU default are never reused, at 32 a group's G prompts are
+    # prefilled once and each turn reuses the history before it.
+    block_size: int | None = None
     max_num_seqs: int = 128
     # auto: on CPU with tensor_parallel_size 1, vLLM's worker runs inside its engine-core
     # process ("uni": one torch process less, and no worker queue polled for 1 s after each
@@ -46,6 +54,13 @@ class GeneratorConfig:
         )
         for key in ("tensor_parallel_size", "max_num_seqs"):
             check_field(getattr(self, key) >= 1, key, getattr(self, key), "an int >= 1")
+        if self.block_size is not None:
+            check_field(
+                self.block_size >= 16 and self.block_size % 16 == 0,
+                "block_size",
+                self.block_size,
+                "null or a multiple of 16 (of 32 on CPU)",
+            )
         check_field(self.cpu_kv_cache_gb > 0, "cpu_kv_cache_gb", self.cpu_kv_cache_gb, "GiB > 0")
         check_field(
             self.executor in ("auto", "uni", "mp"), "executor", self.executor, "auto | uni | mp"
@@ -63,6 +78,12 @@ class GeneratorConfig:
             policy,
             "active | passive | null",
         )
+
+    def resolved_block_size(self) -> int | None:
+        """The KV block `block_size: null` stands for here: 32 on CPU, else vLLM's (None)."""
+        if self.block_size is not None:
+            return self.block_size
+        return CPU_BLOCK_SIZE if on_cpu() else None
 
     def resolved_executor(self) -> str:
         """The executor `auto` stands for here: "uni" on CPU with one worker, else "mp"."""

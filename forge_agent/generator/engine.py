@@ -132,11 +132,16 @@ def engine_args(
         **{
             "distributed_executor_backend": config.resolved_executor(),
             **_cpu_kv_cache(config.cpu_kv_cache_gb),
+            **_block_size(config.resolved_block_size()),
             **_cpu_whole_prefills(),
             **lora_engine_args(lora),
             **config.engine_kwargs,
         },
     )
+
+
+def _block_size(tokens: int | None) -> dict[str, Any]:
+    return {} if tokens is None else {"block_size": tokens}
 
 
 def _cpu_whole_prefills() -> dict[str, Any]:
@@ -261,9 +266,10 @@ class VLLMEngine:
         logprobs: list[float] = []
         versions: list[int] = []
         prompt_lps: list[float | None] | None = None
+        cached = 0
         first = True
         while True:  # once, or again after each interruption by a weight update
-            piece, version, interrupted, prompt_out = await self._run_request(
+            piece, version, interrupted, prompt_out, cached_now = await self._run_request(
                 list(prompt_ids) + tokens, sampling, max_tokens - len(tokens), session_id
             )
             ids = list(piece.token_ids) if piece is not None else []
@@ -271,6 +277,8 @@ class VLLMEngine:
             tokens += ids
             logprobs += [lp[tok].logprob for tok, lp in zip(ids, lps or [], strict=False)]
             versions += [version] * len(ids)
+            if first:
+                cached = cached_now
             if first and prompt_out is not None:
                 prompt_lps = [
                     None if lp is None else lp[tok].logprob
@@ -290,13 +298,14 @@ class VLLMEngine:
             policy_version=versions[0] if versions else self.version,
             prompt_logprobs=prompt_lps if sampling.prompt_logprobs else None,
             versions=versions,
+            cached_tokens=cached,
         )
 
     async def _run_request(
         self, ids: list[int], sampling: SamplingConfig, max_tokens: int, session_id: str | None
-    ) -> tuple[Any, int, bool, Any]:
+    ) -> tuple[Any, int, bool, Any, int]:
         """One engine request: (final output or None, version, interrupted by an update,
-        prompt logprobs or None)."""
+        prompt logprobs or None, prompt tokens served from the prefix cache)."""
         from vllm import SamplingParams
         from vllm.inputs import tokens_input
 
@@ -346,8 +355,10 @@ class VLLMEngine:
                     self._busy_since = None
             interrupted = request_id in self._interrupted
             self._interrupted.discard(request_id)
-        piece = final.outputs[0] if final is not None else None
-        return piece, version, interrupted, None if final is None else final.prompt_logprobs
+        if final is None:
+            return None, version, interrupted, None, 0
+        cached = final.num_cached_tokens or 0
+        return final.outputs[0], version, interrupted, final.prompt_logprobs, cached
 
     def in_flight(self) -> dict[str, int]:
         """Running requests and the tokens each has sampled so far (this request's part)."""
