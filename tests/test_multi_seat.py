@@ -14,7 +14,7 @@ import re
 
 import pytest
 
-from forge_agent.algorithms.advantages import compute_advantages
+from forge_agent.algorithms.advantages import AdvantageConfig, compute_advantages
 from forge_agent.env.sources import EnvSetupError
 from forge_agent.env.textarena_env import (
     TextArenaEnv,
@@ -150,6 +150,68 @@ def test_a_scripted_opponent_plays_its_seat_and_only_the_policy_seat_is_trained(
     assert traj.info["players"] == {"player_0": "policy", "player_1": "say_seven"}
     assert "player_1 said 7." in tiny_tokenizer.decode(traj.token_ids)
     _check_tokens(traj, renderer)
+
+
+def _stalling(tokenizer, renderer, staller: str):
+    """`_generate`, except that `staller`'s seat writes garbage until the turn's token cap."""
+    inner = _generate(tokenizer, renderer)
+
+    async def generate(ids, sampling, session):
+        if session.endswith(staller):
+            out = tokenizer.encode("[[[4]4]4", add_special_tokens=False)
+            return Completion(out, [-0.25] * len(out), "length", 7)
+        return await inner(ids, sampling, session)
+
+    return generate
+
+
+def _self_play(tokenizer, renderer, cfg, staller: str) -> list[Trajectory]:
+    """One self-play game of CountingGame that player_1 wins if it plays to the end."""
+    players = {"player_0": None, "player_1": None}
+    generate = _stalling(tokenizer, renderer, staller)
+    engine = RolloutEngine(generate, LocalEnvs(CountingGame), renderer, cfg, players=players)
+    task = {"task_id": "count", "winner": "player_1"}
+    return asyncio.run(engine.run_group(task, 0, 1)).trajectories
+
+
+@pytest.mark.parametrize("forfeit_reward", [None, -1.0])
+def test_a_seat_cut_at_its_token_cap_forfeits_the_game_and_is_trained_against(
+    tiny_tokenizer, renderer, forfeit_reward
+):
+    """player_1 writes garbage to its token cap. Without `rollout.forfeit_reward` the cut game
+    is truncated, scored 0 and masked (`advantages.truncated: mask`): an escape the policy is
+    never trained against. With it the staller loses by forfeit, the other seat wins
+    (zero-sum), and both are trained on: the forfeit's advantage is below a played game's."""
+    cfg = RolloutConfig(max_turns=6, max_total_tokens=4096, forfeit_reward=forfeit_reward)
+    first, second = _self_play(tiny_tokenizer, renderer, cfg, staller="player_1")
+    played = _self_play(tiny_tokenizer, renderer, cfg, staller="nobody")
+    assert [t.reward for t in played] == [-1.0, 1.0]
+    kept, stats = compute_advantages(
+        [Group("count", [first, second, *played])], AdvantageConfig(truncated="mask")
+    )
+    if forfeit_reward is None:
+        assert (first.status, second.status) == (Status.TRUNCATED_TURNS, Status.TRUNCATED_LENGTH)
+        assert first.reward == second.reward == 0.0
+        assert stats.dropped["truncated"] == 2 and second not in kept
+        return
+    assert (first.status, second.status) == (Status.OK, Status.FORFEIT)
+    assert (first.reward, second.reward) == (1.0, -1.0)
+    assert first.turn_rewards == [1.0] and second.turn_rewards == [-1.0]
+    assert second.info["seat_rewards"] == {"player_0": 1.0, "player_1": -1.0}
+    assert second.info["forfeit"] == {"seat": "player_1", "cut": "truncated_length"}
+    assert "zero_sum_error" not in second.info
+    assert "truncated" not in stats.dropped and second in kept and first in kept
+    assert second.advantage < 0 < first.advantage
+    assert sum(second.loss_mask) == second.turn_spans[0][1] - second.turn_spans[0][0] > 0
+
+
+def test_a_seat_with_its_turns_spent_forfeits_when_forfeit_reward_is_set(tiny_tokenizer, renderer):
+    """A seat to move after `max_turns` moves (e.g. stalling with invalid moves) loses too."""
+    cfg = RolloutConfig(max_turns=1, max_total_tokens=4096, forfeit_reward=-1.0)
+    first, second = _self_play(tiny_tokenizer, renderer, cfg, staller="nobody")
+    assert (first.status, second.status) == (Status.FORFEIT, Status.OK)  # player_0 moves next
+    assert (first.reward, second.reward) == (-1.0, 1.0)
+    assert first.info["forfeit"] == {"seat": "player_0", "cut": "truncated_turns"}
 
 
 def test_tictactoe_and_nim_run_through_the_textarena_adapter(tiny_tokenizer, renderer):
