@@ -22,6 +22,7 @@ from forge_agent.env.textarena_env import (
     random_move,
     tictactoe_board,
     tictactoe_heuristic,
+    tictactoe_mixed,
 )
 from forge_agent.rollout import ChatRenderer, LocalEnvs, RolloutConfig, RolloutEngine
 from forge_agent.rollout.players import EndpointPlayer, ScriptedPlayer, check_seats
@@ -273,6 +274,15 @@ def test_the_tictactoe_cells_view_names_the_same_board_and_the_scripted_players_
                 assert move["content"] in legal_moves(before["content"])
     with pytest.raises(EnvSetupError, match=r"env\.kwargs\.cells"):
         TextArenaEnv("Nim-v0", cells=True)
+
+
+def test_the_mixed_tictactoe_player_blocks_about_half_the_lines_it_sees() -> None:
+    # X to move; O threatens 0-1-2: the heuristic always blocks at 2, random_move 1 in 6
+    seen = [{"role": "user", "content": "You are X. Board: O O 2 / 3 X 5 / 6 7 8."}]
+    random.seed(0)
+    moves = [tictactoe_mixed(seen, []) for _ in range(400)]
+    assert set(moves) <= {"[2]", "[3]", "[5]", "[6]", "[7]", "[8]"}
+    assert 0.5 < moves.count("[2]") / len(moves) < 0.65  # 1/2 + 1/2 * 1/6 = 0.58
 
 
 def test_a_turn_given_to_a_seat_that_does_not_exist_ends_the_episode_env_error(
