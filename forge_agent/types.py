@@ -33,6 +33,7 @@ class Status(enum.StrEnum):
     ENV_ERROR = "env_error"
     ENV_TIMEOUT = "env_timeout"
     GENERATOR_ERROR = "generator_error"
+    FORFEIT = "forfeit"  # a seat left its game unfinished and lost it (`rollout.forfeit_reward`)
 
     @property
     def is_infra_failure(self) -> bool:

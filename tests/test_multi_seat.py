@@ -14,7 +14,7 @@ import re
 
 import pytest
 
-from forge_agent.algorithms.advantages import compute_advantages
+from forge_agent.algorithms.advantages import AdvantageConfig, compute_advantages
 from forge_agent.env.sources import EnvSetupError
 from forge_agent.env.textarena_env import (
     TextArenaEnv,
@@ -22,6 +22,7 @@ from forge_agent.env.textarena_env import (
     random_move,
     tictactoe_board,
     tictactoe_heuristic,
+    tictactoe_mixed,
 )
 from forge_agent.rollout import ChatRenderer, LocalEnvs, RolloutConfig, RolloutEngine
 from forge_agent.rollout.players import EndpointPlayer, ScriptedPlayer, check_seats
@@ -152,6 +153,68 @@ def test_a_scripted_opponent_plays_its_seat_and_only_the_policy_seat_is_trained(
     _check_tokens(traj, renderer)
 
 
+def _stalling(tokenizer, renderer, staller: str):
+    """`_generate`, except that `staller`'s seat writes garbage until the turn's token cap."""
+    inner = _generate(tokenizer, renderer)
+
+    async def generate(ids, sampling, session):
+        if session.endswith(staller):
+            out = tokenizer.encode("[[[4]4]4", add_special_tokens=False)
+            return Completion(out, [-0.25] * len(out), "length", 7)
+        return await inner(ids, sampling, session)
+
+    return generate
+
+
+def _self_play(tokenizer, renderer, cfg, staller: str) -> list[Trajectory]:
+    """One self-play game of CountingGame that player_1 wins if it plays to the end."""
+    players = {"player_0": None, "player_1": None}
+    generate = _stalling(tokenizer, renderer, staller)
+    engine = RolloutEngine(generate, LocalEnvs(CountingGame), renderer, cfg, players=players)
+    task = {"task_id": "count", "winner": "player_1"}
+    return asyncio.run(engine.run_group(task, 0, 1)).trajectories
+
+
+@pytest.mark.parametrize("forfeit_reward", [None, -1.0])
+def test_a_seat_cut_at_its_token_cap_forfeits_the_game_and_is_trained_against(
+    tiny_tokenizer, renderer, forfeit_reward
+):
+    """player_1 writes garbage to its token cap. Without `rollout.forfeit_reward` the cut game
+    is truncated, scored 0 and masked (`advantages.truncated: mask`): an escape the policy is
+    never trained against. With it the staller loses by forfeit, the other seat wins
+    (zero-sum), and both are trained on: the forfeit's advantage is below a played game's."""
+    cfg = RolloutConfig(max_turns=6, max_total_tokens=4096, forfeit_reward=forfeit_reward)
+    first, second = _self_play(tiny_tokenizer, renderer, cfg, staller="player_1")
+    played = _self_play(tiny_tokenizer, renderer, cfg, staller="nobody")
+    assert [t.reward for t in played] == [-1.0, 1.0]
+    kept, stats = compute_advantages(
+        [Group("count", [first, second, *played])], AdvantageConfig(truncated="mask")
+    )
+    if forfeit_reward is None:
+        assert (first.status, second.status) == (Status.TRUNCATED_TURNS, Status.TRUNCATED_LENGTH)
+        assert first.reward == second.reward == 0.0
+        assert stats.dropped["truncated"] == 2 and second not in kept
+        return
+    assert (first.status, second.status) == (Status.OK, Status.FORFEIT)
+    assert (first.reward, second.reward) == (1.0, -1.0)
+    assert first.turn_rewards == [1.0] and second.turn_rewards == [-1.0]
+    assert second.info["seat_rewards"] == {"player_0": 1.0, "player_1": -1.0}
+    assert second.info["forfeit"] == {"seat": "player_1", "cut": "truncated_length"}
+    assert "zero_sum_error" not in second.info
+    assert "truncated" not in stats.dropped and second in kept and first in kept
+    assert second.advantage < 0 < first.advantage
+    assert sum(second.loss_mask) == second.turn_spans[0][1] - second.turn_spans[0][0] > 0
+
+
+def test_a_seat_with_its_turns_spent_forfeits_when_forfeit_reward_is_set(tiny_tokenizer, renderer):
+    """A seat to move after `max_turns` moves (e.g. stalling with invalid moves) loses too."""
+    cfg = RolloutConfig(max_turns=1, max_total_tokens=4096, forfeit_reward=-1.0)
+    first, second = _self_play(tiny_tokenizer, renderer, cfg, staller="nobody")
+    assert (first.status, second.status) == (Status.FORFEIT, Status.OK)  # player_0 moves next
+    assert (first.reward, second.reward) == (-1.0, 1.0)
+    assert first.info["forfeit"] == {"seat": "player_0", "cut": "truncated_turns"}
+
+
 def test_tictactoe_and_nim_run_through_the_textarena_adapter(tiny_tokenizer, renderer):
     for game in ("TicTacToe-v0", "Nim-v0"):
         players = {"player_0": None, "player_1": None}
@@ -211,6 +274,15 @@ def test_the_tictactoe_cells_view_names_the_same_board_and_the_scripted_players_
                 assert move["content"] in legal_moves(before["content"])
     with pytest.raises(EnvSetupError, match=r"env\.kwargs\.cells"):
         TextArenaEnv("Nim-v0", cells=True)
+
+
+def test_the_mixed_tictactoe_player_blocks_about_half_the_lines_it_sees() -> None:
+    # X to move; O threatens 0-1-2: the heuristic always blocks at 2, random_move 1 in 6
+    seen = [{"role": "user", "content": "You are X. Board: O O 2 / 3 X 5 / 6 7 8."}]
+    random.seed(0)
+    moves = [tictactoe_mixed(seen, []) for _ in range(400)]
+    assert set(moves) <= {"[2]", "[3]", "[5]", "[6]", "[7]", "[8]"}
+    assert 0.5 < moves.count("[2]") / len(moves) < 0.65  # 1/2 + 1/2 * 1/6 = 0.58
 
 
 def test_a_turn_given_to_a_seat_that_does_not_exist_ends_the_episode_env_error(

@@ -267,3 +267,12 @@ def tictactoe_heuristic(messages: list[Message], tools: list[Any]) -> str:
         if options:
             return f"[{random.choice(options)}]"
     return "[0]"
+
+
+def tictactoe_mixed(messages: list[Message], tools: list[Any]) -> str:
+    """A tic-tac-toe player between `random_move` and `tictactoe_heuristic`: each move the
+    heuristic's with probability 1/2, else a uniformly random legal one (it takes half the
+    wins and blocks it sees), so a policy trained against it meets lines to block and wins."""
+    if random.random() < 0.5:
+        return tictactoe_heuristic(messages, tools)
+    return random_move(messages, tools)

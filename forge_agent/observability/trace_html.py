@@ -125,7 +125,7 @@ def _fmt(value: Any) -> str:
 def _status_class(status: str) -> str:
     if status == "ok":
         return "st-ok"
-    if status.startswith("truncated") or status == "prompt_too_long":
+    if status.startswith("truncated") or status in ("prompt_too_long", "forfeit"):
         return "st-truncated"
     return "st-infra"
 

@@ -77,6 +77,10 @@ class RolloutConfig:
     max_concurrent_episodes: int = 64
     temperature: float = 1.0
     top_p: float = 1.0
+    # multi-seat games: the reward of a seat that leaves the game unfinished (its move cut at
+    # the token cap or the budget, or its `max_turns` spent); its trajectory ends `forfeit` and
+    # is trained on. None: such episodes end truncated (and `advantages.truncated` applies).
+    forfeit_reward: float | None = None
 
     def __post_init__(self) -> None:
         from forge_agent.typed_config import check_field

@@ -15,7 +15,9 @@ One episode of a `SeatEnv` (`forge_agent.env.SeatEnv`):
 Consumes: a task, a seed and the engine's generate function, env source and limits.
 Produces: the policy seats' trajectories. Waits on: the generator, the env, the opponents.
 An env or opponent failure ends every seat's trajectory with that status (infra failures
-leave the baselines); `max_turns` counts each seat's own moves.
+leave the baselines); `max_turns` counts each seat's own moves. A policy seat whose move runs
+out of tokens, or a seat to move with its turns spent, ends the episode truncated, or, with
+`rollout.forfeit_reward` set, loses it by forfeit (`forfeit`, scored and trained on).
 """
 
 from __future__ import annotations
@@ -141,7 +143,7 @@ async def _play(
             seat.traj.turn_states = [START_STATE]
     totals = {name: 0.0 for name in seats}
     turn: str | None = start.turn
-    for _ in range(cfg.max_turns * len(seats)):
+    for _ in range(cfg.max_turns * len(seats) + 1):  # the last: a seat with its turns spent
         if turn not in seats:
             raise _Stop(
                 Status.ENV_ERROR,
@@ -150,9 +152,17 @@ async def _play(
             )
         seat = seats[turn]
         if seat.turns >= cfg.max_turns:
-            return  # every seat stays truncated_turns
+            if cfg.forfeit_reward is not None:
+                _forfeit(seats, seat, Status.TRUNCATED_TURNS, cfg.forfeit_reward, start, totals)
+            return  # else every seat stays truncated_turns
         if seat.traj is not None:
-            move = await _policy_move(engine, seat, limit, sampling_seed)
+            try:
+                move = await _policy_move(engine, seat, limit, sampling_seed)
+            except _Stop as stop:
+                if stop.status != Status.TRUNCATED_LENGTH or cfg.forfeit_reward is None:
+                    raise
+                _forfeit(seats, seat, stop.status, cfg.forfeit_reward, start, totals)
+                return
         else:
             seat.messages.extend(seat.pending)
             seat.pending = []
@@ -295,6 +305,41 @@ def _record(
     for s in seats.values():
         if s.traj is not None:
             s.traj.info.update(info)
+
+
+def _forfeit(
+    seats: dict[str, _Seat],
+    loser: _Seat,
+    cut: Status,
+    reward: float,
+    start: SeatStart,
+    totals: dict[str, float],
+) -> None:
+    """`loser` left the game unfinished (`cut`: its move ran out of tokens, or its turns):
+    it scores `reward` (`rollout.forfeit_reward`) and ends `forfeit`; in a zero-sum game the
+    other seats share `-reward`. The game is over: the others end `ok`. Each score is a
+    `forfeit` reward component at the seat's last move, so the loser's trajectory is trained
+    on instead of masked as a truncated one (a cut game scored 0 beats a lost one's -1)."""
+    others = [name for name in seats if name != loser.name]
+    scores = {loser.name: reward}
+    if start.zero_sum and others:
+        scores.update({name: -reward / len(others) for name in others})
+    for name, value in scores.items():
+        totals[name] += value
+        traj = seats[name].traj
+        if traj is None:
+            continue
+        traj.reward_components["forfeit"] = traj.reward_components.get("forfeit", 0.0) + value
+        turn = max(len(traj.turn_spans) - 1, 0)
+        while len(traj.turn_rewards) <= turn:
+            traj.turn_rewards.append(0.0)
+        traj.turn_rewards[turn] += value
+    for seat in seats.values():
+        if seat.traj is not None:
+            seat.traj.status = Status.FORFEIT if seat is loser else Status.OK
+            seat.traj.info["forfeit"] = {"seat": loser.name, "cut": cut.value}
+            seat.traj.info["outcome"] = f"{loser.name} forfeits ({cut.value})"
+            seat.traj.info["seat_rewards"] = dict(totals)
 
 
 def _trim(traj: Trajectory) -> None:
