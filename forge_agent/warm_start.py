@@ -175,7 +175,7 @@ def warm_start_dir(
     for env_id, variants in envs.items():
         if isinstance(variants, list):
             pairs = [demonstrations_origin(env_id, kwargs) for kwargs in variants]
-            origins[pairs[0][0]] = [kwargs for _, kwargs in pairs]
+            origins[pairs[0][0] if pairs else env_id] = [kwargs for _, kwargs in pairs]
         else:
             origin_id, kwargs = demonstrations_origin(env_id, variants)
             origins[origin_id] = kwargs
@@ -184,7 +184,7 @@ def warm_start_dir(
         {"model": str(model_path.resolve()), "envs": origins, **asdict(cfg)}, sort_keys=True
     )
     digest = hashlib.sha256(key.encode()).hexdigest()[:16]
-    names = "+".join(re.sub(r"[^\w.:+-]", "_", env_id) for env_id in sorted(origins))
+    names = "+".join(re.sub(r"[^\w.:+-]", "_", env_id) for env_id in sorted(origins))  # URLs
     return Path(cache_dir) / f"warm-{model_path.name}-{names}-{digest}"
 
 
