@@ -130,6 +130,19 @@ def _factory(
     return functools.partial(env, **env_kwargs) if env_kwargs else env
 
 
+def _served_id(env: str | Callable[[], AgentEnv]) -> str | None:
+    """An env id for what a server serves: the id it was given, or "module:Name" of a class or
+    function (None for a lambda, a partial or a local class: no name to import it by)."""
+    if isinstance(env, str):
+        return env
+    qualname = getattr(env, "__qualname__", "")
+    return f"{env.__module__}:{qualname}" if qualname and "<" not in qualname else None
+
+
+FORGE_ROUTES = "/forge"
+"""Prefix of the routes a `serve_openenv` server adds beside OpenEnv's own."""
+
+
 def openenv_app(
     env: str | Callable[[], AgentEnv],
     env_kwargs: dict[str, Any] | None = None,
@@ -155,12 +168,12 @@ def openenv_app(
         env_name=name,
         max_concurrent_envs=max_concurrent_envs,
     )
-    served_id = env if isinstance(env, str) else f"{env.__module__}:{env.__qualname__}"
+    served_id = _served_id(env)
 
     @app.get(f"{FORGE_ROUTES}/env")
     def served_env() -> dict[str, Any]:
-        """The served env's id and kwargs (the warm start's cache key) and whether it has
-        demonstrations."""
+        """The served env's id and kwargs (the warm start's cache key; no id for a factory
+        without an importable name) and whether it has demonstrations."""
         has_demos = callable(getattr(factory(), "demonstrations", None))
         return {"env_id": served_id, "env_kwargs": env_kwargs, "demonstrations": has_demos}
 
@@ -171,10 +184,6 @@ def openenv_app(
         return _jsonable([[messages, tools] for messages, tools in convos])
 
     return app
-
-
-FORGE_ROUTES = "/forge"
-"""Prefix of the routes a `serve_openenv` server adds beside OpenEnv's own."""
 
 
 @dataclass
@@ -287,7 +296,7 @@ class OpenEnvAgentEnv:
         """The env (id, kwargs) a `serve_openenv` server serves, when it has demonstrations
         (the warm start keys its cache by it, not by this URL); None for other servers."""
         served = self._forge_get("env")
-        if not served or not served.get("demonstrations"):
+        if not served or not served.get("demonstrations") or not served.get("env_id"):
             return None
         return served["env_id"], served["env_kwargs"]
 
