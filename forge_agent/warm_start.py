@@ -24,7 +24,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from forge_agent.env.seam import demonstrations_of, schema_demonstrations
+from forge_agent.env.seam import (
+    demonstrations_of,
+    demonstrations_origin,
+    schema_demonstrations,
+)
 from forge_agent.env.sources import EnvSetupError
 from forge_agent.rollout.renderer import ChatRenderer
 from forge_agent.types import Message, ToolSpec, Trajectory
@@ -157,6 +161,33 @@ def demonstration_source(env_id: str, env_kwargs: dict[str, Any]) -> str | None:
     return None
 
 
+def warm_start_dir(
+    model_path: str | Path,
+    envs: dict[str, dict[str, Any] | list[dict[str, Any]]],
+    cfg: WarmStartConfig,
+    cache_dir: str | Path,
+) -> Path:
+    """The cached warm start of `model_path` on `envs` under `cache_dir`, keyed by the model,
+    `cfg` and the env each demonstration comes from (`demonstrations_origin`): an OpenEnv URL
+    keys by the env its server serves, not by its host and port, and an agent program by its
+    `tasks_from` env, whose demonstrations it gives."""
+    origins: dict[str, Any] = {}
+    for env_id, variants in envs.items():
+        if isinstance(variants, list):
+            pairs = [demonstrations_origin(env_id, kwargs) for kwargs in variants]
+            origins[pairs[0][0] if pairs else env_id] = [kwargs for _, kwargs in pairs]
+        else:
+            origin_id, kwargs = demonstrations_origin(env_id, variants)
+            origins[origin_id] = kwargs
+    model_path = Path(model_path)
+    key = json.dumps(
+        {"model": str(model_path.resolve()), "envs": origins, **asdict(cfg)}, sort_keys=True
+    )
+    digest = hashlib.sha256(key.encode()).hexdigest()[:16]
+    names = "+".join(re.sub(r"[^\w.:+-]", "_", env_id) for env_id in sorted(origins))  # URLs
+    return Path(cache_dir) / f"warm-{model_path.name}-{names}-{digest}"
+
+
 def warm_start(
     model_path: str | Path,
     envs: dict[str, dict[str, Any] | list[dict[str, Any]]],
@@ -174,14 +205,7 @@ def warm_start(
     from forge_agent.trainer.core import Trainer, TrainerConfig
 
     model_path = Path(model_path)
-    key = json.dumps(
-        {"model": str(model_path.resolve()), "envs": envs, **asdict(cfg)},
-        sort_keys=True,
-    )
-    digest = hashlib.sha256(key.encode()).hexdigest()[:16]
-    root = Path(cache_dir) if cache_dir else default_cache_dir()
-    names = "+".join(re.sub(r"[^\w.:+-]", "_", env_id) for env_id in sorted(envs))  # URL ids
-    out = root / f"warm-{model_path.name}-{names}-{digest}"
+    out = warm_start_dir(model_path, envs, cfg, cache_dir or default_cache_dir())
     if (out / "config.json").exists():
         logger.info("warm start: reusing %s", out)
         return out

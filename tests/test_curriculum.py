@@ -177,6 +177,34 @@ def test_step_zero_without_any_reward_stops_naming_the_cause(capsys) -> None:
     assert "warning: step 0" in capsys.readouterr().out
 
 
+def test_step_zero_names_the_model_and_its_size_when_the_task_is_beyond_it(tmp_path) -> None:
+    """HumanEval on the CPU default: the policy answers (with or without the python tool) and
+    never passes a test; the error names the model's size, read from its safetensors."""
+    import torch
+    from safetensors.torch import save_file
+
+    from forge_agent.errors import SetupError
+    from forge_agent.models.hub import parameter_count
+
+    save_file(
+        {"embed": torch.zeros(1000, 256), "head": torch.zeros(1000)}, tmp_path / "m.safetensors"
+    )
+    assert parameter_count(tmp_path) == 257_000 and parameter_count(tmp_path / "none") is None
+    cfg = load_config(None, ["env.id=code_exec", "env.kwargs={}"])
+    nothing = {
+        "eval/scored_episodes": 256.0,
+        "eval/reward/max": 0.0,
+        "eval/reward/mean": 0.0,
+        "eval/tools_offered": 1.0,
+        "eval/tool_call_rate": 0.3,
+    }
+    beyond = r"env 'code_exec' \(tool-call rate 0.30\): the task is beyond this model"
+    with pytest.raises(SetupError, match=beyond + r" \(model.name=tiny, 2.9 M parameters\)"):
+        check_start_signal(nothing, cfg, 2_886_400)
+    with pytest.raises(SetupError, match=r"never called a tool.*\(model.name=tiny, 2.9 M param"):
+        check_start_signal({**nothing, "eval/tool_call_rate": 0.0}, cfg, 2_886_400)
+
+
 def test_step_zero_without_reward_on_held_out_tasks_above_the_ladders_first_level_goes_on(capsys):
     from forge_agent.errors import SetupError
 

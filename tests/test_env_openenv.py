@@ -88,3 +88,50 @@ def test_sessions_are_isolated(server_url: str) -> None:
         return list(await asyncio.gather(*(one(i) for i in range(3))))
 
     assert asyncio.run(main()) == [t["prompt"] for t in tasks[:3]]
+
+
+def test_a_url_env_warm_starts_from_the_demonstrations_of_the_env_it_serves(
+    server_url: str,
+) -> None:
+    from forge_agent.warm_start import demonstration_source, demonstrations
+
+    by_url, url_tools = demonstrations(server_url, {}, 4, 0.5, seed=3)
+    served, served_tools = demonstrations("code_exec", {}, 4, 0.5, seed=3)
+    assert demonstration_source(server_url, {}) == "demonstrations"  # not "tool schemas"
+    assert by_url == served and url_tools == served_tools
+
+
+def test_a_url_envs_warm_start_is_cached_under_the_served_env_not_the_url(
+    server_url: str, tmp_path
+) -> None:
+    from forge_agent.warm_start import WarmStartConfig, warm_start_dir
+
+    cfg = WarmStartConfig()
+    by_url = warm_start_dir("/models/tiny", {server_url: {}}, cfg, tmp_path)
+    assert by_url == warm_start_dir("/models/tiny", {"code_exec": {}}, cfg, tmp_path)
+    assert by_url.name.startswith("warm-tiny-code_exec-")
+
+
+def test_a_server_that_does_not_serve_demonstrations_leaves_the_url_as_the_cache_key(
+    tmp_path,
+) -> None:
+    from forge_agent.env.seam import demonstrations_origin
+
+    server = serve_openenv(NoDemosEnv, port=0, block=False)
+    assert server is not None
+    with server:
+        assert demonstrations_origin(server.url, {}) == (server.url, {})
+        assert OpenEnvAgentEnv(base_url=server.url).demonstrations(2, 0, 0.5) == []
+
+
+class NoDemosEnv:
+    """An env with a reset and no demonstrations."""
+
+    async def reset(self, task: dict[str, Any], seed: int | None = None) -> Any:
+        return [{"role": "user", "content": "hi"}], []
+
+    async def step(self, message: Any) -> Any:
+        raise NotImplementedError
+
+    async def close(self) -> None:
+        return None

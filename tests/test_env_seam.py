@@ -328,6 +328,20 @@ def test_env_without_demonstrations_skips_the_warm_start_with_one_line(
     assert "warm start skipped" in line and "seam_user_envs:GuessEnv" in line
 
 
+def test_an_agent_program_warm_starts_and_caches_as_its_tasks_from_env(user_package, tmp_path):
+    from forge_agent.warm_start import WarmStartConfig, demonstrations, warm_start_dir
+
+    program = {"reward": "json:dumps", "tasks_from": "seam_list"}
+    convos, tools = demonstrations("agent:json:dumps", program, 4, 1.0, seed=0)
+    assert (convos, tools) == demonstrations("seam_list", {}, 4, 1.0, seed=0)
+    cfg = WarmStartConfig()
+    cached = warm_start_dir("/models/tiny", {"agent:json:dumps": program}, cfg, tmp_path)
+    assert cached == warm_start_dir("/models/tiny", {"seam_list": {}}, cfg, tmp_path)
+    no_demos = {"reward": "json:dumps", "tasks_from": "seam_user_envs:CountEnv"}
+    own = warm_start_dir("/models/tiny", {"agent:json:dumps": no_demos}, cfg, tmp_path)
+    assert own.name.startswith("warm-tiny-agent:json:dumps-")
+
+
 def test_corpus_without_a_hook_is_the_rendered_reset_messages(user_package):
     from forge_agent.models.tiny import env_corpus
 

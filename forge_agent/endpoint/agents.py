@@ -96,6 +96,17 @@ class AgentProgramEnv:
             return []
         return demonstrations_of(self.tasks_from, self.tasks_kwargs, n, seed, demo_fraction) or []
 
+    def demonstrations_origin(self) -> tuple[str, dict[str, Any]] | None:
+        """The `tasks_from` env and its kwargs when it has demonstrations (they are this
+        program's), so the warm start's cache is shared with that env's own runs."""
+        from forge_agent.env.registry import env_spec
+
+        if not self.tasks_from:
+            return None
+        if not callable(getattr(env_spec(self.tasks_from).factory(), "demonstrations", None)):
+            return None
+        return self.tasks_from, dict(self.tasks_kwargs)
+
     async def reset(
         self, task: dict[str, Any], seed: int | None = None
     ) -> tuple[list[Message], list[ToolSpec]]:

@@ -5,12 +5,16 @@
   env instance. Action: `{"message": assistant_message}`. Observation: `messages`, `tools`,
   `rewards` (named components), `info`, plus OpenEnv's `done`, `reward` (the components' sum)
   and `metadata`. `reset` takes `task` (a dict; without it the env's `default_task(seed)`) and
-  `seed`.
+  `seed`. Two routes beside OpenEnv's serve the warm start: `GET /forge/env` (the served env's
+  id and kwargs, and whether it has demonstrations) and `GET /forge/demonstrations?n=&seed=
+  &demo_fraction=` (its demonstrations, as `[messages, tools]` pairs).
 - `OpenEnvAgentEnv(base_url=...)` (or `docker_image=...`): any OpenEnv server as an agent env,
   through OpenEnv's own `GenericEnvClient` over WebSocket. A server made by `serve_openenv`
   speaks messages natively. Any other server is played through one tool, `step`, whose
   parameters are the server's action schema (from `/schema`); observations come back as JSON
-  tool messages and the episode's summed reward is the component `env_reward`.
+  tool messages and the episode's summed reward is the component `env_reward`. Its warm start
+  uses the demonstrations of the env a `serve_openenv` server serves, and is cached under
+  that env's id, not the URL (`demonstrations_origin`).
 
 `openenv` imports gradio (seconds), so this module imports it only when used.
 """
@@ -22,6 +26,8 @@ import functools
 import json
 import threading
 import time
+import urllib.error
+import urllib.parse
 import urllib.request
 import uuid
 from collections.abc import Callable
@@ -31,6 +37,7 @@ from typing import Any, Self
 
 from forge_agent.env.protocol import AgentEnv, message_text
 from forge_agent.env.registry import make_env
+from forge_agent.env.seam import env_demonstrations
 from forge_agent.env.sources import Split, holdout
 from forge_agent.types import Message, StepResult, ToolSpec
 
@@ -123,6 +130,19 @@ def _factory(
     return functools.partial(env, **env_kwargs) if env_kwargs else env
 
 
+def _served_id(env: str | Callable[[], AgentEnv]) -> str | None:
+    """An env id for what a server serves: the id it was given, or "module:Name" of a class or
+    function (None for a lambda, a partial or a local class: no name to import it by)."""
+    if isinstance(env, str):
+        return env
+    qualname = getattr(env, "__qualname__", "")
+    return f"{env.__module__}:{qualname}" if qualname and "<" not in qualname else None
+
+
+FORGE_ROUTES = "/forge"
+"""Prefix of the routes a `serve_openenv` server adds beside OpenEnv's own."""
+
+
 def openenv_app(
     env: str | Callable[[], AgentEnv],
     env_kwargs: dict[str, Any] | None = None,
@@ -133,20 +153,37 @@ def openenv_app(
     from openenv.core.env_server.http_server import create_app
 
     types = _openenv()
-    factory = _factory(env, dict(env_kwargs or {}))
+    env_kwargs = dict(env_kwargs or {})
+    factory = _factory(env, env_kwargs)
     name = env_name or (env if isinstance(env, str) else getattr(env, "__name__", "agent_env"))
     environment = type(
         f"{name.title().replace('_', '')}Environment",
         (types.AgentEnvironment,),
         {"env_factory": staticmethod(factory)},
     )
-    return create_app(
+    app = create_app(
         environment,
         types.AgentAction,
         types.AgentObservation,
         env_name=name,
         max_concurrent_envs=max_concurrent_envs,
     )
+    served_id = _served_id(env)
+
+    @app.get(f"{FORGE_ROUTES}/env")
+    def served_env() -> dict[str, Any]:
+        """The served env's id and kwargs (the warm start's cache key; no id for a factory
+        without an importable name) and whether it has demonstrations."""
+        has_demos = callable(getattr(factory(), "demonstrations", None))
+        return {"env_id": served_id, "env_kwargs": env_kwargs, "demonstrations": has_demos}
+
+    @app.get(f"{FORGE_ROUTES}/demonstrations")
+    def demonstrations(n: int, seed: int = 0, demo_fraction: float = 0.5) -> list[Any]:
+        """`n` demonstrations of the served env ([] when it has none)."""
+        convos = env_demonstrations(factory(), n, seed, demo_fraction) or []
+        return _jsonable([[messages, tools] for messages, tools in convos])
+
+    return app
 
 
 @dataclass
@@ -255,6 +292,41 @@ class OpenEnvAgentEnv:
     def default_task(self, seed: int) -> dict[str, Any]:
         return {}
 
+    def demonstrations_origin(self) -> tuple[str, dict[str, Any]] | None:
+        """The env (id, kwargs) a `serve_openenv` server serves, when it has demonstrations
+        (the warm start keys its cache by it, not by this URL); None for other servers."""
+        served = self._forge_get("env")
+        if not served or not served.get("demonstrations") or not served.get("env_id"):
+            return None
+        return served["env_id"], served["env_kwargs"]
+
+    def demonstrations(
+        self, n: int, seed: int, demo_fraction: float
+    ) -> list[tuple[list[Message], list[ToolSpec]]]:
+        """The served env's demonstrations, from its server ([] for a server without them)."""
+        query = {"n": n, "seed": seed, "demo_fraction": demo_fraction}
+        return [(messages, tools) for messages, tools in self._forge_get("demonstrations", query)]
+
+    def _forge_get(self, route: str, query: dict[str, Any] | None = None) -> Any:
+        """GET one of `serve_openenv`'s own routes; [] when the server has none (404) or no
+        URL is known yet (a Docker image not started)."""
+        if self.base_url is None:
+            return []
+        url = f"{self._http_url()}{FORGE_ROUTES}/{route}"
+        if query:
+            url += "?" + urllib.parse.urlencode(query)
+        try:
+            with urllib.request.urlopen(url, timeout=self.message_timeout_s) as response:
+                return json.load(response)
+        except urllib.error.HTTPError as exc:
+            if exc.code == 404:
+                return []
+            raise
+
+    def _http_url(self) -> str:
+        url = self.base_url or ""
+        return url.replace("ws://", "http://").replace("wss://", "https://").rstrip("/")
+
     def tasks(self, split: Split, n: int, seed: int) -> list[dict[str, Any]]:
         """Start seeds for the server's own tasks (`reset(seed=...)` without a task), the
         `split` share of seeds `seed * n ... seed * n + n - 1` by a hash."""
@@ -350,8 +422,7 @@ class OpenEnvAgentEnv:
         return {**reply, "content": json.dumps(result.observation)}
 
     def _action_schema(self) -> dict[str, Any]:
-        url = self.base_url.replace("ws://", "http://").replace("wss://", "https://").rstrip("/")
-        with urllib.request.urlopen(f"{url}/schema", timeout=30) as response:
+        with urllib.request.urlopen(f"{self._http_url()}/schema", timeout=30) as response:
             schema = json.load(response)["action"]
         properties = {k: v for k, v in schema.get("properties", {}).items() if k != "metadata"}
         required = [r for r in schema.get("required", []) if r in properties]

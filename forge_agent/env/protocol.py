@@ -134,6 +134,9 @@ class Env:
       conversations (message lists, or `(messages, tool_specs)` pairs) for the supervised warm
       start; `demo_fraction` is the share that should use the tools. Without it the warm start
       is skipped with one log line.
+    - optional `demonstrations_origin(self) -> (env_id, kwargs) | None`: the env whose
+      demonstrations `demonstrations()` gives (an OpenEnv URL: the env its server serves; an
+      agent program: its `tasks_from` env); the warm start's cache is keyed by it.
     - optional `corpus(self) -> list[str | conversation]`: text for the tiny model's tokenizer;
       without it the env's rendered reset messages and tool specs are used.
     - optional `state_key(self) -> str`: a key of the env's current state (e.g. frozen_lake's

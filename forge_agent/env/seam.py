@@ -20,6 +20,8 @@ __all__ = [
     "Conversation",
     "corpus_of",
     "demonstrations_of",
+    "demonstrations_origin",
+    "env_demonstrations",
     "run_sync",
     "schema_demonstrations",
 ]
@@ -57,16 +59,37 @@ def _pair(env: Any, item: Any) -> Conversation | str:
     return list(item), _tool_specs(env)
 
 
-def demonstrations_of(
-    env_id: str, env_kwargs: Mapping[str, Any], n: int, seed: int, demo_fraction: float
+def env_demonstrations(
+    env: Any, n: int, seed: int, demo_fraction: float
 ) -> list[Conversation] | None:
-    """`n` demonstrations of `env_id` (None when the env has no `demonstrations`)."""
-    env = env_spec(env_id).make(**dict(env_kwargs))
+    """`n` demonstrations of the env instance `env` (None when it has no `demonstrations`)."""
     hook = getattr(env, "demonstrations", None)
     if not callable(hook):
         return None
     convos = [_pair(env, item) for item in hook(n, seed, demo_fraction)]
     return [c for c in convos if not isinstance(c, str)]
+
+
+def demonstrations_of(
+    env_id: str, env_kwargs: Mapping[str, Any], n: int, seed: int, demo_fraction: float
+) -> list[Conversation] | None:
+    """`n` demonstrations of `env_id` (None when the env has no `demonstrations`)."""
+    return env_demonstrations(env_spec(env_id).make(**dict(env_kwargs)), n, seed, demo_fraction)
+
+
+def demonstrations_origin(env_id: str, env_kwargs: Mapping[str, Any]) -> tuple[str, dict]:
+    """The env (id, kwargs) whose demonstrations `env_id` gives: its optional
+    `demonstrations_origin()` hook's answer (an OpenEnv URL: the env its server serves; an
+    agent program: its `tasks_from` env), else `env_id` and `env_kwargs` themselves. The warm
+    start keys its cache by it, so a URL with a random port still finds a cached warm start."""
+    spec = env_spec(env_id)
+    if not callable(getattr(spec.factory(), "demonstrations_origin", None)):
+        return env_id, dict(env_kwargs)  # most envs: no instance needed
+    origin = spec.make(**dict(env_kwargs)).demonstrations_origin()
+    if origin is None:
+        return env_id, dict(env_kwargs)
+    origin_id, origin_kwargs = origin
+    return str(origin_id), dict(origin_kwargs or {})
 
 
 def corpus_of(env_id: str, env_kwargs: Mapping[str, Any] | None = None) -> list[str | Conversation]:

@@ -9,11 +9,14 @@ page. A name that is neither a folder nor cached is an error naming the model an
 
 from __future__ import annotations
 
+import json
+import math
+import struct
 from pathlib import Path
 
 from forge_agent.errors import SetupError
 
-__all__ = ["ModelNotFoundError", "resolve_model"]
+__all__ = ["ModelNotFoundError", "parameter_count", "resolve_model"]
 
 
 class ModelNotFoundError(SetupError, FileNotFoundError):
@@ -62,3 +65,16 @@ def resolve_model(name: str | Path, key: str = "model.name") -> Path:
             f"{cache} holds no copy of it ({type(exc).__name__}); download it first "
             f"(`hf download {repo_id}`) or point HF_HUB_CACHE at a cache that has it"
         ) from None
+
+
+def parameter_count(folder: str | Path) -> int | None:
+    """Parameters of the model in `folder`, read from its `*.safetensors` headers (nothing is
+    loaded); None when the folder holds no safetensors file."""
+    total, found = 0, False
+    for path in sorted(Path(folder).glob("*.safetensors")):
+        with path.open("rb") as fh:
+            (size,) = struct.unpack("<Q", fh.read(8))
+            header = json.loads(fh.read(size))
+        total += sum(math.prod(t["shape"]) for k, t in header.items() if k != "__metadata__")
+        found = True
+    return total if found else None

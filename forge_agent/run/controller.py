@@ -24,6 +24,7 @@ from forge_agent.algorithms.advantages import compute_advantages
 from forge_agent.algorithms.replay import ReplayBuffer, ZeroSignalWatch, check_token_lags
 from forge_agent.env.curriculum import Curriculum
 from forge_agent.env.tasks import eval_tasks
+from forge_agent.models.hub import parameter_count
 from forge_agent.observability.loop_timing import LoopTiming
 from forge_agent.observability.metrics import MetricLogger, record
 from forge_agent.observability.step_profile import PhaseClock
@@ -110,7 +111,7 @@ class Controller:
             await self._evaluate()
             self.metrics.flush(self.step, progress=False)  # at its own step, not on step 1's
             if self.step == 0:  # no tool call / no reward at all: stop now, saying why
-                check_start_signal(self.evals[0], cfg)
+                check_start_signal(self.evals[0], cfg, parameter_count(self.policy_path))
         self.profile.start()
         rollouts = asyncio.create_task(self._rollout_loop())
         try:

@@ -294,14 +294,18 @@ MIN_START_EPISODES = 16
 """Held-out episodes the step-0 check needs before it stops a run (fewer: a warning line)."""
 
 
-def check_start_signal(metrics: dict[str, float], cfg: Any) -> None:
+def check_start_signal(
+    metrics: dict[str, float], cfg: Any, model_params: int | None = None
+) -> None:
     """Stop a run at step 0 when its held-out episodes show RL has nothing to start from.
 
     Every scored episode of the step-0 evaluation earning no reward (all <= 0 and equal) means
     every training group will have zero variance: the run would only stop after
     `25 * groups_per_step` dropped groups. The cause is named: the policy never called any of
     the env's tools (it has not learned their call format: the env has no demonstrations, or
-    the model is too small for the task), or it called them and still never earned reward.
+    the model is too small for the task), or it called them (or answered without them) and
+    still never earned reward: the task is beyond the model, named with its size
+    (`model_params`, e.g. HumanEval for the CPU default's 2.9 M parameters).
     Raises `SetupError`; with fewer than `MIN_START_EPISODES` episodes, or with a difficulty
     ladder whose first level is not the held-out tasks' (the ladder trains easier tasks than
     it evaluates), it only prints a warning.
@@ -314,17 +318,22 @@ def check_start_signal(metrics: dict[str, float], cfg: Any) -> None:
     if metrics.get("eval/reward/mean", 0.0) != metrics.get("eval/reward/max", 0.0):
         return  # rewards differ (all negative but not equal): groups can carry signal
     env = cfg.env.id
+    model = f"model.name={cfg.model.name}"
+    if model_params:
+        model += f", {model_params / 1e6:.1f} M parameters"
     if metrics.get("eval/tools_offered") and metrics.get("eval/tool_call_rate", 0.0) == 0.0:
         cause = (
             f"the policy never called a tool of env {env!r}: it has not learned their call "
-            "format. Give the env `demonstrations()` for the warm start (docs/envs.md), or use "
-            "a model that calls tools (model.name)"
+            f"format, or the task is beyond this model ({model}). Give the env "
+            "`demonstrations()` for the warm start (docs/envs.md), or use a larger model "
+            "that calls tools (model.name; docs/envs.md says what size each shipped task needs)"
         )
     else:
         cause = (
             f"the policy never earned reward on env {env!r} (tool-call rate "
-            f"{metrics.get('eval/tool_call_rate', 0.0):.2f}): the task is beyond this model; "
-            "use a larger model (model.name), easier tasks (env.kwargs, env.curriculum), or "
+            f"{metrics.get('eval/tool_call_rate', 0.0):.2f}): the task is beyond this model "
+            f"({model}); use a larger model (model.name; docs/envs.md says what size each "
+            "shipped task needs), easier tasks (env.kwargs, env.curriculum), or "
             "demonstrations that solve it"
         )
     message = (
