@@ -63,11 +63,11 @@ def calculator(expression: str) -> str:
 
 
 def logging_calculator(log_chars: int) -> Callable[[str], str]:
-    """`calculator` that writes an evaluation log of `log_chars` characters after its result.
+    """`calculator` that writes an evaluation log of `log_chars` characters before its result.
 
-    The reply's first line is what `calculator` returns; then lines of the form
-    `check 3: 37 * 12 = 444` (the expression re-evaluated, numbered) up to `log_chars`
-    characters. Same name, docstring and schema as `calculator`. It exists to make tool outputs
+    The reply is lines of the form `check 3: 37 * 12 = 444` (the expression re-evaluated,
+    numbered) up to `log_chars` characters, then what `calculator` returns on its last line.
+    Same name, docstring and schema as `calculator`. It exists to make tool outputs
     long at the same task (the speed bench's long-tool-output scenario, `apps/bench/vs_trl.py`);
     the rollout cuts tool messages to `rollout.tool_output_tokens` as for any tool.
     """
@@ -82,7 +82,7 @@ def logging_calculator(log_chars: int) -> Callable[[str], str]:
             line = f"check {k}: {expression.strip()} = {result}"
             lines.append(line)
             size, k = size + len(line) + 1, k + 1
-        return result + "\n" + "\n".join(lines)[:log_chars]
+        return "\n".join(lines)[:log_chars] + "\n" + result
 
     return logged
 

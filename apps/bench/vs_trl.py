@@ -33,16 +33,20 @@ bench_results/vs_trl.json and bench_results/vs_trl.png (held-out reward vs train
     python -m apps.bench.vs_trl                      # scenario a (the default), 2 rounds
     python -m apps.bench.vs_trl --scenarios a d --runs 1
     python -m apps.bench.vs_trl --scenarios a1 --sides forge --runs 1   # forge-agent only
-Scenarios: a = the default; b = 8 turns, every tool reply 256 tokens (the calculator with
-`tool_log_chars`: its result, then an evaluation log, cut to `rollout.tool_output_tokens` on
-both sides; its warm start demonstrates the long replies); d = group size 16; a1 = the default
-with `training.max_policy_lag=1`; a0 = the default with vLLM's engine core in a process of its
-own (`generator.engine_core=process`, the layout before the in-process engine core); a2 = the
-default with `generator.enforce_eager=false` (vLLM compiles the model); a3 = the default with
-vLLM's CPU KV block of 128 tokens (`generator.block_size=128`: before the 32-token block, no
-prompt block was ever reused); c = the
-tiny model at 9.1x the default's parameters (26.2 M: width 512, 8 layers), warm-started like the
-default.
+Scenarios:
+- a: the default;
+- b: 8 turns, every tool reply ~250 tokens (the calculator with `tool_log_chars`: an evaluation
+  log, then the result on the last line; cut at `rollout.tool_output_tokens` alike on both
+  sides; its warm start demonstrates the long replies);
+- c: the tiny model at 9.1x the default's parameters (26.2 M: width 512, 8 layers),
+  warm-started like the default;
+- d: group size 16;
+- a0: the default with vLLM's engine core in a process of its own
+  (`generator.engine_core=process`, the layout before the in-process engine core);
+- a1: the default with `training.max_policy_lag=1`;
+- a2: the default with `generator.enforce_eager=false` (vLLM compiles the model);
+- a3: the default with vLLM's CPU KV block of 128 tokens (`generator.block_size=128`: before
+  the 32-token block, no prompt block was ever reused).
 """
 
 from __future__ import annotations
@@ -76,7 +80,7 @@ SCENARIOS: dict[str, list[str]] = {  # forge-agent overrides; the TRL side reads
         "rollout.max_total_tokens=2048",
         "generator.max_model_len=2048",
         "generator.cpu_kv_cache_gb=0.5",
-        "env.kwargs.tool_log_chars=320",  # ~270 tokens, cut to 256; demonstrations alike
+        "env.kwargs.tool_log_chars=300",  # 246-256 tokens, the result on the last line
     ],
     "c": [  # the tiny Qwen3 at 26.2 M parameters (the default's 2.9 M x 9.1), its own warm start
         "model.tiny={hidden_size: 512, num_layers: 8, num_heads: 8, num_kv_heads: 4, "

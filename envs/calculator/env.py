@@ -44,9 +44,9 @@ class CalculatorEnv(ToolEnv):
 
     Args:
         difficulty: difficulty of the tasks made by `default_task` (1, 2 or 3).
-        tool_log_chars: > 0 makes the tool's reply its result followed by an evaluation log of
-            this many characters (`tools.calculator.logging_calculator`): long tool outputs at
-            the same task, for the speed bench. 0: the bare result.
+        tool_log_chars: > 0 makes the tool's reply an evaluation log of this many characters,
+            then the result on its last line (`tools.calculator.logging_calculator`): long tool
+            outputs at the same task, for the speed bench. 0: the bare result.
     """
 
     tools = (calculator,)
@@ -130,7 +130,7 @@ def demonstration(task: dict[str, Any], tool: Any = calculator) -> list[Message]
     `logging_calculator`), assistant final answer.
     """
     result = tool(task["expression"])
-    assert result.split("\n", 1)[0] == str(task["answer"]), (task, result)
+    assert result.rsplit("\n", 1)[-1] == str(task["answer"]), (task, result)
     call_id = "call_0"
     return [
         {"role": "system", "content": SYSTEM_PROMPT},
