@@ -325,7 +325,13 @@ def forge_run(label: str, out_dir: Path, overrides: list[str], interval: float) 
 
 
 def trl_run(
-    python: Path, label: str, out_dir: Path, cfg: Any, interval: float, policy: Path
+    python: Path,
+    label: str,
+    out_dir: Path,
+    cfg: Any,
+    overrides: list[str],
+    interval: float,
+    policy: Path,
 ) -> dict:
     """One TRL run in the venv, then forge-agent's evaluator on each checkpoint."""
     from apps.bench.default_run import TreeSampler
@@ -373,7 +379,7 @@ def trl_run(
     every = cfg.eval.every
     for step in range(0, cfg.training.steps + 1, every):
         model = policy if step == 0 else run_dir / f"checkpoint-{step}"
-        reward = evaluate_folder(model, out_dir / f"{label}-eval-{step}")
+        reward = evaluate_folder(model, out_dir / f"{label}-eval-{step}", overrides)
         curve.append((step, at_step[step], reward))
         print(f"[{label}] step {step}: held-out reward {reward:.3f}", flush=True)
     return {
@@ -387,10 +393,12 @@ def trl_run(
     }
 
 
-def evaluate_folder(model: Path, out: Path) -> float:
-    """forge-agent's evaluator (`python -m apps.eval`) on a model folder: mean reward."""
+def evaluate_folder(model: Path, out: Path, overrides: list[str]) -> float:
+    """forge-agent's evaluator (`python -m apps.eval`) on a model folder, under the scenario's
+    config `overrides` (its env, turns and token limits): mean reward."""
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     cmd = [sys.executable, "-m", "apps.eval", "--model", str(model), "--out", str(out)]
+    cmd += overrides
     subprocess.run(cmd, cwd=REPO, env=env, check=True, capture_output=True)
     report = json.loads((out / "eval.json").read_text())
     return float(report["metrics"]["eval/reward/mean"])
@@ -438,7 +446,8 @@ def main(argv: list[str] | None = None) -> None:
             if "forge" in args.sides:
                 runs.append(forge_run(f"{name}-forge-{i}", out_dir, overrides, args.interval))
             if "trl" in args.sides:
-                runs.append(trl_run(python, f"{name}-trl-{i}", out_dir, cfg, args.interval, policy))
+                label = f"{name}-trl-{i}"
+                runs.append(trl_run(python, label, out_dir, cfg, overrides, args.interval, policy))
             write_json(args.out, {"benchmark": "vs_trl", "results": results})
     rows = []
     for name, runs in results.items():
