@@ -60,10 +60,12 @@ class CalculatorEnv(ToolEnv):
         if not isinstance(tool_log_chars, int) or tool_log_chars < 0:
             raise ValueError(f"tool_log_chars must be an int >= 0, got {tool_log_chars!r}")
         self.difficulty = int(difficulty)
+        self.tool_log_chars = tool_log_chars
         self.tool = logging_calculator(tool_log_chars) if tool_log_chars else calculator
 
     def get_tools(self) -> list[Any]:
-        return [self.tool]
+        """The class's `tools` (a subclass may set its own), or the logging calculator."""
+        return [self.tool] if self.tool_log_chars else super().get_tools()
 
     def default_task(self, seed: int) -> dict[str, Any]:
         return generate_tasks(1, seed=seed, difficulty=self.difficulty)[0]
