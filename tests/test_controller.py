@@ -99,6 +99,11 @@ def test_on_policy_run_generates_no_group_it_cannot_train(faulty_run):
     metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert summary["counts"]["replay_evicted"] == 0
     assert [m["metrics"]["replay/evicted_stale"] for m in metrics[1:]] == [0, 0, 0]
+    # no dynamic sampling (the default): a dropped group is not replaced, so every step's
+    # batch is the 2 groups it started (a step whose every group was dropped trains nothing)
+    counts = summary["counts"]
+    steps_started = 3 + counts.get("steps_without_kept_groups", 0)
+    assert counts["groups_produced"] == 2 * steps_started
 
 
 def test_killed_env_worker_is_counted_and_survived(faulty_run):

@@ -287,3 +287,32 @@ def test_groups_lost_to_failures_are_blamed_on_the_failures_not_the_reward():
     assert "infra_failure 5, small_group 2, zero_variance 2" in message
     assert "env, generator or reward failures" in message
     assert "drop_zero_variance=false" not in message
+
+
+def test_a_dropped_groups_empty_slot_is_never_stale():
+    """Without dynamic sampling a dropped group keeps its slot in the step's batch as an empty
+    group: it has no sampled token, so no version can make it stale (async or not)."""
+
+    async def run():
+        buf = ReplayBuffer(capacity=4, max_policy_lag=1)
+        await buf.put(Group(task_id="dropped", trajectories=[]))
+        await buf.put(_group("kept", [5]))
+        await buf.set_version(6)
+        return [g.task_id for g in await buf.take(2, current_version=6)], buf.evicted
+
+    assert _run(run()) == (["dropped", "kept"], 0)
+
+
+def test_reopen_admits_the_same_versions_batch_again():
+    """On-policy, a batch whose every group was dropped trains nothing and the policy stays:
+    `reopen` lets the rollout loop start that version's groups again."""
+
+    async def run():
+        buf = ReplayBuffer(capacity=4, max_policy_lag=0)
+        await buf.put(Group(task_id="dropped", trajectories=[]))
+        await buf.take(1, current_version=0)
+        closed = buf.room(running=0, groups_per_step=1)
+        await buf.reopen()
+        return closed, buf.room(running=0, groups_per_step=1)
+
+    assert _run(run()) == (0, 1)

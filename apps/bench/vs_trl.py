@@ -22,8 +22,10 @@ forge-agent's one-paragraph-per-line description), and the tokenizer gets TRL's 
 `response_template` so TRL parses tool calls.
 
 What differs by design (each side's own algorithm): forge-agent drops groups whose rewards are
-all equal and draws more tasks until a step has `groups_per_step` groups that teach something;
-TRL trains every group of its batch (an equal-reward group has zero advantage).
+all equal from the step's batch (they leave its token count too); TRL trains every group of its
+batch (an equal-reward group has zero advantage, its tokens still count). With
+`training.dynamic_sampling=true` (scenario a4, the default before) forge-agent instead draws more
+tasks until a step has `groups_per_step` groups that teach something.
 
 Runs alternate forge / TRL for `--runs` rounds per scenario. Prints, per side: the train loop
 (40 steps) and median step time, time to held-out `--target` (the first eval at or above it),
@@ -40,13 +42,15 @@ Scenarios:
   sides; its warm start demonstrates the long replies);
 - c: the tiny model at 9.1x the default's parameters (26.2 M: width 512, 8 layers),
   warm-started like the default;
-- d: group size 16;
+- d: group size 16 (128 episodes a step, all in flight at once: 64 env slots per worker);
 - a0: the default with vLLM's engine core in a process of its own
   (`generator.engine_core=process`, the layout before the in-process engine core);
 - a1: the default with `training.max_policy_lag=1`;
 - a2: the default with `generator.enforce_eager=false` (vLLM compiles the model);
 - a3: the default with vLLM's CPU KV block of 128 tokens (`generator.block_size=128`: before
-  the 32-token block, no prompt block was ever reused).
+  the 32-token block, no prompt block was ever reused);
+- a4: the default with `training.dynamic_sampling=true` (dropped groups replaced by new ones
+  until a step has 8 kept groups: 11.5 groups generated a step in the last such run).
 """
 
 from __future__ import annotations
@@ -69,11 +73,17 @@ VENV = REPO / "bench_results" / "trl_venv"
 
 SCENARIOS: dict[str, list[str]] = {  # forge-agent overrides; the TRL side reads the same keys
     "a": [],
-    "d": ["training.group_size=16"],
+    "d": [  # group size 16: a step's 128 episodes run at once, as TRL's batch does
+        "training.group_size=16",
+        "rollout.max_concurrent_episodes=128",
+        "services.env.envs_per_worker=64",
+        "generator.cpu_kv_cache_gb=0.25",
+    ],
     "a1": ["training.max_policy_lag=1"],  # the default with one step of overlap (forge side)
     "a0": ["generator.engine_core=process"],  # the default with vLLM's engine-core process
     "a2": ["generator.enforce_eager=false"],  # the default with vLLM's torch.compile'd model
     "a3": ["generator.block_size=128"],  # the default at vLLM's CPU block (no prefix reuse)
+    "a4": ["training.dynamic_sampling=true"],  # dropped groups replaced (DAPO's refill)
     "b": [  # 8 turns, each tool reply cut to 256 tokens (the calculator's evaluation log)
         "rollout.max_turns=8",
         "rollout.tool_output_tokens=256",

@@ -17,6 +17,9 @@ exactly the groups the next step needs, and none between the trainer taking a ba
 policy moving on, so no group is sampled that the trainer cannot use (`evicted` stays 0). In
 async mode (n > 0) it keeps up to `groups_per_step * (1 + n)` buffered or running; groups that
 age past the bound are evicted: that is the bound working, counted in `evicted`.
+Without dynamic sampling (`training.dynamic_sampling=false`) a group the advantage filters drop
+still takes its slot as an empty group, so a batch of `groups_per_step` groups is the step's
+started groups, of which only the kept ones carry trajectories.
 `ZeroSignalWatch` bounds the other way a run can sample without training: every group dropped
 by the advantage filters (equal rewards, or too few members left after failures).
 """
@@ -99,7 +102,10 @@ class ReplayBuffer:
         return max(0, want - len(self._groups) - running)
 
     def is_fresh(self, group: Group, current_version: int) -> bool:
-        """True when every sampled token of `group` is within the bound for `current_version`."""
+        """True when every sampled token of `group` is within the bound for `current_version`
+        (an empty group, a dropped group's slot, has none to be stale)."""
+        if not group.trajectories:
+            return True
         return current_version - group_version(group) <= self.max_policy_lag
 
     async def put(self, group: Group) -> None:
@@ -146,6 +152,13 @@ class ReplayBuffer:
                     self._changed.notify_all()
                     return batch
                 await self._changed.wait()
+
+    async def reopen(self) -> None:
+        """On-policy: admit groups again for the current version after a taken batch had no
+        trajectories (every group dropped), so the policy did not move on."""
+        async with self._changed:
+            self._served_version = -1
+            self._changed.notify_all()
 
     async def take_while(self, producer: asyncio.Task, n: int, current_version: int) -> list[Group]:
         """`take(n, current_version)` while `producer` (the rollout loop filling the buffer)

@@ -108,6 +108,10 @@ class TrainingConfig:
     # 0 = on-policy (sync); n > 0 = async: no trained token was sampled more than n policy
     # versions before the policy it trains (checked per token; see forge_agent/algorithms/replay.py)
     max_policy_lag: int = 0
+    # true: a group the advantage filters drop is replaced by a new one until the step has
+    # groups_per_step kept groups (DAPO's dynamic sampling; the step waits for the stand-ins);
+    # false: a step trains on the groups kept of the groups_per_step it started
+    dynamic_sampling: bool = False
     replay_capacity: int = 32  # groups
     weight_sync_timeout_s: float = 120.0
 

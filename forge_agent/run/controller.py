@@ -118,6 +118,11 @@ class Controller:
             while self.step < cfg.training.steps:
                 groups = await self.buffer.take_while(rollouts, gps, self.version)
                 batch = [t for g in groups for t in g.trajectories]
+                if not batch:  # no dynamic sampling, and every group of the step was dropped
+                    self.counts["steps_without_kept_groups"] += 1
+                    await self.buffer.reopen()
+                    continue
+                record("train/groups", sum(1 for g in groups if g.trajectories), "last")
                 lags = check_token_lags(batch, self.version, cfg.training.max_policy_lag)
                 if cfg.training.max_policy_lag == 0:
                     self.rollouts_open.clear()  # on-policy: no rollouts while the policy changes
@@ -169,7 +174,9 @@ class Controller:
     async def _rollout_loop(self) -> None:
         """The rollout loop. Consumes tasks; produces scored groups with advantages into the
         replay buffer; waits on the generators, env workers, reward actors, and on buffer room
-        (`ReplayBuffer.room`: on-policy, exactly the groups the next step needs)."""
+        (`ReplayBuffer.room`: on-policy, exactly the groups the next step needs; with
+        `training.dynamic_sampling` a dropped group is replaced, without it it leaves an empty
+        slot in the step's batch)."""
         cfg = self.cfg
         max_groups = max(1, cfg.rollout.max_concurrent_episodes // cfg.training.group_size)
         running: set[asyncio.Task] = set()
@@ -223,8 +230,10 @@ class Controller:
         self.zero_signal.observe(bool(kept), [t.reward for t in scored], stats.dropped)
         if kept:
             await self.buffer.put(Group(task_id=group.task_id, trajectories=kept))
-        else:
-            self.counts["groups_filtered"] += 1
+            return
+        self.counts["groups_filtered"] += 1
+        if not self.cfg.training.dynamic_sampling:  # it keeps its slot in the step's batch
+            await self.buffer.put(Group(task_id=group.task_id, trajectories=[]))
 
     def _observe_curriculum(self, task: dict[str, Any], scored: list[Any]) -> None:
         """The group's rewards (infra failures left out) to the curriculum; a move up the
