@@ -93,3 +93,30 @@ def test_frozen_lake_observation_names_the_neighbours_and_the_goal() -> None:
     messages, _ = asyncio.run(env.reset({"map": DEFAULT_MAP}, 0))
     assert messages[-1]["content"].endswith("Goal: 3 down, 3 right.")
     assert "Row 1, column 2. left S" in env._act("right")
+
+
+def test_frozen_lake_can_show_the_board_in_the_first_prompt_only() -> None:
+    from envs.frozen_lake.env import DEFAULT_MAP, describe_position
+
+    assert describe_position(DEFAULT_MAP, 4, compact=True) == (
+        "At 2,1: left=edge down=F right=H up=S. Goal: 2 down, 3 right."
+    )
+    env = FrozenLakeEnv(board="first")
+    messages, _ = asyncio.run(env.reset({"map": DEFAULT_MAP}, 0))
+    assert messages[-1]["content"] == (
+        "AFFF\nFHFH\nFFFH\nHFFG\nAt 1,1: left=edge down=F right=F up=edge. Goal: 3 down, 3 right."
+    )
+    reply = env._act("right")
+    assert reply == "At 1,2: left=S down=H right=F up=edge. Goal: 3 down, 2 right.\nReward: 0"
+    with pytest.raises(ValueError, match="board must be one of"):
+        FrozenLakeEnv(board="never")
+
+
+def test_frozen_lake_demonstrations_follow_the_board_view() -> None:
+    env = FrozenLakeEnv(board="first", max_moves=12)
+    convos = [c for c, _ in env.demonstrations(8, seed=1, demo_fraction=1.0)]
+    for convo in convos:
+        replies = [m["content"] for m in convo if m["role"] == "tool"]
+        assert convo[1]["content"].count("\n") == 4  # the prompt: 4 board rows, then the line
+        assert all(r.startswith("At ") and r.count("\n") <= 2 for r in replies)  # no board
+        assert "Reward: 1" in replies[-1]
