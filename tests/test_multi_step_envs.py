@@ -112,6 +112,20 @@ def test_frozen_lake_can_show_the_board_in_the_first_prompt_only() -> None:
         FrozenLakeEnv(board="never")
 
 
+def test_frozen_lake_sight_names_the_cells_beyond_the_neighbours() -> None:
+    from envs.frozen_lake.env import DEFAULT_MAP, describe_position
+
+    # SFFF / FHFH / FFFH / HFFG; index 4 is row 2, column 1
+    assert describe_position(DEFAULT_MAP, 4, compact=True, sight=2) == (
+        "At 2,1: left=edge down=F,H right=H,F up=S,edge. Goal: 2 down, 3 right."
+    )
+    env = FrozenLakeEnv(board="first", sight=2)
+    asyncio.run(env.reset({"map": DEFAULT_MAP}, 0))
+    assert env._act("down").startswith("At 2,1: left=edge down=F,H right=H,F up=S,edge.")
+    with pytest.raises(ValueError, match="sight must be an int >= 1"):
+        FrozenLakeEnv(sight=0)
+
+
 def test_frozen_lake_demonstrations_follow_the_board_view() -> None:
     env = FrozenLakeEnv(board="first", max_moves=12)
     convos = [c for c, _ in env.demonstrations(8, seed=1, demo_fraction=1.0)]

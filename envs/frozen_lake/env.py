@@ -55,11 +55,12 @@ def render_board(desc: list[str], position: int) -> str:
     return "\n".join("".join(row) for row in rows)
 
 
-def describe_position(desc: list[str], position: int, compact: bool = False) -> str:
-    """The walker's row and column, what each of its four neighbours holds and where the goal
-    lies, e.g. "Row 2, column 3. left F, down H, right edge, up F. Goal: 2 down, 1 right.";
+def describe_position(desc: list[str], position: int, compact: bool = False, sight: int = 1) -> str:
+    """The walker's row and column, what lies in each of the four directions and where the
+    goal lies, e.g. "Row 2, column 3. left F, down H, right edge, up F. Goal: 2 down, 1 right.";
     `compact`: the same facts in fewer tokens, "At 2,3: left=F down=H right=edge up=F. Goal: 2
-    down, 1 right." (~35 tokens of the tiny model's BPE instead of ~49).
+    down, 1 right." (~35 tokens of the tiny model's BPE instead of ~49). `sight`: the cells
+    named in each direction, nearest first, up to the edge ("down=F,H" with `sight=2`).
 
     The board alone is not enough for the tiny model: its byte-level BPE merges board letters
     across cells and rows ("FFF\nF" is one token), so which letter sits next to `A` cannot be
@@ -69,8 +70,14 @@ def describe_position(desc: list[str], position: int, compact: bool = False) -> 
     row, col = divmod(position, width)
     cells = {}
     for name, (dr, dc) in MOVES.items():
-        r, c = row + dr, col + dc
-        cells[name] = desc[r][c] if 0 <= r < height and 0 <= c < width else "edge"
+        seen = []
+        for k in range(1, sight + 1):
+            r, c = row + k * dr, col + k * dc
+            if not (0 <= r < height and 0 <= c < width):
+                seen.append("edge")
+                break
+            seen.append(desc[r][c])
+        cells[name] = ",".join(seen)
     goal_row, goal_col = divmod("".join(desc).index("G"), width)
     down, right = goal_row - row, goal_col - col
     vertical = (abs(down), "down" if down > 0 else "up")
@@ -145,6 +152,8 @@ class FrozenLakeEnv(GymnasiumAgentEnv):
             move. The same information either way (the first board stays in the context);
             "first" (with the compact position line) makes a move and its reply ~75 tokens
             instead of ~105.
+        sight: cells the position line names in each direction (1: the four neighbours; 2:
+            also the cells beyond them, which tell a dead end one move ahead).
     """
 
     def __init__(
@@ -154,10 +163,13 @@ class FrozenLakeEnv(GymnasiumAgentEnv):
         size: int = 4,
         p_frozen: float = 0.8,
         board: str = "every",
+        sight: int = 1,
     ) -> None:
         if board not in BOARD_VIEWS:
             raise ValueError(f"board must be one of {BOARD_VIEWS}, got {board!r}")
-        self.board = board
+        if int(sight) < 1:
+            raise ValueError(f"sight must be an int >= 1, got {sight!r}")
+        self.board, self.sight = board, int(sight)
         super().__init__(
             "FrozenLake-v1",
             render=lambda env, obs: self._view(int(obs)),
@@ -171,7 +183,7 @@ class FrozenLakeEnv(GymnasiumAgentEnv):
     def _view(self, position: int) -> str:
         """A move's observation: the board (unless shown in the first prompt only) and the
         position line."""
-        line = describe_position(self._desc, position, compact=self.board == "first")
+        line = describe_position(self._desc, position, self.board == "first", self.sight)
         return line if self.board == "first" else f"{render_board(self._desc, position)}\n{line}"
 
     def prompt(self, task: dict[str, Any]) -> list[Message]:
