@@ -134,3 +134,16 @@ def test_frozen_lake_demonstrations_follow_the_board_view() -> None:
         assert convo[1]["content"].count("\n") == 4  # the prompt: 4 board rows, then the line
         assert all(r.startswith("At ") and r.count("\n") <= 2 for r in replies)  # no board
         assert "Reward: 1" in replies[-1]
+
+
+def test_frozen_lake_safe_demonstration_noise_never_steps_into_a_hole() -> None:
+    from envs.frozen_lake.env import DEFAULT_MAP, safe_moves
+
+    assert safe_moves(DEFAULT_MAP, 4) == ["left", "down", "up"]  # right of (2,1) is a hole
+    env = FrozenLakeEnv(board="first", max_moves=12, demo_noise="safe")
+    convos = [c for c, _ in env.demonstrations(40, seed=1, demo_fraction=0.3)]
+    ends = [c[-1]["content"] for c in convos]
+    assert not any("(terminated)" in e and "Reward: 0" in e for e in ends)  # no hole
+    assert any("out of time" in e for e in ends)  # but the random moves wander
+    with pytest.raises(ValueError, match="demo_noise must be one of"):
+        FrozenLakeEnv(demo_noise="never")

@@ -30,6 +30,7 @@ __all__ = [
     "describe_position",
     "generate_tasks",
     "render_board",
+    "safe_moves",
     "shortest_path",
 ]
 
@@ -45,6 +46,7 @@ INSTRUCTIONS = (
     "goal, and A marks where you are. Row 1 is the top. Reach G without stepping into a hole."
 )
 BOARD_VIEWS = ("every", "first")
+DEMO_NOISE = ("any", "safe")
 
 
 def render_board(desc: list[str], position: int) -> str:
@@ -88,6 +90,19 @@ def describe_position(desc: list[str], position: int, compact: bool = False, sig
         return f"At {row + 1},{col + 1}: {around}. Goal: {goal}."
     around = ", ".join(f"{name} {cell}" for name, cell in cells.items())
     return f"Row {row + 1}, column {col + 1}. {around}. Goal: {goal}."
+
+
+def safe_moves(desc: list[str], position: int) -> list[str]:
+    """The actions from `position` that do not step into a hole (bumping into the edge, which
+    leaves the walker where it is, counts as safe)."""
+    width, height = len(desc[0]), len(desc)
+    row, col = divmod(position, width)
+    safe = []
+    for name, (dr, dc) in MOVES.items():
+        r, c = row + dr, col + dc
+        if not (0 <= r < height and 0 <= c < width) or desc[r][c] != "H":
+            safe.append(name)
+    return safe
 
 
 def generate_tasks(
@@ -154,6 +169,8 @@ class FrozenLakeEnv(GymnasiumAgentEnv):
             instead of ~105.
         sight: cells the position line names in each direction (1: the four neighbours; 2:
             also the cells beyond them, which tell a dead end one move ahead).
+        demo_noise: the random moves of `demonstrations`: "any" of the four, or "safe" (none
+            into a hole).
     """
 
     def __init__(
@@ -164,12 +181,15 @@ class FrozenLakeEnv(GymnasiumAgentEnv):
         p_frozen: float = 0.8,
         board: str = "every",
         sight: int = 1,
+        demo_noise: str = "any",
     ) -> None:
         if board not in BOARD_VIEWS:
             raise ValueError(f"board must be one of {BOARD_VIEWS}, got {board!r}")
         if int(sight) < 1:
             raise ValueError(f"sight must be an int >= 1, got {sight!r}")
-        self.board, self.sight = board, int(sight)
+        if demo_noise not in DEMO_NOISE:
+            raise ValueError(f"demo_noise must be one of {DEMO_NOISE}, got {demo_noise!r}")
+        self.board, self.sight, self.demo_noise = board, int(sight), demo_noise
         super().__init__(
             "FrozenLake-v1",
             render=lambda env, obs: self._view(int(obs)),
@@ -206,9 +226,10 @@ class FrozenLakeEnv(GymnasiumAgentEnv):
     ) -> list[tuple[list[Message], list[ToolSpec]]]:
         """Noisy shortest-path games on random maps (the env's own tool replies): each move
         follows a shortest path from where the walker stands, except that with probability
-        `1 - demo_fraction` it is a random move (which may end in a hole or wander off; the
-        walk goes on from there). RL has to make the walks clean. Each comes with the tool
-        specs it was played with."""
+        `1 - demo_fraction` it is a random move (`demo_noise="any"`: any of the four, which
+        may end in a hole; "safe": one that does not step into a hole, which may still
+        wander off or bump into the edge; the walk goes on from there). RL has to make the
+        walks clean. Each comes with the tool specs it was played with."""
         rng = random.Random(f"frozen_lake-demos-{seed}")
         convos = []
         for task in generate_tasks(n, seed=seed + 7919, size=self.size, p_frozen=self.p_frozen):
@@ -216,7 +237,12 @@ class FrozenLakeEnv(GymnasiumAgentEnv):
             convo = list(messages)
             for k in range(self.max_moves):
                 path = shortest_path(self._desc, int(self._observation))
-                action = path[0] if rng.random() < demo_fraction else rng.choice(ACTIONS)
+                if rng.random() < demo_fraction:
+                    action = path[0]
+                elif self.demo_noise == "safe":
+                    action = rng.choice(safe_moves(self._desc, int(self._observation)))
+                else:
+                    action = rng.choice(ACTIONS)
                 convo += _move(f"call_{k}", action, self._act(action))
                 if self.terminated or self.truncated:
                     break
