@@ -93,3 +93,57 @@ def test_frozen_lake_observation_names_the_neighbours_and_the_goal() -> None:
     messages, _ = asyncio.run(env.reset({"map": DEFAULT_MAP}, 0))
     assert messages[-1]["content"].endswith("Goal: 3 down, 3 right.")
     assert "Row 1, column 2. left S" in env._act("right")
+
+
+def test_frozen_lake_can_show_the_board_in_the_first_prompt_only() -> None:
+    from envs.frozen_lake.env import DEFAULT_MAP, describe_position
+
+    assert describe_position(DEFAULT_MAP, 4, compact=True) == (
+        "At 2,1: left=edge down=F right=H up=S. Goal: 2 down, 3 right."
+    )
+    env = FrozenLakeEnv(board="first")
+    messages, _ = asyncio.run(env.reset({"map": DEFAULT_MAP}, 0))
+    assert messages[-1]["content"] == (
+        "AFFF\nFHFH\nFFFH\nHFFG\nAt 1,1: left=edge down=F right=F up=edge. Goal: 3 down, 3 right."
+    )
+    reply = env._act("right")
+    assert reply == "At 1,2: left=S down=H right=F up=edge. Goal: 3 down, 2 right.\nReward: 0"
+    with pytest.raises(ValueError, match="board must be one of"):
+        FrozenLakeEnv(board="never")
+
+
+def test_frozen_lake_sight_names_the_cells_beyond_the_neighbours() -> None:
+    from envs.frozen_lake.env import DEFAULT_MAP, describe_position
+
+    # SFFF / FHFH / FFFH / HFFG; index 4 is row 2, column 1
+    assert describe_position(DEFAULT_MAP, 4, compact=True, sight=2) == (
+        "At 2,1: left=edge down=F,H right=H,F up=S,edge. Goal: 2 down, 3 right."
+    )
+    env = FrozenLakeEnv(board="first", sight=2)
+    asyncio.run(env.reset({"map": DEFAULT_MAP}, 0))
+    assert env._act("down").startswith("At 2,1: left=edge down=F,H right=H,F up=S,edge.")
+    with pytest.raises(ValueError, match="sight must be an int >= 1"):
+        FrozenLakeEnv(sight=0)
+
+
+def test_frozen_lake_demonstrations_follow_the_board_view() -> None:
+    env = FrozenLakeEnv(board="first", max_moves=12)
+    convos = [c for c, _ in env.demonstrations(8, seed=1, demo_fraction=1.0)]
+    for convo in convos:
+        replies = [m["content"] for m in convo if m["role"] == "tool"]
+        assert convo[1]["content"].count("\n") == 4  # the prompt: 4 board rows, then the line
+        assert all(r.startswith("At ") and r.count("\n") <= 2 for r in replies)  # no board
+        assert "Reward: 1" in replies[-1]
+
+
+def test_frozen_lake_safe_demonstration_noise_never_steps_into_a_hole() -> None:
+    from envs.frozen_lake.env import DEFAULT_MAP, safe_moves
+
+    assert safe_moves(DEFAULT_MAP, 4) == ["left", "down", "up"]  # right of (2,1) is a hole
+    env = FrozenLakeEnv(board="first", max_moves=12, demo_noise="safe")
+    convos = [c for c, _ in env.demonstrations(40, seed=1, demo_fraction=0.3)]
+    ends = [c[-1]["content"] for c in convos]
+    assert not any("(terminated)" in e and "Reward: 0" in e for e in ends)  # no hole
+    assert any("out of time" in e for e in ends)  # but the random moves wander
+    with pytest.raises(ValueError, match="demo_noise must be one of"):
+        FrozenLakeEnv(demo_noise="never")

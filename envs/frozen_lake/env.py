@@ -2,7 +2,10 @@
 
 Each move is an `act` tool call ("left", "down", "right", "up"); the board is shown as text with
 `A` marking the agent, followed by a line naming the walker's cell, its four neighbours and where
-the goal lies (`describe_position`). Non-slippery by default, so a correct plan always works.
+the goal lies (`describe_position`). With `board="first"` the board is shown in the first prompt
+only and each move's reply is a compact position line alone (a move and its reply ~75 tokens
+instead of ~105).
+Non-slippery by default, so a correct plan always works.
 Rewards at the end: `{"env_reward": 1.0}` on reaching the goal, else 0.0; info["outcome"]:
 "goal" | "hole" | "out_of_time" | "stopped".
 """
@@ -27,6 +30,7 @@ __all__ = [
     "describe_position",
     "generate_tasks",
     "render_board",
+    "safe_moves",
     "shortest_path",
 ]
 
@@ -41,6 +45,8 @@ INSTRUCTIONS = (
     "You walk on a frozen lake drawn as a grid: S is the start, F frozen ice, H a hole, G the "
     "goal, and A marks where you are. Row 1 is the top. Reach G without stepping into a hole."
 )
+BOARD_VIEWS = ("every", "first")
+DEMO_NOISE = ("any", "safe")
 
 
 def render_board(desc: list[str], position: int) -> str:
@@ -51,9 +57,12 @@ def render_board(desc: list[str], position: int) -> str:
     return "\n".join("".join(row) for row in rows)
 
 
-def describe_position(desc: list[str], position: int) -> str:
-    """The walker's row and column, what each of its four neighbours holds and where the goal
-    lies, e.g. "Row 2, column 3. left F, down H, right edge, up F. Goal: 2 down, 1 right."
+def describe_position(desc: list[str], position: int, compact: bool = False, sight: int = 1) -> str:
+    """The walker's row and column, what lies in each of the four directions and where the
+    goal lies, e.g. "Row 2, column 3. left F, down H, right edge, up F. Goal: 2 down, 1 right.";
+    `compact`: the same facts in fewer tokens, "At 2,3: left=F down=H right=edge up=F. Goal: 2
+    down, 1 right." (~35 tokens of the tiny model's BPE instead of ~49). `sight`: the cells
+    named in each direction, nearest first, up to the edge ("down=F,H" with `sight=2`).
 
     The board alone is not enough for the tiny model: its byte-level BPE merges board letters
     across cells and rows ("FFF\nF" is one token), so which letter sits next to `A` cannot be
@@ -61,16 +70,39 @@ def describe_position(desc: list[str], position: int) -> str:
     """
     width, height = len(desc[0]), len(desc)
     row, col = divmod(position, width)
-    cells = []
+    cells = {}
     for name, (dr, dc) in MOVES.items():
-        r, c = row + dr, col + dc
-        cells.append(f"{name} {desc[r][c] if 0 <= r < height and 0 <= c < width else 'edge'}")
+        seen = []
+        for k in range(1, sight + 1):
+            r, c = row + k * dr, col + k * dc
+            if not (0 <= r < height and 0 <= c < width):
+                seen.append("edge")
+                break
+            seen.append(desc[r][c])
+        cells[name] = ",".join(seen)
     goal_row, goal_col = divmod("".join(desc).index("G"), width)
     down, right = goal_row - row, goal_col - col
     vertical = (abs(down), "down" if down > 0 else "up")
     horizontal = (abs(right), "right" if right > 0 else "left")
-    goal = ", ".join(f"{n} {word}" for n, word in (vertical, horizontal) if n)
-    return f"Row {row + 1}, column {col + 1}. {', '.join(cells)}. Goal: {goal or 'here'}."
+    goal = ", ".join(f"{n} {word}" for n, word in (vertical, horizontal) if n) or "here"
+    if compact:
+        around = " ".join(f"{name}={cell}" for name, cell in cells.items())
+        return f"At {row + 1},{col + 1}: {around}. Goal: {goal}."
+    around = ", ".join(f"{name} {cell}" for name, cell in cells.items())
+    return f"Row {row + 1}, column {col + 1}. {around}. Goal: {goal}."
+
+
+def safe_moves(desc: list[str], position: int) -> list[str]:
+    """The actions from `position` that do not step into a hole (bumping into the edge, which
+    leaves the walker where it is, counts as safe)."""
+    width, height = len(desc[0]), len(desc)
+    row, col = divmod(position, width)
+    safe = []
+    for name, (dr, dc) in MOVES.items():
+        r, c = row + dr, col + dc
+        if not (0 <= r < height and 0 <= c < width) or desc[r][c] != "H":
+            safe.append(name)
+    return safe
 
 
 def generate_tasks(
@@ -130,22 +162,56 @@ class FrozenLakeEnv(GymnasiumAgentEnv):
         max_moves: moves before the game is out of time.
         size: side of the generated maps.
         p_frozen: share of frozen (safe) tiles in generated maps.
+        board: "every": the board and the position line after every move; "first": the board
+            (and position line) in the first prompt, then the position line alone after each
+            move. The same information either way (the first board stays in the context);
+            "first" (with the compact position line) makes a move and its reply ~75 tokens
+            instead of ~105.
+        sight: cells the position line names in each direction (1: the four neighbours; 2:
+            also the cells beyond them, which tell a dead end one move ahead).
+        demo_noise: the random moves of `demonstrations`: "any" of the four, or "safe" (none
+            into a hole).
     """
 
     def __init__(
-        self, is_slippery: bool = False, max_moves: int = 30, size: int = 4, p_frozen: float = 0.8
+        self,
+        is_slippery: bool = False,
+        max_moves: int = 30,
+        size: int = 4,
+        p_frozen: float = 0.8,
+        board: str = "every",
+        sight: int = 1,
+        demo_noise: str = "any",
     ) -> None:
+        if board not in BOARD_VIEWS:
+            raise ValueError(f"board must be one of {BOARD_VIEWS}, got {board!r}")
+        if int(sight) < 1:
+            raise ValueError(f"sight must be an int >= 1, got {sight!r}")
+        if demo_noise not in DEMO_NOISE:
+            raise ValueError(f"demo_noise must be one of {DEMO_NOISE}, got {demo_noise!r}")
+        self.board, self.sight, self.demo_noise = board, int(sight), demo_noise
         super().__init__(
             "FrozenLake-v1",
-            render=lambda env, obs: (
-                f"{render_board(self._desc, int(obs))}\n{describe_position(self._desc, int(obs))}"
-            ),
+            render=lambda env, obs: self._view(int(obs)),
             instructions=INSTRUCTIONS,
         )
         self.is_slippery = is_slippery
         self.max_moves = max_moves
         self._desc = DEFAULT_MAP
         self.size, self.p_frozen = int(size), float(p_frozen)
+
+    def _view(self, position: int) -> str:
+        """A move's observation: the board (unless shown in the first prompt only) and the
+        position line."""
+        line = describe_position(self._desc, position, self.board == "first", self.sight)
+        return line if self.board == "first" else f"{render_board(self._desc, position)}\n{line}"
+
+    def prompt(self, task: dict[str, Any]) -> list[Message]:
+        messages = super().prompt(task)
+        if self.board == "first":  # the board once, above the position line
+            board = render_board(self._desc, int(self._observation))
+            messages[-1] = {**messages[-1], "content": f"{board}\n{messages[-1]['content']}"}
+        return messages
 
     def default_task(self, seed: int) -> dict[str, Any]:
         return generate_tasks(1, seed=seed, size=self.size, p_frozen=self.p_frozen)[0]
@@ -160,9 +226,10 @@ class FrozenLakeEnv(GymnasiumAgentEnv):
     ) -> list[tuple[list[Message], list[ToolSpec]]]:
         """Noisy shortest-path games on random maps (the env's own tool replies): each move
         follows a shortest path from where the walker stands, except that with probability
-        `1 - demo_fraction` it is a random move (which may end in a hole or wander off; the
-        walk goes on from there). RL has to make the walks clean. Each comes with the tool
-        specs it was played with."""
+        `1 - demo_fraction` it is a random move (`demo_noise="any"`: any of the four, which
+        may end in a hole; "safe": one that does not step into a hole, which may still
+        wander off or bump into the edge; the walk goes on from there). RL has to make the
+        walks clean. Each comes with the tool specs it was played with."""
         rng = random.Random(f"frozen_lake-demos-{seed}")
         convos = []
         for task in generate_tasks(n, seed=seed + 7919, size=self.size, p_frozen=self.p_frozen):
@@ -170,7 +237,12 @@ class FrozenLakeEnv(GymnasiumAgentEnv):
             convo = list(messages)
             for k in range(self.max_moves):
                 path = shortest_path(self._desc, int(self._observation))
-                action = path[0] if rng.random() < demo_fraction else rng.choice(ACTIONS)
+                if rng.random() < demo_fraction:
+                    action = path[0]
+                elif self.demo_noise == "safe":
+                    action = rng.choice(safe_moves(self._desc, int(self._observation)))
+                else:
+                    action = rng.choice(ACTIONS)
                 convo += _move(f"call_{k}", action, self._act(action))
                 if self.terminated or self.truncated:
                     break
