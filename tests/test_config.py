@@ -62,7 +62,7 @@ FREE_FORM |= {"hosts.slurm"}
 
 @pytest.mark.parametrize("name", SHIPPED)
 def test_every_shipped_yaml_loads_and_builds_its_components(name):
-    from forge_agent.generator.engine import engine_args
+    from forge_agent.generator.engine_args import engine_args
     from forge_agent.trainer.config import titan_degrees
 
     cfg = load_config(AGENT_DIR / name)
@@ -312,7 +312,7 @@ def test_dump_then_load_round_trips(tmp_path):
 
 
 def test_the_engine_args_carry_the_generator_section_and_the_runs_model():
-    from forge_agent.generator.engine import engine_args
+    from forge_agent.generator.engine_args import engine_args
 
     cfg = load_config(AGENT_DIR / "qwen3_8b_code_exec.yaml")
     args = engine_args(cfg.generator, "/models/qwen3-8b", cfg.model.dtype, cfg.seed)

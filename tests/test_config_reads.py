@@ -32,7 +32,11 @@ READ_OFF_THIS_PATH = ("hosts.", "advantages.omega")
 
 def replay_actor_reads(cfg) -> None:
     """What the trainer and generator actors do with their sections (see the module doc)."""
-    from forge_agent.generator.engine import engine_args, engine_environ, engine_process_environ
+    from forge_agent.generator.engine_args import (
+        engine_args,
+        engine_environ,
+        engine_process_environ,
+    )
     from forge_agent.trainer.actor import build_trainer
     from forge_agent.warm_start import policy_model
     from tests.helpers import random_trajectories

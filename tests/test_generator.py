@@ -209,7 +209,7 @@ def test_the_cpu_engine_core_keeps_few_onednn_primitives(generator):
     """vLLM's worker (in the engine-core process) runs with oneDNN's primitive cache capped:
     its default of 1024 shapes grew the engine core by ~0.7 GB over a default run (a new token
     count almost every step)."""
-    from forge_agent.generator.engine import ONEDNN_CACHE_CAPACITY
+    from forge_agent.generator.engine_args import ONEDNN_CACHE_CAPACITY
 
     name = "ONEDNN_PRIMITIVE_CACHE_CAPACITY"
     workers = generator.worker_environ.call_one([name]).get()
@@ -246,11 +246,15 @@ def test_omp_wait_policy_is_set_only_while_the_engine_processes_start(monkeypatc
     import subprocess
     import sys
 
-    from forge_agent.generator.engine import GeneratorConfig, _environ, engine_process_environ
+    from forge_agent.generator.engine_args import (
+        GeneratorConfig,
+        engine_process_environ,
+        scoped_environ,
+    )
 
     monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
     child = [sys.executable, "-c", "import os; print(os.environ.get('OMP_WAIT_POLICY'))"]
-    with _environ(engine_process_environ(GeneratorConfig())):
+    with scoped_environ(engine_process_environ(GeneratorConfig())):
         assert subprocess.run(child, capture_output=True, text=True).stdout.strip() == "PASSIVE"
     assert "OMP_WAIT_POLICY" not in os.environ
     assert engine_process_environ(GeneratorConfig(omp_wait_policy=None)) == {}

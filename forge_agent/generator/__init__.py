@@ -13,7 +13,7 @@ __getattr__ = lazy_exports(
     __name__,
     {
         "Generator": "forge_agent.generator.actor",
-        "GeneratorError": "forge_agent.generator.engine",
+        "GeneratorError": "forge_agent.generator.engine_args",
         "VLLMEngine": "forge_agent.generator.engine",
     },
 )

@@ -27,129 +27,28 @@ per-token `versions` record which version sampled each token. The caller sees on
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import logging
 import os
 import shutil
-import tempfile
 import time
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import torch
 
-from forge_agent.generator.config import GeneratorConfig, SamplingConfig, on_cpu
+from forge_agent.generator.config import GeneratorConfig, SamplingConfig
+from forge_agent.generator.engine_args import (
+    GeneratorError,
+    engine_args,
+    engine_environ,
+    engine_process_environ,
+    scoped_environ,
+)
+from forge_agent.generator.weight_files import expected_shapes, write_adapter, write_shared
 from forge_agent.trainer.config import LoraConfig
 from forge_agent.types import Completion
 
 logger = logging.getLogger(__name__)
-
-
-class GeneratorError(Exception):
-    """A request or weight update the generator refused; the message names the problem."""
-
-
-ONEDNN_CACHE_CAPACITY = 16
-"""oneDNN primitives the CPU engine keeps (its default, 1024, grows the process by GBs)."""
-
-
-def engine_environ(config: GeneratorConfig) -> dict[str, str]:
-    """The environment vLLM reads at import, from `config` (set where the user has not)."""
-    env = {"VLLM_LOGGING_LEVEL": "WARNING"}  # INFO logs per request and reload drown a run
-    if config.resolved_executor() == "uni" or config.resolved_engine_core() == "inproc":
-        # vLLM's CPU platform turns "uni" into "mp" unless V1 multiprocessing is off (AsyncLLM
-        # still runs its engine core in a process of its own); LLMEngine (engine_core inproc)
-        # keeps its engine core in this process only with it off
-        env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
-    if on_cpu():
-        # oneDNN keeps a compiled primitive (with its buffers) per matmul shape, up to 1024;
-        # the CPU engine sees a new token count almost every step, so the cache grew the
-        # engine core by ~0.7 GB over a default run. A few recent shapes are the ones reused.
-        env["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] = str(ONEDNN_CACHE_CAPACITY)
-    return env
-
-
-def engine_process_environ(config: GeneratorConfig) -> dict[str, str]:
-    """The environment of the engine-core process vLLM starts, or with `engine_core` inproc
-    of the generator's own proc (set when the proc starts, `run.placement`): OpenMP's wait
-    policy on CPU, unless the user's environment sets one."""
-    if config.omp_wait_policy is None or not on_cpu() or "OMP_WAIT_POLICY" in os.environ:
-        return {}
-    return {"OMP_WAIT_POLICY": config.omp_wait_policy.upper()}
-
-
-@contextlib.contextmanager
-def _environ(values: dict[str, str]) -> Iterator[None]:
-    """`values` in os.environ (what processes started meanwhile inherit), removed after."""
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for key in values:
-            os.environ.pop(key, None)
-
-
-VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
-"""The values vLLM accepts as `max_lora_rank` (an adapter's rank may be any value up to it)."""
-
-
-def lora_engine_args(lora: LoraConfig | None) -> dict[str, Any]:
-    """vLLM's LoRA arguments for serving adapters of `lora`'s rank ({} without LoRA): two slots
-    per adapter of `lora.adapters`, so a new version loads while the old one is resident, and
-    every adapter fits one batch."""
-    if lora is None:
-        return {}
-    fits = [r for r in VLLM_LORA_RANKS if r >= lora.rank]
-    if not fits:
-        raise GeneratorError(
-            f"trainer.lora.rank={lora.rank} is above vLLM's largest max_lora_rank "
-            f"{VLLM_LORA_RANKS[-1]}; use a smaller rank or trainer.lora.sync=merged"
-        )
-    return {"enable_lora": True, "max_lora_rank": fits[0], "max_loras": 2 * len(lora.adapters)}
-
-
-def engine_args(
-    config: GeneratorConfig, model: str, dtype: str, seed: int, lora: LoraConfig | None = None
-) -> dict[str, Any]:
-    """The keyword arguments of vLLM's `AsyncEngineArgs` for `config` serving `model` (and
-    adapters of `lora`'s shape when given)."""
-    if dtype == "auto":
-        dtype = "float32" if on_cpu() else "bfloat16"
-    return dict(
-        model=model,
-        dtype=dtype,
-        max_model_len=config.max_model_len,
-        seed=seed,
-        enforce_eager=config.enforce_eager,
-        tensor_parallel_size=config.tensor_parallel_size,
-        gpu_memory_utilization=config.gpu_memory_utilization,
-        enable_prefix_caching=config.enable_prefix_caching,
-        max_num_seqs=config.max_num_seqs,
-        worker_extension_cls="forge_agent.generator.worker_ext.WeightSyncExtension",
-        disable_log_stats=True,
-        **{
-            "distributed_executor_backend": config.resolved_executor(),
-            **_cpu_kv_cache(config.cpu_kv_cache_gb),
-            **_block_size(config.resolved_block_size()),
-            **_cpu_whole_prefills(),
-            **lora_engine_args(lora),
-            **config.engine_kwargs,
-        },
-    )
-
-
-def _block_size(tokens: int | None) -> dict[str, Any]:
-    return {} if tokens is None else {"block_size": tokens}
-
-
-def _cpu_whole_prefills() -> dict[str, Any]:
-    """On CPU, no chunked prefill: each prompt is prefilled in one engine step (vLLM then
-    raises its token budget to at least max_model_len). A chunked prefill of a seeded request
-    makes vLLM rewind the request's torch.Generator, which CPU generators cannot do ("CPU
-    Generator does not use offset"): with many seeded requests in flight the engine died."""
-    return {"enable_chunked_prefill": False} if on_cpu() else {}
 
 
 class VLLMEngine:
@@ -209,12 +108,12 @@ class VLLMEngine:
 
             self._llm = InprocLLM(kwargs)
         else:
-            with _environ(engine_process_environ(self.config)):  # its engine-core process
+            with scoped_environ(engine_process_environ(self.config)):  # its engine-core process
                 self._llm = AsyncLLM.from_engine_args(AsyncEngineArgs(**kwargs))
         from forge_agent.generator.reaper import watch_engine
 
         self._reaper = watch_engine()  # engine processes die with this process, even on SIGKILL
-        self._hf_shapes = _expected_shapes(self.model)
+        self._hf_shapes = expected_shapes(self.model)
         self.vocab_size = self._llm.model_config.get_vocab_size()
         self.max_model_len = self._llm.model_config.max_model_len
 
@@ -416,7 +315,7 @@ class VLLMEngine:
         self.validate_state_dict(state_dict)
 
         async def reload() -> None:
-            path = _write_shared(state_dict, version)
+            path = write_shared(state_dict, version)
             try:
                 self.last_reload = await self._llm.collective_rpc(
                     "forge_reload_weights", args=(str(path),)
@@ -486,7 +385,7 @@ class VLLMEngine:
 
             started = time.perf_counter()
             folders = {
-                name: _write_adapter(part, self.lora, self.model, version, name)
+                name: write_adapter(part, self.lora, self.model, version, name)
                 for name, part in adapters.items()
             }
             written = time.perf_counter()
@@ -554,58 +453,3 @@ class VLLMEngine:
             finally:
                 self._open.set()
         return self.version
-
-
-def _cpu_kv_cache(gib: float) -> dict[str, Any]:
-    """The CPU build's KV cache size as an engine argument (`kv_cache_memory_bytes`, which
-    takes fractions of a GiB, unlike the VLLM_CPU_KVCACHE_SPACE variable; a user's variable
-    still wins). Nothing on GPUs, where `gpu_memory_utilization` sizes it."""
-    if not on_cpu() or os.environ.get("VLLM_CPU_KVCACHE_SPACE"):
-        return {}
-    return {"kv_cache_memory_bytes": int(gib * 2**30)}
-
-
-def _write_shared(state_dict: dict[str, torch.Tensor], version: int) -> Path:
-    """Write a state dict as safetensors in shared memory (tmpfs) for the worker to map."""
-    from safetensors.torch import save_file
-
-    root = Path("/dev/shm") if Path("/dev/shm").is_dir() else Path(tempfile.gettempdir())
-    path = root / f"forge-weights-{os.getpid()}-{version}.safetensors"
-    tensors = {k: v.detach().to("cpu").contiguous() for k, v in state_dict.items()}
-    save_file(tensors, str(path))
-    return path
-
-
-def _write_adapter(
-    tensors: dict[str, torch.Tensor], lora: LoraConfig, base: str, version: int, name: str
-) -> Path:
-    """Adapter `name`'s peft folder (config + safetensors) in shared memory, for vLLM to load."""
-    from safetensors.torch import save_file
-
-    from forge_agent.trainer.lora import peft_config
-
-    root = Path("/dev/shm") if Path("/dev/shm").is_dir() else Path(tempfile.gettempdir())
-    prefix = f"forge-lora-{os.getpid()}-{version}-{name}-"
-    folder = Path(tempfile.mkdtemp(prefix=prefix, dir=root))
-    config = peft_config(lora)
-    config.base_model_name_or_path = base
-    config.save_pretrained(str(folder))
-    plain = {k: v.detach().to("cpu").contiguous() for k, v in tensors.items()}
-    save_file(plain, str(folder / "adapter_model.safetensors"))
-    return folder
-
-
-def _expected_shapes(model: str) -> dict[str, tuple[int, ...]]:
-    """Tensor names and shapes of a local safetensors checkpoint (empty for hub names)."""
-    folder = Path(model)
-    files = sorted(folder.glob("*.safetensors")) if folder.is_dir() else []
-    if not files:
-        return {}
-    from safetensors import safe_open
-
-    shapes: dict[str, tuple[int, ...]] = {}
-    for f in files:
-        with safe_open(str(f), framework="pt") as handle:
-            for name in handle.keys():  # noqa: SIM118 - safe_open has no __iter__
-                shapes[name] = tuple(handle.get_slice(name).get_shape())
-    return shapes

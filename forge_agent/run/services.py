@@ -261,7 +261,7 @@ class Services:
 
     async def _spawn_generator(self, replica: int) -> tuple[Any, Any]:
         from forge_agent.generator import Generator
-        from forge_agent.generator.engine import engine_process_environ
+        from forge_agent.generator.engine_args import engine_process_environ
 
         cfg = self.cfg
         # an in-process engine core runs in the generator's proc: it gets the engine's

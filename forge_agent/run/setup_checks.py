@@ -135,7 +135,7 @@ def check_lora(cfg: Any, model: Path | None) -> None:
 
     lora = cfg.trainer.lora
     if lora is not None:
-        from forge_agent.generator.engine import GeneratorError, lora_engine_args
+        from forge_agent.generator.engine_args import GeneratorError, lora_engine_args
         from forge_agent.trainer.lora import check_target_modules
 
         if lora.sync == "adapter":

@@ -1,0 +1,61 @@
+"""Weights handed to vLLM's workers as files in shared memory, and the layout they are
+checked against: a full state dict as one safetensors file (`write_shared`), an adapter as a
+peft folder (`write_adapter`), and a local checkpoint's tensor names and shapes
+(`expected_shapes`).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import torch
+
+from forge_agent.trainer.config import LoraConfig
+
+
+def write_shared(state_dict: dict[str, torch.Tensor], version: int) -> Path:
+    """Write a state dict as safetensors in shared memory (tmpfs) for the worker to map."""
+    from safetensors.torch import save_file
+
+    root = Path("/dev/shm") if Path("/dev/shm").is_dir() else Path(tempfile.gettempdir())
+    path = root / f"forge-weights-{os.getpid()}-{version}.safetensors"
+    tensors = {k: v.detach().to("cpu").contiguous() for k, v in state_dict.items()}
+    save_file(tensors, str(path))
+    return path
+
+
+def write_adapter(
+    tensors: dict[str, torch.Tensor], lora: LoraConfig, base: str, version: int, name: str
+) -> Path:
+    """Adapter `name`'s peft folder (config + safetensors) in shared memory, for vLLM to load."""
+    from safetensors.torch import save_file
+
+    from forge_agent.trainer.lora import peft_config
+
+    root = Path("/dev/shm") if Path("/dev/shm").is_dir() else Path(tempfile.gettempdir())
+    prefix = f"forge-lora-{os.getpid()}-{version}-{name}-"
+    folder = Path(tempfile.mkdtemp(prefix=prefix, dir=root))
+    config = peft_config(lora)
+    config.base_model_name_or_path = base
+    config.save_pretrained(str(folder))
+    plain = {k: v.detach().to("cpu").contiguous() for k, v in tensors.items()}
+    save_file(plain, str(folder / "adapter_model.safetensors"))
+    return folder
+
+
+def expected_shapes(model: str) -> dict[str, tuple[int, ...]]:
+    """Tensor names and shapes of a local safetensors checkpoint (empty for hub names)."""
+    folder = Path(model)
+    files = sorted(folder.glob("*.safetensors")) if folder.is_dir() else []
+    if not files:
+        return {}
+    from safetensors import safe_open
+
+    shapes: dict[str, tuple[int, ...]] = {}
+    for f in files:
+        with safe_open(str(f), framework="pt") as handle:
+            for name in handle.keys():  # noqa: SIM118 - safe_open has no __iter__
+                shapes[name] = tuple(handle.get_slice(name).get_shape())
+    return shapes
