@@ -4,6 +4,7 @@ frozen_lake's noisy shortest-path walks, replayed through the real envs."""
 from __future__ import annotations
 
 import asyncio
+import json
 
 import pytest
 
@@ -124,6 +125,47 @@ def test_frozen_lake_sight_names_the_cells_beyond_the_neighbours() -> None:
     assert env._act("down").startswith("At 2,1: left=edge down=F,H right=H,F up=S,edge.")
     with pytest.raises(ValueError, match="sight must be an int >= 1"):
         FrozenLakeEnv(sight=0)
+
+
+def test_frozen_lake_move_list_names_the_moves_in_the_action_words() -> None:
+    from envs.frozen_lake.env import DEFAULT_MAP, describe_position
+
+    # SFFF / FHFH / FFFH / HFFG; index 4 is row 2, column 1, with a hole to its right
+    assert describe_position(DEFAULT_MAP, 4, compact=True, move_list="safe") == (
+        "At 2,1: left=edge down=F right=H up=S. Goal: 2 down, 3 right. Safe: left, down, up."
+    )
+    assert describe_position(DEFAULT_MAP, 4, compact=True, move_list="holes").endswith(
+        "Goal: 2 down, 3 right. Holes: right."
+    )
+    assert describe_position(DEFAULT_MAP, 0, move_list="holes").endswith("Holes: none.")
+    env = FrozenLakeEnv(board="first", move_list="safe")
+    asyncio.run(env.reset({"map": DEFAULT_MAP}, 0))
+    assert env._act("right").startswith(
+        "At 1,2: left=S down=H right=F up=edge. Goal: 3 down, 2 right. Safe: left, right, up."
+    )
+
+
+def test_frozen_lake_rejects_an_unknown_move_list() -> None:
+    from envs.frozen_lake.env import DEFAULT_MAP, describe_position
+
+    with pytest.raises(
+        ValueError, match=r"move_list must be one of \('none', 'safe', 'holes'\), got 'exits'"
+    ):
+        FrozenLakeEnv(move_list="exits")
+    with pytest.raises(ValueError, match="move_list must be one of"):
+        describe_position(DEFAULT_MAP, 0, move_list="Safe")
+
+
+def test_frozen_lake_safe_demonstrations_only_take_listed_moves() -> None:
+    env = FrozenLakeEnv(board="first", max_moves=12, demo_noise="safe", move_list="safe")
+    for convo, _ in env.demonstrations(20, seed=2, demo_fraction=0.5):
+        lines = [m["content"] for m in convo if m["role"] in ("user", "tool")]
+        actions = [
+            m["tool_calls"][0]["function"]["arguments"] for m in convo if m.get("tool_calls")
+        ]
+        for line, action in zip(lines[:-1], actions, strict=True):  # the last reply ends it
+            listed = line.split("Safe: ")[1].split(".")[0].split(", ")
+            assert json.loads(action)["action"] in listed
 
 
 def test_frozen_lake_demonstrations_follow_the_board_view() -> None:

@@ -2,9 +2,10 @@
 
 Each move is an `act` tool call ("left", "down", "right", "up"); the board is shown as text with
 `A` marking the agent, followed by a line naming the walker's cell, its four neighbours and where
-the goal lies (`describe_position`). With `board="first"` the board is shown in the first prompt
-only and each move's reply is a compact position line alone (a move and its reply ~75 tokens
-instead of ~105).
+the goal lies (`describe_position`), optionally ending with the moves that are safe or that step
+into a hole, in the action words (`move_list`). With `board="first"` the board is shown in the
+first prompt only and each move's reply is a compact position line alone (a move and its reply
+~75 tokens instead of ~105).
 Non-slippery by default, so a correct plan always works.
 Rewards at the end: `{"env_reward": 1.0}` on reaching the goal, else 0.0; info["outcome"]:
 "goal" | "hole" | "out_of_time" | "stopped".
@@ -47,6 +48,7 @@ INSTRUCTIONS = (
 )
 BOARD_VIEWS = ("every", "first")
 DEMO_NOISE = ("any", "safe")
+MOVE_LISTS = ("none", "safe", "holes")
 
 
 def render_board(desc: list[str], position: int) -> str:
@@ -57,17 +59,30 @@ def render_board(desc: list[str], position: int) -> str:
     return "\n".join("".join(row) for row in rows)
 
 
-def describe_position(desc: list[str], position: int, compact: bool = False, sight: int = 1) -> str:
+def describe_position(
+    desc: list[str],
+    position: int,
+    compact: bool = False,
+    sight: int = 1,
+    move_list: str = "none",
+) -> str:
     """The walker's row and column, what lies in each of the four directions and where the
     goal lies, e.g. "Row 2, column 3. left F, down H, right edge, up F. Goal: 2 down, 1 right.";
     `compact`: the same facts in fewer tokens, "At 2,3: left=F down=H right=edge up=F. Goal: 2
     down, 1 right." (~35 tokens of the tiny model's BPE instead of ~49). `sight`: the cells
     named in each direction, nearest first, up to the edge ("down=F,H" with `sight=2`).
+    `move_list`: "safe" ends the line with the moves that do not step into a hole (`safe_moves`:
+    bumping into the edge counts as safe), "Safe: left, right, up."; "holes" with those that
+    do, "Holes: down." ("Holes: none." when none do); "none" adds nothing.
 
     The board alone is not enough for the tiny model: its byte-level BPE merges board letters
     across cells and rows ("FFF\nF" is one token), so which letter sits next to `A` cannot be
-    read off token positions. The board stays; this line names the cells a move reaches.
+    read off token positions. The board stays; this line names the cells a move reaches. The
+    move list names the danger in the words the model writes as its action: with "down=H"
+    alone, 6% of its moves still stepped into the hole the line named (docs/multi_step.md).
     """
+    if move_list not in MOVE_LISTS:
+        raise ValueError(f"move_list must be one of {MOVE_LISTS}, got {move_list!r}")
     width, height = len(desc[0]), len(desc)
     row, col = divmod(position, width)
     cells = {}
@@ -85,11 +100,16 @@ def describe_position(desc: list[str], position: int, compact: bool = False, sig
     vertical = (abs(down), "down" if down > 0 else "up")
     horizontal = (abs(right), "right" if right > 0 else "left")
     goal = ", ".join(f"{n} {word}" for n, word in (vertical, horizontal) if n) or "here"
+    listed = ""
+    if move_list != "none":
+        safe = safe_moves(desc, position)
+        moves = safe if move_list == "safe" else [m for m in MOVES if m not in safe]
+        listed = f" {move_list.capitalize()}: {', '.join(moves) or 'none'}."
     if compact:
         around = " ".join(f"{name}={cell}" for name, cell in cells.items())
-        return f"At {row + 1},{col + 1}: {around}. Goal: {goal}."
+        return f"At {row + 1},{col + 1}: {around}. Goal: {goal}.{listed}"
     around = ", ".join(f"{name} {cell}" for name, cell in cells.items())
-    return f"Row {row + 1}, column {col + 1}. {around}. Goal: {goal}."
+    return f"Row {row + 1}, column {col + 1}. {around}. Goal: {goal}.{listed}"
 
 
 def safe_moves(desc: list[str], position: int) -> list[str]:
@@ -171,6 +191,8 @@ class FrozenLakeEnv(GymnasiumAgentEnv):
             also the cells beyond them, which tell a dead end one move ahead).
         demo_noise: the random moves of `demonstrations`: "any" of the four, or "safe" (none
             into a hole).
+        move_list: "none"; "safe": the position line ends with the moves that do not step
+            into a hole ("Safe: left, up."); "holes": with those that do ("Holes: down.").
     """
 
     def __init__(
@@ -182,6 +204,7 @@ class FrozenLakeEnv(GymnasiumAgentEnv):
         board: str = "every",
         sight: int = 1,
         demo_noise: str = "any",
+        move_list: str = "none",
     ) -> None:
         if board not in BOARD_VIEWS:
             raise ValueError(f"board must be one of {BOARD_VIEWS}, got {board!r}")
@@ -189,7 +212,10 @@ class FrozenLakeEnv(GymnasiumAgentEnv):
             raise ValueError(f"sight must be an int >= 1, got {sight!r}")
         if demo_noise not in DEMO_NOISE:
             raise ValueError(f"demo_noise must be one of {DEMO_NOISE}, got {demo_noise!r}")
+        if move_list not in MOVE_LISTS:
+            raise ValueError(f"move_list must be one of {MOVE_LISTS}, got {move_list!r}")
         self.board, self.sight, self.demo_noise = board, int(sight), demo_noise
+        self.move_list = move_list
         super().__init__(
             "FrozenLake-v1",
             render=lambda env, obs: self._view(int(obs)),
@@ -203,7 +229,9 @@ class FrozenLakeEnv(GymnasiumAgentEnv):
     def _view(self, position: int) -> str:
         """A move's observation: the board (unless shown in the first prompt only) and the
         position line."""
-        line = describe_position(self._desc, position, self.board == "first", self.sight)
+        line = describe_position(
+            self._desc, position, self.board == "first", self.sight, self.move_list
+        )
         return line if self.board == "first" else f"{render_board(self._desc, position)}\n{line}"
 
     def prompt(self, task: dict[str, Any]) -> list[Message]:
