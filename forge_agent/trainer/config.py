@@ -112,6 +112,9 @@ class TrainerConfig:
     row_tokens: int = 4096  # max tokens per packed row
     microbatch_tokens: int = 16384  # token budget of one forward/backward
     compute_entropy: bool = True  # entropy metric (and bonus when loss.entropy_coef > 0)
+    # the LM head's fp32 logits at loss tokens in chunks of at most this many MiB, each
+    # recomputed in the backward (core.chunked_head_logprobs); 0: all at once
+    logits_chunk_mib: int = 1024
     gradient_checkpointing: bool = False
     # a group's common prompt computed once per row (its episodes attend to that one copy);
     # same logprobs and gradients, fewer tokens (packing.py); hf backend, sdpa/eager attention
@@ -136,6 +139,8 @@ class TrainerConfig:
         check_field(self.weight_decay >= 0.0, "weight_decay", self.weight_decay, "a float >= 0")
         norm = self.max_grad_norm
         check_field(norm is None or norm > 0, "max_grad_norm", norm, "a float > 0 or null")
+        chunk = self.logits_chunk_mib
+        check_field(chunk >= 0, "logits_chunk_mib", chunk, "an int >= 0 (0: no chunks)")
         for key in ("row_tokens", "microbatch_tokens"):
             check_field(getattr(self, key) >= 1, key, getattr(self, key), "an int >= 1")
         check_field(
