@@ -46,6 +46,7 @@ import torch
 
 from apps.bench.train_step import mixed_trajectories
 from forge_agent.models.tiny import TinyModelConfig, build_model
+from forge_agent.trainer.core import compile_decoder_layers
 
 SHAPES = {
     # Qwen3-0.6B's config.json (hub id Qwen/Qwen3-0.6B): 28 layers, d 1024, 16/8 heads of 128
@@ -166,7 +167,18 @@ def section_train(args, folder: str, trajs: list) -> list[dict[str, Any]]:
                 trainer = TitanTrainer(trainer_cfg(args), folder)
             else:
                 trainer = Trainer(trainer_cfg(args, lora=name == "hf_lora"), folder)
+                if args.compile_layers:
+                    compile_decoder_layers(trainer.model, args.compile_layers)
+            if args.fused_adamw:  # the same AdamW, one fused kernel for every tensor
+                group = trainer.optimizer.param_groups[0]
+                trainer.optimizer = torch.optim.AdamW(
+                    [p for p in trainer.model.parameters() if p.requires_grad],
+                    lr=group["lr"], betas=group["betas"], weight_decay=group["weight_decay"],
+                    fused=True,
+                )  # fmt: skip
+            t0 = time.perf_counter()
             times = time_steps(trainer, trajs, args.steps)
+            first_s = time.perf_counter() - t0 - sum(times)
             if args.profile and not rows:
                 profile_step(trainer, trajs, args.profile)
         except Exception as e:  # a backend that fails is a row with its error, not a crash
@@ -181,6 +193,7 @@ def section_train(args, folder: str, trajs: list) -> list[dict[str, Any]]:
                 "dtype": str(trainer.dtype).removeprefix("torch."),
                 "step_s": step_s,
                 "steps_s": times,
+                "first_step_s": first_s,
                 "tokens_per_s": tokens / step_s,
                 "tflops": flops / step_s / 1e12,
                 "mfu": flops / step_s / peak if peak else None,
@@ -361,6 +374,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--row-tokens", type=int, default=4096)
     ap.add_argument("--microbatch-tokens", type=int, default=16384)
     ap.add_argument("--logits-chunk-mib", type=int, default=1024)
+    ap.add_argument("--compile-layers", metavar="BACKEND", help="torch.compile decoder layers")
+    ap.add_argument("--fused-adamw", action="store_true", help="AdamW(fused=True)")
     ap.add_argument("--profile", help="write a profile of the first backend's step here")
     ap.add_argument("--out", default="bench_results/trainer_cuda.json")
     args = ap.parse_args(argv)

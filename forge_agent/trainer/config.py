@@ -120,6 +120,9 @@ class TrainerConfig:
     # same logprobs and gradients, fewer tokens (packing.py); hf backend, sdpa/eager attention
     share_prefix: bool = True
     lora: LoraConfig | None = None  # null: full fine-tuning
+    # torch.compile backend for every decoder layer ("inductor"; null: eager). hf backend.
+    # GPU: 1.36x a step on Qwen3-0.6B (docs/gpu.md); CPU default: not measured, so off
+    compile: str | None = None
 
     def __post_init__(self) -> None:
         from forge_agent.typed_config import check_field
@@ -139,6 +142,18 @@ class TrainerConfig:
         check_field(self.weight_decay >= 0.0, "weight_decay", self.weight_decay, "a float >= 0")
         norm = self.max_grad_norm
         check_field(norm is None or norm > 0, "max_grad_norm", norm, "a float > 0 or null")
+        check_field(
+            self.compile is None or self.backend == "hf",
+            "compile",
+            self.compile,
+            "null with trainer.backend=titan (torchtitan compiles through its own config)",
+        )
+        check_field(
+            self.compile is None or (isinstance(self.compile, str) and bool(self.compile)),
+            "compile",
+            self.compile,
+            'a torch.compile backend name (e.g. "inductor") or null',
+        )
         chunk = self.logits_chunk_mib
         check_field(chunk >= 0, "logits_chunk_mib", chunk, "an int >= 0 (0: no chunks)")
         for key in ("row_tokens", "microbatch_tokens"):

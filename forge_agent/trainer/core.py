@@ -179,6 +179,32 @@ def token_logprobs(
     return logprobs_from_logits(hf_logits(model, mb, attn_implementation), mb, entropy)
 
 
+def compile_decoder_layers(model: nn.Module, backend: str) -> int:
+    """`torch.compile` every decoder layer of `model` (modules whose class name ends in
+    "DecoderLayer", e.g. transformers' `Qwen3DecoderLayer`; LoRA-wrapped or FSDP-sharded ones
+    too) with `backend`, `dynamic=True` (packed rows change length every micro-batch); the
+    LM head, loss and optimizer stay eager. Returns the number of layers compiled.
+
+    On an H200 with a Qwen3-0.6B shape it fused transformers' eager elementwise ops (RMSNorm,
+    rotary, SiLU, casts: most of the step's device time) and made the train step 1.36x faster
+    at 26% less peak memory, after a 28 s first step (docs/gpu.md)."""
+    import torch._dynamo
+
+    layers = [m for m in model.modules() if type(m).__name__.endswith("DecoderLayer")]
+    if not layers:
+        raise ValueError(
+            f"trainer.compile={backend!r}: {type(model).__name__} has no decoder layers "
+            "(modules named *DecoderLayer) to compile; use trainer.compile=null"
+        )
+    # one compiled graph per layer instance (dynamo guards on the module)
+    torch._dynamo.config.cache_size_limit = max(
+        torch._dynamo.config.cache_size_limit, 2 * len(layers)
+    )
+    for layer in layers:
+        layer.compile(backend=backend, dynamic=True)
+    return len(layers)
+
+
 def _pad(rows: Sequence[Sequence[float]], T: int, dtype: torch.dtype) -> torch.Tensor:
     out = torch.zeros(len(rows), T, dtype=dtype)
     for b, r in enumerate(rows):
@@ -236,6 +262,8 @@ class Trainer:
         self.model.train()
         if cfg.gradient_checkpointing and hasattr(self.model, "gradient_checkpointing_enable"):
             self.model.gradient_checkpointing_enable()
+        if cfg.compile is not None:
+            compile_decoder_layers(self.model, cfg.compile)
         self.attn_implementation = (
             getattr(getattr(model, "config", None), "_attn_implementation", cfg.attn_implementation)
             or cfg.attn_implementation
