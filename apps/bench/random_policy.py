@@ -9,14 +9,15 @@ with the same env seeds, env workers (`EnvPool`), rollout limits and rendering, 
 function through the run's rubric, `agent_reward` only). Only the generate function changes:
 `RandomPolicy` stands where the generator would answer each prompt.
 
-The random policy, each episode: 1 to `--max-calls` turns (uniform; default `rollout.max_turns`
-- 1, so the final answer still fits in the episode's turns), each one well-formed call of a
-tool chosen uniformly from the tools the prompt offers, its arguments sampled from the tool's
-JSON schema (`forge_agent.env.seam.sampled_call`: enum values, small numbers, one to three
-words of the conversation); then a final answer, a word of the last tool output
-(`forge_agent.env.seam.final_answer`), as the warm start's schema demonstrations do. An env
-may end the episode sooner (a game over). A turn whose call does not fit the per-turn token cap
-is sampled again (up to 20 times), else cut at the cap as the generator would cut it.
+The random policy, each episode: `--min-calls` (1) to `--max-calls` turns, uniform (by default
+at most `rollout.max_turns - 1`, so the final answer still fits in the episode's turns), each
+one well-formed call of a tool chosen uniformly from the tools the prompt offers, its
+arguments sampled from the tool's JSON schema (`forge_agent.env.seam.sampled_call`: enum
+values, small numbers, one to three words of the conversation); then a final answer, a word
+of the last tool output (`forge_agent.env.seam.final_answer`), as the warm start's schema
+demonstrations do. An env may end the episode sooner (a game over). A turn whose call does
+not fit the per-turn token cap is sampled again (up to 20 times), else cut at the cap as the
+generator would cut it.
 
 It reads the prompt the evaluator renders (the Qwen3 chat format of the tiny model and Qwen3
 models): the tools from its `<tools>` block, the conversation from its turns, so an OpenEnv URL
@@ -29,8 +30,8 @@ no weights, no warm start).
     python -m apps.bench.random_policy env.id=blackjack env.kwargs={} --episodes-per-task 32
 
 Prints a table (env, tasks, episodes, mean held-out reward, tool-call rate) and adds its row to
-`--out` (default bench_results/random_policy.json; a row of the same env and kwargs is
-replaced), so runs of several envs make one table.
+`--out` (default bench_results/random_policy.json; a row of the same env, kwargs and calls
+drawn is replaced), so runs of several envs make one table.
 """
 
 from __future__ import annotations
@@ -305,7 +306,8 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     if args.out.exists():
         rows = json.loads(args.out.read_text()).get("rows", [])
-    rows = [r for r in rows if (r["env"], r["kwargs"]) != (row["env"], row["kwargs"])] + [row]
+    key = ("env", "kwargs", "calls")
+    rows = [r for r in rows if [r[k] for k in key] != [row[k] for k in key]] + [row]
     print(f"{row['env']}: {row['statuses']}; policy turns {row['policy']}; {row['seconds']:.0f} s")
     table = print_table([table_row(r) for r in rows], COLUMNS)
     write_json(args.out, {"rows": rows, "table": table})
