@@ -22,7 +22,9 @@ __all__ = [
     "demonstrations_of",
     "demonstrations_origin",
     "env_demonstrations",
+    "final_answer",
     "run_sync",
+    "sampled_call",
     "schema_demonstrations",
 ]
 
@@ -150,7 +152,7 @@ def schema_demonstrations(
                     return []
                 convo = list(messages)
                 for k in range(rng.randint(1, SCHEMA_DEMO_MAX_CALLS)):
-                    call = _sampled_call(rng.choice(tools), convo, rng, f"call_{k}")
+                    call = sampled_call(rng.choice(tools), convo, rng, f"call_{k}")
                     assistant = {"role": "assistant", "content": "", "tool_calls": [call]}
                     convo.append(assistant)
                     result = await env.step(assistant)
@@ -158,7 +160,7 @@ def schema_demonstrations(
                     if result.done:
                         break
                 else:
-                    convo.append({"role": "assistant", "content": _final_answer(convo, rng)})
+                    convo.append({"role": "assistant", "content": final_answer(convo, rng)})
                 out.append((convo, list(tools)))
         finally:
             await env.close()
@@ -167,7 +169,11 @@ def schema_demonstrations(
     return run_sync(play())
 
 
-def _sampled_call(tool: ToolSpec, convo: list[Message], rng: Any, call_id: str) -> dict:
+def sampled_call(tool: ToolSpec, convo: list[Message], rng: Any, call_id: str) -> dict:
+    """A well-formed call of `tool` with arguments sampled from its JSON schema: an enum
+    value, a small number, a boolean, or one to three words of `convo`'s messages for a
+    string; every required argument, each optional one with chance 0.3. `rng` is a
+    `random.Random`; `call_id` the call's id."""
     import json
 
     fn = tool["function"]
@@ -207,7 +213,7 @@ def _sample_value(spec: dict[str, Any], words: list[str], rng: Any) -> Any:
     return " ".join(rng.choice(words) for _ in range(rng.randint(1, 3)))
 
 
-def _final_answer(convo: list[Message], rng: Any) -> str:
+def final_answer(convo: list[Message], rng: Any) -> str:
     """A short answer: a word of the last tool output (the call format is what is taught)."""
     last = next((m for m in reversed(convo) if m.get("role") == "tool"), None)
     words = str((last or {}).get("content") or "done").split()
