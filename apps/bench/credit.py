@@ -15,11 +15,13 @@ mode, seeds averaged).
 
     python -m apps.bench.credit                                   # 2 tasks x 3 modes x 3 seeds
     python -m apps.bench.credit --seeds 0 --configs apps/agent/multihop.yaml -- training.steps=20
+    python -m apps.bench.credit --merge runs/credit_*.json --out bench_results/credit.json
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import tempfile
 from pathlib import Path
@@ -96,8 +98,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--modes", nargs="+", default=list(MODES), choices=MODES)
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--out", default="bench_results/credit.json")
+    parser.add_argument(
+        "--merge",
+        nargs="+",
+        metavar="JSON",
+        help="run nothing: the table and plot of the runs these earlier outputs hold together "
+        "(e.g. one invocation per task and seed)",
+    )
     parser.add_argument("overrides", nargs="*", help="config overrides for every run (after --)")
     args = parser.parse_args(argv)
+    if args.merge:
+        rows = [r for f in args.merge for r in json.loads(Path(f).read_text())["rows"]]
+        overrides = sorted(
+            {o for f in args.merge for o in json.loads(Path(f).read_text())["overrides"]}
+        )
+        return report(rows, overrides, Path(args.out))
     rows = []
     with tempfile.TemporaryDirectory(prefix="credit-") as tmp:
         for config in args.configs:
@@ -109,6 +124,11 @@ def main(argv: list[str] | None = None) -> int:
                     final = row["evals"][-1]["success"] if "evals" in row else None
                     print(f"[credit]   held-out {final} in {row['run_s']:.0f} s", flush=True)
                     rows.append(row)
+    return report(rows, args.overrides, Path(args.out))
+
+
+def report(rows: list[dict[str, Any]], overrides: list[str], out: Path) -> int:
+    """Print the table; write the rows and table (JSON, .txt) and the plot (.png) at `out`."""
     table_rows = aggregate(rows)
     columns = [
         ("task", "task", "s"), ("mode", "turn_credit", "s"), ("seeds", "seeds", "d"),
@@ -116,8 +136,7 @@ def main(argv: list[str] | None = None) -> int:
         ("best", "best", ".3f"), ("steps", "steps", "d"), ("train_s", "train s", ".0f"),
     ]  # fmt: skip
     table = print_table(table_rows, columns)
-    out = Path(args.out)
-    write_json(out, {"overrides": args.overrides, "rows": rows, "table": table_rows})
+    write_json(out, {"overrides": overrides, "rows": rows, "table": table_rows})
     (out.with_suffix(".txt")).write_text(table + "\n")
     plot(rows, out.with_suffix(".png"))
     return 0
