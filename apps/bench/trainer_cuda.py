@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import json
 import os
 import statistics
 import tempfile
@@ -45,6 +44,7 @@ from typing import Any
 import torch
 
 from apps.bench.train_step import mixed_trajectories
+from forge_agent.bench_util import write_json
 from forge_agent.models.tiny import TinyModelConfig, build_model
 from forge_agent.trainer.core import compile_decoder_layers
 
@@ -423,10 +423,7 @@ def main(argv: list[str] | None = None) -> int:
                 rows = [{"error": f"{type(e).__name__}: {e}"[:600]}]
             res[section] = rows
             _print(f"{section} ({time.perf_counter() - t0:.0f} s)", rows)
-            out = Path(args.out)
-            out.parent.mkdir(parents=True, exist_ok=True)
-            out.write_text(json.dumps(res, indent=2))
-    print(f"\nwrote {args.out}")
+            write_json(args.out, res)  # after each section: a later crash keeps the earlier
     return 0
 
 
