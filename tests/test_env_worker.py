@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import socket
+import sys
 import threading
 import time
 from typing import Any, ClassVar
@@ -222,6 +224,46 @@ def test_envs_that_share_an_event_loop_run_their_episodes_as_tasks_on_one_thread
             assert len({thread for _, thread, _ in where}) == (1 if shared else 4)
 
     asyncio.run(main())
+
+
+class SharingEnv(LoopEnv):
+    """Its episodes on one event loop share a socket pair, which `close_shared` closes."""
+
+    pairs: ClassVar[dict[Any, Any]] = {}  # event loop -> its socket pair, per process
+
+    async def reset(self, task: dict[str, Any], seed: int | None = None) -> tuple[list, list]:
+        loop = asyncio.get_running_loop()
+        if loop not in SharingEnv.pairs:
+            SharingEnv.pairs[loop] = socket.socketpair()
+        return [{"role": "user", "content": "go"}], []
+
+    async def step(self, assistant_message: dict[str, Any]) -> StepResult:
+        return StepResult([], {"r": 1.0}, True, {})
+
+    @staticmethod
+    async def close_shared() -> None:
+        for end in SharingEnv.pairs.pop(asyncio.get_running_loop(), ()):
+            end.close()
+        print("closed what a loop's episodes shared", file=sys.stderr)
+
+
+@pytest.mark.parametrize("shared", [True, False])
+def test_a_closed_pool_leaves_no_event_loop_or_shared_resource_unclosed(
+    shared, capfd, monkeypatch
+) -> None:
+    """The worker closes each event loop at exit, after `close_shared` released what its
+    episodes shared: nothing unclosed for the interpreter to find (and warn of) at shutdown."""
+    monkeypatch.setenv("PYTHONWARNINGS", "always::ResourceWarning")  # in the worker too
+
+    async def main() -> None:
+        env = EnvConfig(f"{__name__}:SharingEnv", kwargs={"shared": shared})
+        async with EnvPool(env, size=2, envs_per_worker=2) as pool:
+            await asyncio.gather(episode(pool, "go"), episode(pool, "go"))
+
+    asyncio.run(main())
+    err = capfd.readouterr().err
+    assert err.count("closed what a loop's episodes shared") == (1 if shared else 2), err
+    assert "ResourceWarning" not in err and "Exception ignored" not in err, err
 
 
 def test_a_hung_env_fails_alone_and_its_worker_is_replaced_after_its_other_episodes() -> None:

@@ -12,12 +12,20 @@ written with blocking sync methods holds up only its own episode; an env class t
 `shares_event_loop` (agent programs: they only await HTTP) has all its slots served as tasks on
 one event loop instead. The env's own prints go to stderr so they cannot
 corrupt the protocol.
+
+At exit (an "exit" request or the controller's pipe closing) each slot closes its env, then
+each event loop is closed after the env class's optional `close_shared()` has released what its
+instances shared on that loop (agent programs: the loopback HTTP client): nothing is left for
+the interpreter to collect at shutdown, where an unclosed loop's `__del__` can find its
+self-pipe socket already gone ("ValueError: Invalid file descriptor: -1") and an unclosed
+aiohttp session logs "Unclosed client session".
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import os
 import pickle
 import queue
@@ -25,11 +33,15 @@ import signal
 import struct
 import sys
 import threading
+import time
 import traceback
 from typing import IO, Any
 
 _HEADER = struct.Struct(">I")
 _EXIT = ("exit",)
+_EXIT_GRACE_S = 4.0
+"""How long the slots have, all together, to finish and close at exit (`EnvWorker.shutdown`
+kills the worker 5 s after asking it to exit)."""
 
 
 def _die_with_parent() -> None:
@@ -65,8 +77,14 @@ class _Replies:
             text = f"could not send the result to the controller: {exc!r}"
             data = pickle.dumps((reply[0], "error", text, ""))
         with self.lock:
+            if self.stream.closed:  # a slot that outlived the exit: no one is listening
+                return
             self.stream.write(_HEADER.pack(len(data)) + data)
             self.stream.flush()
+
+    def close(self) -> None:
+        with self.lock, contextlib.suppress(OSError):  # the controller may be gone
+            self.stream.close()
 
 
 class _Slot:
@@ -108,6 +126,17 @@ class _Slot:
                 await self.env.close()
 
 
+async def _close_shared(spec: Any) -> None:
+    """Await the env class's optional `close_shared()` on the running loop (what the env's
+    instances shared on it), before that loop closes."""
+    with contextlib.suppress(Exception):  # exiting anyway; an import error was reported
+        close_shared = getattr(spec.factory(), "close_shared", None)
+        if close_shared is not None:
+            done = close_shared()
+            if inspect.isawaitable(done):
+                await done
+
+
 class _ThreadSlot(_Slot):
     """A slot served by a thread of its own with its own event loop: an env with blocking
     sync methods holds up only its own episode."""
@@ -124,11 +153,19 @@ class _ThreadSlot(_Slot):
     def join(self, timeout_s: float) -> None:
         self.thread.join(timeout_s)
 
+    @property
+    def finished(self) -> bool:
+        return not self.thread.is_alive()
+
     def _serve(self) -> None:
-        loop = asyncio.new_event_loop()
-        while (request := self.requests.get()) != _EXIT:
-            loop.run_until_complete(self._answer(request))
-        loop.run_until_complete(self._close())
+        # the runner closes the loop on every path: its tasks cancelled, async generators
+        # and default executor shut down
+        with asyncio.Runner(loop_factory=asyncio.new_event_loop) as runner:
+            loop = runner.get_loop()
+            while (request := self.requests.get()) != _EXIT:
+                loop.run_until_complete(self._answer(request))
+            loop.run_until_complete(self._close())
+            loop.run_until_complete(_close_shared(self.spec))
 
 
 class _LoopSlot(_Slot):
@@ -156,10 +193,34 @@ class _LoopSlot(_Slot):
         with contextlib.suppress(Exception):
             self.done.result(timeout_s)
 
+    @property
+    def finished(self) -> bool:
+        return self.done.done()
+
     async def _serve(self) -> None:
         while (request := await self.requests.get()) != _EXIT:
             await self._answer(request)
         await self._close()
+
+
+class _SharedLoop:
+    """The one event loop of a worker's `_LoopSlot`s, run by a thread of its own."""
+
+    def __init__(self) -> None:
+        self.runner = asyncio.Runner(loop_factory=asyncio.new_event_loop)
+        self.loop = self.runner.get_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+
+    def close(self, spec: Any, timeout_s: float) -> None:
+        """Stop the loop, release what the env's instances shared on it and close it (call
+        once its slots have finished)."""
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(timeout_s)
+        if self.thread.is_alive():  # an env blocks the loop: it dies with the process
+            return
+        with self.runner:  # closes the loop, its stray tasks cancelled
+            self.loop.run_until_complete(_close_shared(spec))
 
 
 def _shares_loop(spec: Any, kwargs: dict[str, Any]) -> bool:
@@ -180,32 +241,38 @@ def main() -> None:
     protocol_in = sys.stdin.buffer
     replies = _Replies(protocol_out)
     spec, kwargs = None, {}
-    shared: asyncio.AbstractEventLoop | None = None
+    shared: _SharedLoop | None = None
     slots: dict[int, _ThreadSlot | _LoopSlot] = {}
-    while True:
-        request = _read(protocol_in)
-        if request is None or request[0] == "exit":
-            break
-        request_id, slot, command, args = request[0], request[1], request[2], request[3:]
-        if command == "init":
-            spec, kwargs = args
-            if _shares_loop(spec, kwargs):
-                shared = asyncio.new_event_loop()
-                threading.Thread(target=shared.run_forever, daemon=True).start()
-            replies.send((request_id, "ok", None))
-        elif spec is None:
-            replies.send((request_id, "error", f"{command} before init", ""))
-        else:
-            if slot not in slots:
-                if shared is not None:
-                    slots[slot] = _LoopSlot(spec, kwargs, replies, shared)
-                else:
-                    slots[slot] = _ThreadSlot(spec, kwargs, replies)
-            slots[slot].put((request_id, command, *args))
-    for each in slots.values():
-        each.put(_EXIT)
-    for each in slots.values():
-        each.join(5.0)
+    try:
+        while True:
+            request = _read(protocol_in)
+            if request is None or request[0] == "exit":
+                break
+            request_id, slot, command, args = request[0], request[1], request[2], request[3:]
+            if command == "init":
+                spec, kwargs = args
+                if _shares_loop(spec, kwargs):
+                    shared = _SharedLoop()
+                replies.send((request_id, "ok", None))
+            elif spec is None:
+                replies.send((request_id, "error", f"{command} before init", ""))
+            else:
+                if slot not in slots:
+                    if shared is not None:
+                        slots[slot] = _LoopSlot(spec, kwargs, replies, shared.loop)
+                    else:
+                        slots[slot] = _ThreadSlot(spec, kwargs, replies)
+                slots[slot].put((request_id, command, *args))
+    finally:
+        deadline = time.monotonic() + _EXIT_GRACE_S
+        for each in slots.values():
+            each.put(_EXIT)
+        for each in slots.values():
+            each.join(max(deadline - time.monotonic(), 0.0))
+        # a slot still running an episode keeps the shared loop: it dies with the process
+        if shared is not None and all(each.finished for each in slots.values()):
+            shared.close(spec, max(deadline - time.monotonic(), 0.0))
+        replies.close()
 
 
 if __name__ == "__main__":

@@ -145,6 +145,10 @@ class Env:
     - optional `shares_event_loop` (a bool, or a function of the env's keyword arguments):
       true for envs that never block their event loop; a worker then runs all its instances
       as tasks on one loop instead of a thread each (agent programs have it).
+    - optional `close_shared()` (a static or class method, sync or async): releases what the
+      env's instances share on the event loop it runs on (agent programs: their loopback HTTP
+      client); a worker calls it on each of its loops, after closing the instances there,
+      before closing that loop.
     """
 
     _ASYNC_METHODS: ClassVar[tuple[str, ...]] = ("reset", "step", "close")
