@@ -128,3 +128,17 @@ def test_programs_share_one_loopback_http_client_per_loop_until_one_closes_it():
 
     one, other = asyncio.run(episodes()), asyncio.run(episodes())
     assert one is not other  # a client is never shared across event loops
+
+
+def test_an_env_workers_loop_closes_its_loopback_http_client_with_it():
+    """`AgentProgramEnv.close_shared` (the env worker awaits it before closing a loop) closes
+    the loop's loopback client, so no aiohttp session is collected unclosed at exit."""
+    from forge_agent.endpoint.agents import AgentProgramEnv, loopback_http_client
+
+    async def closing() -> None:
+        shared = loopback_http_client()
+        await AgentProgramEnv.close_shared()
+        assert shared.is_closed and loopback_http_client() is not shared
+        await AgentProgramEnv.close_shared()
+
+    asyncio.run(closing())

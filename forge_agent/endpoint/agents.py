@@ -123,6 +123,12 @@ class AgentProgramEnv:
     async def close(self) -> None:
         """Nothing to release: the program's client closed with its episode."""
 
+    @staticmethod
+    async def close_shared() -> None:
+        """Release what this event loop's episodes shared: their loopback HTTP client (the env
+        worker awaits it before closing the loop)."""
+        await close_loopback_http_client()
+
 
 class AgentRolloutEngine(RolloutEngine):
     """A `RolloutEngine` whose episodes are agent programs talking to `server`; groups,
@@ -189,7 +195,8 @@ _LOOPBACK_CLIENTS: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictiona
 
 def loopback_http_client() -> Any:
     """The HTTP client agent programs' `openai` clients use on this event loop: one per loop,
-    kept open between episodes so requests reuse their kept-alive loopback connections.
+    kept open between episodes so requests reuse their kept-alive loopback connections
+    (`close_loopback_http_client` closes it with the loop).
 
     Building one per episode cost ~0.5 ms of CPU, and each new connection costs the endpoint an
     accept and a parser; the endpoint speaks plain HTTP, so the client loads no TLS context
@@ -209,6 +216,15 @@ def loopback_http_client() -> Any:
             client = openai.DefaultAsyncHttpxClient(verify=False)
         _LOOPBACK_CLIENTS[loop] = client
     return client
+
+
+async def close_loopback_http_client() -> None:
+    """Close this event loop's loopback HTTP client, if it has one: its kept-alive
+    connections and (on aiohttp) its session, which would otherwise be collected unclosed at
+    exit and log "Unclosed client session"."""
+    client = _LOOPBACK_CLIENTS.pop(asyncio.get_running_loop(), None)
+    if client is not None:
+        await client.aclose()
 
 
 def _status_of(exc: BaseException) -> Status:
