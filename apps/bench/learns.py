@@ -11,7 +11,7 @@ scores its own outcome.
     frozen_lake            --config apps/agent/frozen_lake.yaml
     multihop               --config apps/agent/multihop.yaml
     blackjack              env.id=blackjack env.kwargs={}
-    sql_mcp                env.id=sql_mcp env.kwargs={}
+    sql_mcp                --config apps/agent/sql_mcp.yaml (turns long enough for a query)
     openenv_url            env.id=http://127.0.0.1:PORT env.kwargs={} (the calculator's OpenEnv
                            server, `python -m envs.calculator.server`, started here)
     docs_user_env          env.id=my_envs.reverse:ReverseEnv env.kwargs={} (docs/envs.md's file)
@@ -49,7 +49,7 @@ RUNS: dict[str, list[str]] = {
     "frozen_lake": ["--config", "apps/agent/frozen_lake.yaml"],
     "multihop": ["--config", "apps/agent/multihop.yaml"],
     "blackjack": ["env.id=blackjack", "env.kwargs={}"],
-    "sql_mcp": ["env.id=sql_mcp", "env.kwargs={}"],
+    "sql_mcp": ["--config", "apps/agent/sql_mcp.yaml"],
     "openenv_url": ["env.id={url}", "env.kwargs={}"],
     "docs_user_env": ["env.id=my_envs.reverse:ReverseEnv", "env.kwargs={}"],
     "docs_agent_program": [
