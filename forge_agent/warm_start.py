@@ -250,6 +250,7 @@ def warm_start(
     tmp = out.with_name(out.name + f".tmp{time.time_ns()}")
     trainer.model.save_pretrained(tmp, safe_serialization=True)
     tokenizer.save_pretrained(tmp)
+    (tmp / DEMO_LENGTHS_FILE).write_text(json.dumps(demo_lengths(demos)))
     try:
         tmp.rename(out)
     except OSError:
@@ -257,6 +258,48 @@ def warm_start(
             raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
+
+DEMO_LENGTHS_FILE = "demonstration_lengths.json"
+"""Written into a warm-start folder: the longest demonstrated turn and episode, in tokens."""
+
+
+def demo_lengths(demos: list[Trajectory]) -> dict[str, int]:
+    """The longest assistant turn (a run of loss tokens, its stop token included) and the
+    longest whole episode of the demonstrations, in tokens."""
+    turn = episode = 0
+    for traj in demos:
+        episode = max(episode, len(traj.token_ids))
+        run = 0
+        for m in traj.loss_mask:
+            run = run + 1 if m else 0
+            turn = max(turn, run)
+    return {"turn_tokens": turn, "episode_tokens": episode}
+
+
+def demo_fit_warnings(policy: Path, rollout: Any) -> list[str]:
+    """What of the warm start's demonstrations the rollout limits cut off: a turn longer than
+    `rollout.max_new_tokens_per_turn` or an episode longer than `rollout.max_total_tokens`
+    (the policy is taught calls it is then never let finish: they end `truncated_length` and
+    RL sees only the episodes that skip them). [] when they fit or the folder predates the
+    record."""
+    path = Path(policy) / DEMO_LENGTHS_FILE
+    if not path.exists():
+        return []
+    lengths = json.loads(path.read_text())
+    out = []
+    for key, measured, what in (
+        ("max_new_tokens_per_turn", lengths["turn_tokens"], "turn"),
+        ("max_total_tokens", lengths["episode_tokens"], "episode"),
+    ):
+        limit = getattr(rollout, key)
+        if measured > limit:
+            out.append(
+                f"rollout.{key}={limit} is shorter than the warm start's longest demonstrated "
+                f"{what} ({measured} tokens): the policy's {what}s like it will be cut off "
+                f"(truncated_length); set rollout.{key}={measured} or more"
+            )
     return out
 
 
@@ -297,4 +340,6 @@ def policy_model(cfg: Any) -> Path:
     policy = warm_start(base, {cfg.env.id: levels or kwargs}, ws, device=cfg.device)
     if cfg.model.name == "tiny":
         refresh_chat_template(policy)  # warm starts cached before a template fix
+    for warning in demo_fit_warnings(policy, cfg.rollout):
+        print(f"[warm start] warning: {warning}", flush=True)
     return policy
