@@ -8,7 +8,7 @@ import copy
 import pytest
 import torch
 
-from forge_agent.trainer.core import chunked_head_logprobs
+from forge_agent.trainer.logprobs import chunked_head_logprobs
 
 
 @pytest.mark.parametrize("entropy", ["none", "metric", "grad"])

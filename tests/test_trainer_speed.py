@@ -10,7 +10,7 @@ import torch
 
 from forge_agent.algorithms.losses import LossConfig
 from forge_agent.trainer import Trainer, TrainerConfig, pack_trajectories
-from forge_agent.trainer.core import hf_logprobs_at, token_logprobs
+from forge_agent.trainer.logprobs import hf_logprobs_at, token_logprobs
 from tests.test_trainer import group_trajs, random_trajs, tiny_model
 
 

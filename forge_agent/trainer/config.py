@@ -113,7 +113,7 @@ class TrainerConfig:
     microbatch_tokens: int = 16384  # token budget of one forward/backward
     compute_entropy: bool = True  # entropy metric (and bonus when loss.entropy_coef > 0)
     # the LM head's fp32 logits at loss tokens in chunks of at most this many MiB, each
-    # recomputed in the backward (core.chunked_head_logprobs); 0: all at once
+    # recomputed in the backward (logprobs.chunked_head_logprobs); 0: all at once
     logits_chunk_mib: int = 1024
     gradient_checkpointing: bool = False
     # a group's common prompt computed once per row (its episodes attend to that one copy);
