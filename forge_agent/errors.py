@@ -1,4 +1,5 @@
-"""The error a run's inputs raise when they cannot work: ``SetupError``.
+"""The error a run's inputs raise when they cannot work (``SetupError``), and the error that
+marks a failure as infra rather than the policy's (``InfraError``).
 
 A ``SetupError`` is about something the user gave (a config key, a YAML file, an env id, a
 data file, a model name): its message is one line naming that input and the fix. Programs
@@ -15,7 +16,7 @@ import sys
 import traceback
 from typing import TextIO
 
-__all__ = ["EXIT_SETUP_ERROR", "SetupError", "report_setup_error"]
+__all__ = ["EXIT_SETUP_ERROR", "InfraError", "SetupError", "report_setup_error"]
 
 EXIT_SETUP_ERROR = 2
 """The exit status of a program stopped by a ``SetupError`` (as for a command-line error)."""
@@ -25,6 +26,14 @@ class SetupError(Exception):
     """A run cannot start because of an input: the message names it and how to fix it."""
 
     kind = "setup error"  # the word a program prints before the message
+
+
+class InfraError(RuntimeError):
+    """A failure the policy cannot cause: a sandbox that does not start, a server that is down,
+    the host out of resources. An env, tool or grader raises it (or a subclass) so the episode
+    ends as infra (`env_error`: excluded from training, counted); any other exception an env
+    raises while acting on the policy's message is the policy's failure (`policy_error`,
+    scored with the env's failure reward). See docs/rewards.md."""
 
 
 def report_setup_error(exc: SetupError, verbose: bool = False, stream: TextIO | None = None) -> int:

@@ -6,9 +6,12 @@
 
 The k episodes of a task form one group and share the env seed (the same start state), as in
 training. An episode "passes" when its reward is at least `pass_threshold` (default: a full
-reward of 1.0). Episodes that failed for infra reasons (env error or timeout, generator error)
-say nothing about the policy: they are counted and reported, and left out of every mean and of
-the pass@k denominators.
+reward of 1.0). Mean reward and pass@k are over every episode: one the policy failed
+(`policy_error`, `policy_timeout`, `tampered`) scores the env's failure reward, and one that
+failed for infra reasons (env error or timeout, generator error) counts as a failure too (its
+failure reward, or 0.0; never a pass), so no failure, the policy's or not, can raise the
+score. Both counts are reported beside the means; the episode statistics (tool calls, turns,
+tokens) are over the non-infra episodes.
 """
 
 from __future__ import annotations
@@ -55,7 +58,7 @@ def pass_at_k(n: int, c: int, k: int) -> float:
 
 @dataclass
 class TaskResult:
-    """One task's episodes: `n` scored (non-infra) episodes, `passed` of them passing."""
+    """One task's `n` episodes, `passed` of them passing (an infra failure never passes)."""
 
     task_id: str
     n: int
@@ -66,9 +69,9 @@ class TaskResult:
 
 @dataclass
 class EvalReport:
-    """What an evaluation measured. Means are over scored (non-infra) episodes; pass@1 and
-    pass@k are means over tasks with at least one scored episode (pass@k of a task with fewer
-    than k scored episodes is its pass@n)."""
+    """What an evaluation measured. `mean_reward`, pass@1 and pass@k are over every episode,
+    failures of either kind counted as failures (pass@k of a task with fewer than k episodes
+    is its pass@n); the episode statistics are over scored (non-infra) episodes."""
 
     k: int
     num_tasks: int
@@ -90,6 +93,7 @@ class EvalReport:
     max_reward: float = 0.0  # the best scored episode's reward (0.0 when none was scored)
     num_scored: int = 0  # episodes that are not infra failures
     tools_offered: bool = False  # some episode's env offered tools
+    policy_failures: int = 0  # episodes the policy failed (scored with the failure reward)
 
     @classmethod
     def from_groups(
@@ -104,18 +108,21 @@ class EvalReport:
         per_task: list[TaskResult] = []
         statuses: Counter[str] = Counter()
         infra = 0
+        rewards: list[float] = []
         for group in groups:
             ok = [t for t in group.trajectories if not t.status.is_infra_failure]
             statuses.update(t.status.value for t in group.trajectories)
             failures = len(group.trajectories) - len(ok)
             infra += failures
             scored.extend(ok)
+            task_rewards = [_counted_reward(t) for t in group.trajectories]
+            rewards.extend(task_rewards)
             per_task.append(
                 TaskResult(
                     task_id=group.task_id,
-                    n=len(ok),
+                    n=len(group.trajectories),
                     passed=sum(t.reward >= pass_threshold for t in ok),
-                    mean_reward=_mean([t.reward for t in ok]),
+                    mean_reward=_mean(task_rewards),
                     infra_failures=failures,
                 )
             )
@@ -124,7 +131,7 @@ class EvalReport:
             k=k,
             num_tasks=len(per_task),
             num_episodes=sum(len(g.trajectories) for g in groups),
-            mean_reward=_mean([t.reward for t in scored]),
+            mean_reward=_mean(rewards),
             pass_at_1=_mean([pass_at_k(r.n, r.passed, 1) for r in judged]),
             pass_at_k=_mean([pass_at_k(r.n, r.passed, min(k, r.n)) for r in judged]),
             pass_threshold=pass_threshold,
@@ -135,7 +142,8 @@ class EvalReport:
             mean_turns=_mean([float(len(t.turn_spans)) for t in scored]),
             status_counts=dict(statuses.most_common()),
             infra_failures=infra,
-            tasks_without_scored_episodes=len(per_task) - len(judged),
+            policy_failures=sum(t.status.is_policy_failure for t in scored),
+            tasks_without_scored_episodes=sum(r.infra_failures == r.n for r in per_task),
             seconds=seconds,
             per_task=per_task,
             max_reward=max((t.reward for t in scored), default=0.0),
@@ -158,6 +166,7 @@ class EvalReport:
             f"{prefix}sampled_tokens/mean": self.mean_sampled_tokens,
             f"{prefix}turns/mean": self.mean_turns,
             f"{prefix}infra_failures": float(self.infra_failures),
+            f"{prefix}policy_failures": float(self.policy_failures),
             f"{prefix}episodes": float(self.num_episodes),
             f"{prefix}seconds": self.seconds,
         }
@@ -179,7 +188,8 @@ class EvalReport:
             ("tokens / episode", f"{self.mean_episode_tokens:.1f}"),
             ("sampled tokens / episode", f"{self.mean_sampled_tokens:.1f}"),
             ("status", statuses),
-            ("infra failures", f"{self.infra_failures} (excluded from means and pass@k)"),
+            ("policy failures", f"{self.policy_failures} (scored with the failure reward)"),
+            ("infra failures", f"{self.infra_failures} (counted as failures)"),
             ("seconds", f"{self.seconds:.1f}"),
         ]
         width = max(len(name) for name, _ in rows)
@@ -188,6 +198,14 @@ class EvalReport:
     def to_json(self) -> dict[str, Any]:
         """The report as plain data (per-task results included)."""
         return asdict(self)
+
+
+def _counted_reward(traj: Trajectory) -> float:
+    """The reward an episode counts with in the means: its own, or for an infra failure its
+    failure reward (0.0 when none is known)."""
+    if traj.status.is_infra_failure:
+        return float(traj.info.get("failure_reward", 0.0))
+    return traj.reward
 
 
 def _mean(values: Sequence[float]) -> float:

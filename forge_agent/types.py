@@ -24,7 +24,16 @@ ToolSpec = dict[str, Any]
 
 
 class Status(enum.StrEnum):
-    """How an episode ended. Infra statuses are excluded from baselines and losses."""
+    """How an episode ended.
+
+    The rule of blame (docs/rewards.md): what the policy's output can cause is the policy's
+    failure, scored with the env's failure reward and trained on (`policy_error`: a judge,
+    parser, tool or the env raised on its answer; `policy_timeout`: acting on its message ran
+    past the step deadline; `tampered`: its code interfered with the grader). Only what the
+    policy cannot cause is infra (`env_error`: an env that fails to start or reset, a dead
+    worker, an `InfraError`; `env_timeout`: a reset, start or close past its deadline;
+    `generator_error`): excluded from baselines and losses, and counted wherever it is.
+    """
 
     OK = "ok"
     TRUNCATED_LENGTH = "truncated_length"
@@ -34,6 +43,9 @@ class Status(enum.StrEnum):
     ENV_TIMEOUT = "env_timeout"
     GENERATOR_ERROR = "generator_error"
     FORFEIT = "forfeit"  # a seat left its game unfinished and lost it (`rollout.forfeit_reward`)
+    POLICY_ERROR = "policy_error"
+    POLICY_TIMEOUT = "policy_timeout"
+    TAMPERED = "tampered"
 
     @property
     def is_infra_failure(self) -> bool:
@@ -41,11 +53,18 @@ class Status(enum.StrEnum):
         return self in INFRA_STATUSES
 
     @property
+    def is_policy_failure(self) -> bool:
+        """True when the policy's own output ended the episode in failure: it scores the env's
+        failure reward (`Trajectory.info["failure_reward"]`) and is trained on."""
+        return self in POLICY_FAILURE_STATUSES
+
+    @property
     def is_truncated(self) -> bool:
         return self in (Status.TRUNCATED_LENGTH, Status.TRUNCATED_TURNS, Status.PROMPT_TOO_LONG)
 
 
 INFRA_STATUSES = frozenset({Status.ENV_ERROR, Status.ENV_TIMEOUT, Status.GENERATOR_ERROR})
+POLICY_FAILURE_STATUSES = frozenset({Status.POLICY_ERROR, Status.POLICY_TIMEOUT, Status.TAMPERED})
 
 
 @dataclass
@@ -159,6 +178,21 @@ class Trajectory:
     def min_version(self) -> int:
         sampled = [v for v in self.versions if v >= 0]
         return min(sampled) if sampled else -1
+
+    def fail_by_policy(self, status: Status, error: str, failure_reward: float) -> None:
+        """End the episode as the policy's failure (`status.is_policy_failure`): its reward is
+        `failure_reward` alone (rewards earned on earlier turns are withdrawn, so a failure
+        cannot keep them), recorded at its last sampled turn, and `error` says what happened."""
+        if not status.is_policy_failure:
+            raise ValueError(f"{status.value!r} is not a policy failure status")
+        self.status = status
+        self.info["error"] = error
+        self.info["failure_reward"] = float(failure_reward)
+        self.reward_components = {"policy_failure": float(failure_reward)}
+        self.reward = float(failure_reward)
+        self.turn_rewards = [0.0] * len(self.turn_spans)
+        if self.turn_rewards:
+            self.turn_rewards[-1] = float(failure_reward)
 
     def token_advantages(self) -> list[float]:
         """The advantage of every token (`len(token_ids)`): turn k's tokens get

@@ -14,6 +14,7 @@ from typing import Any, ClassVar
 import pytest
 
 from forge_agent.env import Env, EnvConfig, EnvFailure, EnvPool
+from forge_agent.errors import InfraError
 from forge_agent.types import Status, StepResult
 
 pytestmark = pytest.mark.timeout(60)
@@ -23,6 +24,7 @@ class EchoEnv(Env):
     """Answers every message with its own pid; written with sync methods."""
 
     meeting = threading.Barrier(4, timeout=20)  # per worker process
+    failure_reward = -0.5
 
     def reset(self, task: dict[str, Any], seed: int | None = None) -> tuple[list, list]:
         return [{"role": "user", "content": task.get("prompt", "hi")}], []
@@ -33,6 +35,8 @@ class EchoEnv(Env):
             time.sleep(3600)
         if behaviour == "raise":
             raise ValueError("the env broke on purpose")
+        if behaviour == "infra":
+            raise InfraError("the env's server is down")
         if behaviour == "exit":
             os._exit(3)
         if behaviour == "sigkill":
@@ -83,8 +87,8 @@ def test_worker_is_reused_across_episodes() -> None:
 @pytest.mark.parametrize(
     ("behaviour", "status", "text"),
     [
-        ("hang", Status.ENV_TIMEOUT, "did not finish within 1 s"),
-        ("raise", Status.ENV_ERROR, "ValueError: the env broke on purpose"),
+        ("hang", Status.POLICY_TIMEOUT, "did not finish within 1 s"),
+        ("raise", Status.POLICY_ERROR, "ValueError: the env broke on purpose"),
         ("exit", Status.ENV_ERROR, "exit code 3"),
         ("sigkill", Status.ENV_ERROR, "killed by SIGKILL"),
     ],
@@ -111,6 +115,34 @@ def test_failed_step_is_marked_and_next_episode_runs_on_a_fresh_worker(
     asyncio.run(main())
 
 
+def test_a_step_that_raises_infra_error_is_infra_not_the_policys_failure() -> None:
+    async def main() -> None:
+        async with EnvPool(EnvConfig(ECHO, kwargs={}), size=1) as pool:
+            with pytest.raises(EnvFailure) as failure:
+                await episode(pool, "infra")
+            assert failure.value.status is Status.ENV_ERROR
+            assert "the env's server is down" in failure.value.message
+
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize(("configured", "expected"), [(None, -0.5), (-2.0, -2.0)])
+def test_a_policy_failure_carries_the_envs_failure_reward_or_the_configured_one(
+    configured: float | None, expected: float
+) -> None:
+    async def main() -> None:
+        env = EnvConfig(ECHO, kwargs={}, step_timeout_s=1.0, failure_reward=configured)
+        async with EnvPool(env, size=1) as pool:
+            for behaviour in ("raise", "hang"):
+                with pytest.raises(EnvFailure) as failure:
+                    await episode(pool, behaviour)
+                assert failure.value.status.is_policy_failure
+                assert failure.value.reward == expected
+            assert pool.stats["policy_errors"] == 1 and pool.stats["policy_timeouts"] == 1
+
+    asyncio.run(main())
+
+
 def test_lease_after_failure_keeps_failing_with_the_same_status() -> None:
     async def main() -> None:
         async with (
@@ -122,7 +154,7 @@ def test_lease_after_failure_keeps_failing_with_the_same_status() -> None:
                 await env.step(say("hang"))
             with pytest.raises(EnvFailure) as again:
                 await env.step(say("ok"))
-            assert again.value.status is Status.ENV_TIMEOUT
+            assert again.value.status is Status.POLICY_TIMEOUT
 
     asyncio.run(main())
 
@@ -280,7 +312,7 @@ def test_a_hung_env_fails_alone_and_its_worker_is_replaced_after_its_other_episo
             hung, *fine = await asyncio.gather(
                 episode(pool, "hang"), late_nap(), late_nap(), return_exceptions=True
             )
-            assert isinstance(hung, EnvFailure) and hung.status is Status.ENV_TIMEOUT
+            assert isinstance(hung, EnvFailure) and hung.status is Status.POLICY_TIMEOUT
             assert all(r.rewards == {"r": 1.0} for r in fine)  # same worker, unharmed
             assert pool.stats["workers_replaced"] == 1  # retired once its episodes ended
             again = await episode(pool, "ok")

@@ -74,21 +74,23 @@ def _groups() -> list[Group]:
 
 def test_report_aggregates_pass_rates_per_task():
     report = EvalReport.from_groups(_groups(), k=2)
-    # a: n=3, c=2 -> pass@1 2/3, pass@2 1; b: n=3, c=0 -> 0, 0; c: n=2 (one infra), c=1 -> 1/2, 1
-    assert report.pass_at_1 == pytest.approx((2 / 3 + 0 + 1 / 2) / 3)
-    assert report.pass_at_k == pytest.approx((1.0 + 0.0 + 1.0) / 3)
+    # a: n=3, c=2 -> pass@1 2/3, pass@2 1; b: n=3, c=0 -> 0, 0; c: n=3 (one infra, which
+    # counts as a failure), c=1 -> 1/3, 2/3
+    assert report.pass_at_1 == pytest.approx((2 / 3 + 0 + 1 / 3) / 3)
+    assert report.pass_at_k == pytest.approx((1.0 + 0.0 + 2 / 3) / 3)
     assert [(r.task_id, r.n, r.passed) for r in report.per_task] == [
         ("a", 3, 2),
         ("b", 3, 0),
-        ("c", 2, 1),
+        ("c", 3, 1),
     ]
 
 
-def test_report_leaves_infra_failures_out_of_means_and_counts_them():
+def test_report_counts_infra_failures_as_failures_in_the_means_and_shows_them():
     report = EvalReport.from_groups(_groups(), k=2)
     assert report.infra_failures == 1
     assert report.num_episodes == 9
-    assert report.mean_reward == pytest.approx((1 + 0 + 1 + 0 + 0 + 0.5 + 1 + 0) / 8)
+    assert report.mean_reward == pytest.approx((1 + 0 + 1 + 0 + 0 + 0.5 + 1 + 0 + 0) / 9)
+    assert "infra failures" in report.table() and "counted as failures" in report.table()
     assert report.tool_call_rate == pytest.approx(3 / 8)
     assert report.tool_calls_per_episode == pytest.approx(4 / 8)
     assert report.status_counts == {"ok": 7, "truncated_length": 1, "env_timeout": 1}
@@ -100,19 +102,19 @@ def test_partial_reward_does_not_pass_by_default_but_passes_a_lower_threshold():
     assert EvalReport.from_groups(groups, k=1, pass_threshold=0.5).pass_at_1 == 1.0
 
 
-def test_task_with_only_infra_failures_is_left_out_of_pass_at_k():
+def test_task_with_only_infra_failures_counts_as_failed_and_is_named():
     groups = [
         Group("a", [_traj("a", 1.0), _traj("a", 1.0)]),
-        Group("z", [_traj("z", 0.0, Status.GENERATOR_ERROR)] * 2),
+        Group("z", [_traj("z", 1.0, Status.GENERATOR_ERROR)] * 2),
     ]
     report = EvalReport.from_groups(groups, k=2)
-    assert report.pass_at_k == 1.0 and report.pass_at_1 == 1.0
+    assert report.pass_at_k == 0.5 and report.pass_at_1 == 0.5
     assert report.tasks_without_scored_episodes == 1
 
 
 def test_report_metrics_carry_the_prefix_and_k():
     metrics = EvalReport.from_groups(_groups(), k=2).as_metrics(prefix="heldout/")
-    assert metrics["heldout/pass@2"] == pytest.approx((1.0 + 0.0 + 1.0) / 3)
+    assert metrics["heldout/pass@2"] == pytest.approx((1.0 + 0.0 + 2 / 3) / 3)
     assert metrics["heldout/status/env_timeout"] == 1.0
     assert metrics["heldout/infra_failures"] == 1.0
     assert all(k.startswith("heldout/") for k in metrics)
@@ -124,7 +126,7 @@ def test_report_table_and_json_show_the_headline_numbers():
     table = report.table()
     for name in ("mean reward", "pass@1", "pass@2", "tool-call rate", "env_timeout 1"):
         assert name in table
-    assert json.loads(json.dumps(report.to_json()))["per_task"][2]["n"] == 2
+    assert json.loads(json.dumps(report.to_json()))["per_task"][2]["n"] == 3
 
 
 # ---------------------------------------------------------------------------- evaluate
@@ -230,3 +232,20 @@ def test_apps_eval_reports_held_out_tasks_and_keeps_third_party_logs_off_the_con
     for noise in ("vllm", "INFO ", "WARNING ", "NUMA"):
         assert noise not in console, console[-2000:]
     assert "vllm" in (out / "eval.log").read_text().lower()
+
+
+def test_an_infra_failure_counts_with_its_failure_reward_and_never_passes():
+    infra = _traj("a", 1.0, Status.ENV_ERROR)
+    infra.info["failure_reward"] = -1.0
+    report = EvalReport.from_groups([Group("a", [infra, _traj("a", 1.0)])], k=2)
+    assert report.mean_reward == pytest.approx((-1.0 + 1.0) / 2)
+    assert report.per_task[0].passed == 1
+
+
+def test_policy_failures_are_scored_and_counted_not_excluded():
+    failed = _traj("a", 0.0, Status.POLICY_ERROR)
+    report = EvalReport.from_groups([Group("a", [failed, _traj("a", 1.0)])], k=2)
+    assert report.policy_failures == 1 and report.infra_failures == 0
+    assert report.num_scored == 2
+    assert report.mean_reward == pytest.approx(0.5)
+    assert report.as_metrics()["eval/policy_failures"] == 1.0

@@ -172,7 +172,7 @@ def test_failures_become_statuses_not_exceptions(generator, renderer):
     assert "engine exploded" in out["generator"].info["error"]
     assert out["too_long"].status == Status.PROMPT_TOO_LONG
     assert out["crash"].status == Status.ENV_ERROR
-    assert out["hang"].status == Status.ENV_TIMEOUT
+    assert out["hang"].status == Status.POLICY_TIMEOUT  # acting on its message hung: its failure
     # the pool replaced the hung worker: the next episode ran (and was cut at one turn)
     assert out["after_hang"].status != Status.ENV_ERROR
     assert len(out["after_hang"].turn_spans) == 1

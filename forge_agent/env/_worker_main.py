@@ -4,7 +4,9 @@ Started by `EnvWorker` as `python -m forge_agent.env._worker_main`. Frames on st
 4-byte big-endian length and a pickle. Requests: (request_id, slot, command, *args) with the
 commands ("init", spec, kwargs) (slot None), ("reset", task, seed), ("step", message),
 ("close",); ("exit",) ends the process. Replies: (request_id, "ok", value) or
-(request_id, "error", text, traceback).
+(request_id, "error", text, traceback, infra) where `infra` says the exception was an
+`InfraError` (or `MemoryError`): not the policy's failure; "init" answers with the env class's
+`failure_reward`.
 
 Each slot is one env instance (built at its first reset after a close) whose requests run in
 order. By default a slot is served by a thread of its own with its own event loop, so an env
@@ -36,6 +38,8 @@ import threading
 import time
 import traceback
 from typing import IO, Any
+
+from forge_agent.errors import InfraError
 
 _HEADER = struct.Struct(">I")
 _EXIT = ("exit",)
@@ -100,7 +104,8 @@ class _Slot:
             value = await self._handle(command, args)
         except BaseException as exc:
             text = "".join(traceback.format_exception(exc))
-            self.replies.send((request_id, "error", f"{type(exc).__name__}: {exc}", text))
+            infra = isinstance(exc, InfraError | MemoryError)
+            self.replies.send((request_id, "error", f"{type(exc).__name__}: {exc}", text, infra))
             return
         self.replies.send((request_id, "ok", value))
 
@@ -233,6 +238,15 @@ def _shares_loop(spec: Any, kwargs: dict[str, Any]) -> bool:
         return False
 
 
+def _failure_reward(spec: Any) -> float:
+    """The env class's `failure_reward` (0.0 without one, or when it does not import: that
+    error surfaces at the first reset, naming the env)."""
+    try:
+        return float(getattr(spec.factory(), "failure_reward", 0.0))
+    except Exception:
+        return 0.0
+
+
 def main() -> None:
     _die_with_parent()
     protocol_out = os.fdopen(os.dup(1), "wb")
@@ -253,7 +267,7 @@ def main() -> None:
                 spec, kwargs = args
                 if _shares_loop(spec, kwargs):
                     shared = _SharedLoop()
-                replies.send((request_id, "ok", None))
+                replies.send((request_id, "ok", _failure_reward(spec)))
             elif spec is None:
                 replies.send((request_id, "error", f"{command} before init", ""))
             else:

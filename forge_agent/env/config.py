@@ -35,7 +35,7 @@ class EnvConfig:
 
     id: str = "calculator"
     kwargs: dict[str, Any] = field(default_factory=lambda: {"difficulty": 1})
-    step_timeout_s: float = 30.0  # one env step past this ends the episode `env_timeout`
+    step_timeout_s: float = 30.0  # one env step past this ends the episode `policy_timeout`
     reset_timeout_s: float = 60.0  # building + resetting an env, and a worker's start
     close_timeout_s: float = 30.0  # closing an env at the end of its episode
     train_seed: int = 0  # seed of the first training task; eval tasks start at eval_seed
@@ -44,6 +44,9 @@ class EnvConfig:
     fields: dict[str, str] = field(default_factory=dict)
     curriculum: CurriculumConfig = field(default_factory=CurriculumConfig)
     seats: dict[str, str] = field(default_factory=dict)
+    # what an episode scores when the policy's message makes a step raise or time out
+    # (`policy_error`, `policy_timeout`); None: the env class's `failure_reward` (default 0.0)
+    failure_reward: float | None = None
 
     def __post_init__(self) -> None:
         check_field(bool(self.id), "id", self.id, "a registered env id or 'module:Name'")

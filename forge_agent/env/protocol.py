@@ -15,7 +15,11 @@ env state a step left the episode in (hashable to a string; `ToolEnv` fills it f
 `state_key()`): turns of a group that start from equal keys form GiGPO's step-level groups.
 `info["tool_calls"]` and `info["tool_errors"]` count the tool calls of that step (sum them for
 the episode).
-An env that cannot go on raises; the env worker turns that into `EnvFailure(Status.ENV_ERROR)`.
+An env that cannot go on raises. Whose failure that is follows one rule (`step_failure`,
+docs/rewards.md): an exception from `step` (a judge that cannot parse the answer, a grader, a
+tool) is the policy's (`policy_error`, scored with the env's `failure_reward`, default 0.0);
+raise `forge_agent.errors.InfraError` for what the policy cannot cause (a sandbox or server
+that does not start), which ends the episode `env_error` and leaves it out of training.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import inspect
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, ClassVar, Protocol, TypeVar, runtime_checkable
 
+from forge_agent.errors import InfraError
 from forge_agent.toolset import ToolSet
 from forge_agent.types import Message, SeatStart, SeatStep, Status, StepResult, ToolSpec
 
@@ -37,6 +42,7 @@ __all__ = [
     "env_seats",
     "maybe_await",
     "message_text",
+    "step_failure",
 ]
 
 T = TypeVar("T")
@@ -62,22 +68,40 @@ class AgentEnv(Protocol):
 
 
 class EnvFailure(Exception):
-    """An env could not answer: it hung (`Status.ENV_TIMEOUT`) or failed (`Status.ENV_ERROR`).
-
-    The rollout engine catches it and ends the episode with `status`; such episodes are infra
-    failures, excluded from baselines and losses.
+    """An env could not answer. `status` says whose failure it was (`forge_agent.types.Status`):
+    a step that raised on the policy's message (`policy_error`) or ran past its deadline
+    (`policy_timeout`) is the policy's, scored with `reward` (the env's failure reward); a
+    worker that died, a reset or start that failed or hung (`env_error`, `env_timeout`) is
+    infra, excluded from baselines and losses.
     """
 
-    def __init__(self, status: Status, message: str) -> None:
+    def __init__(self, status: Status, message: str, reward: float | None = None) -> None:
         super().__init__(message)
         self.status = Status(status)
         self.message = message
+        self.reward = reward
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (type(self), (self.status, self.message))
+        return (type(self), (self.status, self.message, self.reward))
 
     def __str__(self) -> str:
         return f"[{self.status.value}] {self.message}"
+
+
+def step_failure(exc: BaseException, env: object) -> tuple[Status, float]:
+    """Whose failure a step that raised `exc` is, and the failure reward it scores (the rule of
+    blame, docs/rewards.md): an `EnvFailure` says so itself; an `InfraError` (a sandbox that
+    does not start, a server that is down) or `MemoryError` is infra (`env_error`); anything
+    else an env raises while acting on the policy's message (a judge parsing its answer, a
+    grader, a tool) is the policy's (`policy_error`), scored with the env's `failure_reward`."""
+    reward = getattr(exc, "reward", None)
+    if reward is None:
+        reward = float(getattr(env, "failure_reward", 0.0))
+    if isinstance(exc, EnvFailure):
+        return exc.status, reward
+    if isinstance(exc, InfraError | MemoryError):
+        return Status.ENV_ERROR, reward
+    return Status.POLICY_ERROR, reward
 
 
 async def maybe_await(value: T | Awaitable[T]) -> T:
@@ -149,9 +173,16 @@ class Env:
       env's instances share on the event loop it runs on (agent programs: their loopback HTTP
       client); a worker calls it on each of its loops, after closing the instances there,
       before closing that loop.
+    - `failure_reward` (default 0.0): what an episode scores when the policy's output makes
+      `step` raise or run past `env.step_timeout_s` (`policy_error`, `policy_timeout`); no
+      more than any answer earns, so failing never pays (`env.failure_reward` overrides it).
+    - `tool_timeout_s` (`ToolEnv`) and optional `grader_timeout_s`: the deadlines of one tool
+      call and of grading inside a step; a run refuses a config whose `env.step_timeout_s`
+      is not above them (timeouts in layers: tool < grader < step).
     """
 
     _ASYNC_METHODS: ClassVar[tuple[str, ...]] = ("reset", "step", "close")
+    failure_reward: ClassVar[float] = 0.0
     dataset: Any = None
     required_fields: ClassVar[tuple[str, ...]] = ()
 

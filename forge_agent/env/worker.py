@@ -12,9 +12,12 @@ lends one instance per episode:
         result = await env.step(assistant_message)
     await pool.close()
 
-Failures surface as `EnvFailure`: a request past its timeout -> `Status.ENV_TIMEOUT`; an env
-that raises -> `Status.ENV_ERROR` with the error text; a worker that dies -> `Status.ENV_ERROR`
-for every episode it was running. A slot that failed keeps failing with the same status, and
+Failures surface as `EnvFailure`, blamed by the rule of `forge_agent.env.protocol.step_failure`:
+a step past its timeout -> `Status.POLICY_TIMEOUT` and a step that raises -> `Status.POLICY_ERROR`
+(the policy's message caused them; they carry the env's failure reward), unless the exception
+is an `InfraError`; a start, reset or close past its timeout -> `Status.ENV_TIMEOUT`, one that
+raises -> `Status.ENV_ERROR`; a worker that dies -> `Status.ENV_ERROR` for every episode it was
+running. A slot that failed keeps failing with the same status, and
 its worker is retired: it takes no new episode and is killed once its other episodes end (at
 once if it has none), so the next episodes run on a fresh worker.
 """
@@ -69,6 +72,7 @@ class EnvWorker:
         self._pending: dict[int, tuple[asyncio.Future[Any], str]] = {}
         self._slot_failure: dict[int, EnvFailure] = {}
         self.failure: EnvFailure | None = None  # set once the whole worker is unusable
+        self.failure_reward = 0.0  # the env class's `failure_reward` (the worker's answer at start)
 
     @property
     def pid(self) -> int | None:
@@ -98,7 +102,8 @@ class EnvWorker:
             start_new_session=True,  # its own process group, killed as a whole
         )
         self._reader = asyncio.ensure_future(self._read_replies(self._proc))
-        await self._request(None, ("init", self.spec, self.env_kwargs), timeout_s, "start")
+        reward = await self._request(None, ("init", self.spec, self.env_kwargs), timeout_s, "start")
+        self.failure_reward = float(reward or 0.0)
 
     async def reset(
         self, slot: int, task: dict[str, Any], seed: int | None, timeout_s: float
@@ -173,7 +178,7 @@ class EnvWorker:
         except TimeoutError:
             await self._fail_slot(
                 slot,
-                Status.ENV_TIMEOUT,
+                Status.POLICY_TIMEOUT if what == "step" else Status.ENV_TIMEOUT,
                 f"env {self.spec.env_id!r} {what} did not finish within {timeout_s:g} s "
                 f"(worker {proc.pid})",
             )
@@ -191,11 +196,13 @@ class EnvWorker:
                 # a worker failing while this request was still being sent fails `reply` too,
                 # which the paths above may never await: mark it seen, or asyncio logs it
                 reply.exception()
-        kind, value = reply.result()[:2]
+        kind, value, *detail = reply.result()
         if kind == "error":
             # The env's state after an exception is unknown: never reuse this slot.
             text = f"env {self.spec.env_id!r} {what} raised {value}"
-            await self._fail_slot(slot, Status.ENV_ERROR, text)
+            infra = bool(detail[1]) if len(detail) > 1 else True
+            policy = what == "step" and not infra
+            await self._fail_slot(slot, Status.POLICY_ERROR if policy else Status.ENV_ERROR, text)
         return value
 
     async def _read_replies(self, proc: asyncio.subprocess.Process) -> None:
@@ -282,9 +289,20 @@ class EnvLease:
         timeout_s = self._pool.env.reset_timeout_s
         return await self._guard(self.worker.reset(self.slot, task, seed, timeout_s))
 
+    @property
+    def failure_reward(self) -> float:
+        """What an episode scores when the policy's message makes a step fail
+        (`env.failure_reward`, else the env class's)."""
+        configured = self._pool.env.failure_reward
+        return self.worker.failure_reward if configured is None else configured
+
     async def step(self, assistant_message: Message) -> StepResult:
         timeout_s = self._pool.env.step_timeout_s
-        return await self._guard(self.worker.step(self.slot, assistant_message, timeout_s))
+        try:
+            return await self._guard(self.worker.step(self.slot, assistant_message, timeout_s))
+        except EnvFailure as failure:
+            failure.reward = self.failure_reward
+            raise
 
     async def close(self) -> None:
         """End the episode: close the env instance and give the slot back to the pool."""
@@ -336,6 +354,8 @@ class EnvPool:
             "workers_replaced": 0,
             "env_timeouts": 0,
             "env_errors": 0,
+            "policy_timeouts": 0,
+            "policy_errors": 0,
             "worker_start_s": 0.0,
         }
 
@@ -427,5 +447,4 @@ class EnvPool:
                 self.stats["workers_replaced"] += 1
 
     def _count(self, status: Status) -> None:
-        key = "env_timeouts" if status is Status.ENV_TIMEOUT else "env_errors"
-        self.stats[key] += 1
+        self.stats[f"{status.value}s"] = self.stats.get(f"{status.value}s", 0) + 1

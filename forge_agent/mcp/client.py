@@ -34,6 +34,7 @@ import mcp.types
 from mcp import ClientSession
 from mcp.shared.exceptions import McpError
 
+from forge_agent.errors import InfraError
 from forge_agent.mcp.config import SERVER_LIMITS, MCPServerConfig
 from forge_agent.mcp.transport import StderrTail, process_transport
 from forge_agent.toolset import ToolError
@@ -50,7 +51,7 @@ def _retrieve(future: Any) -> None:
         future.exception()
 
 
-class MCPStartError(RuntimeError):
+class MCPStartError(InfraError):
     """An MCP server could not be started or initialized (an infrastructure failure)."""
 
 

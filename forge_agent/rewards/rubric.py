@@ -101,8 +101,12 @@ class Rubric:
 
     async def score(self, traj: Trajectory, only: Collection[str] | None = None) -> RewardResult:
         """Score one trajectory (with the components named in `only`, default all); async
-        components run concurrently."""
+        components run concurrently. An episode the policy failed (`Status.is_policy_failure`)
+        scores its failure reward alone: no component (a format or tool bonus) can pay it."""
         components = self.select(only)
+        if traj.status.is_policy_failure:  # its reward is the env's failure reward, nothing else
+            failure = float(traj.info.get("failure_reward", 0.0))
+            return RewardResult(total=failure, components={"policy_failure": failure})
         values = await asyncio.gather(*(self._one(c, traj) for c in components))
         result = RewardResult(total=0.0)
         for comp, value in zip(components, values, strict=True):

@@ -25,6 +25,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from forge_agent.env.protocol import step_failure
 from forge_agent.generator.config import SamplingConfig
 from forge_agent.rollout.renderer import ChatRenderer, clean_text
 from forge_agent.types import Completion, Group, Message, Status, StepResult, ToolSpec, Trajectory
@@ -246,7 +247,11 @@ class RolloutEngine:
             try:
                 result = await env.step(assistant)
             except Exception as exc:
-                traj.status, traj.info["error"] = _failure_status(exc), f"step: {exc}"
+                status, failure_reward = step_failure(exc, env)
+                if status.is_policy_failure:
+                    traj.fail_by_policy(status, f"step: {exc}", failure_reward)
+                else:
+                    traj.status, traj.info["error"] = status, f"step: {exc}"
                 break
             finally:
                 env_s += time.monotonic() - t0

@@ -208,8 +208,11 @@ class EndpointPlayer:
             )
             choice = reply.choices[0].message
         except Exception as exc:
+            # a request the endpoint refuses as too long (HTTP 400) is the game's transcript,
+            # which the policy's messages fill: the policy's failure, not infra
+            refused = getattr(exc, "status_code", None) == 400
             raise EnvFailure(
-                Status.ENV_ERROR,
+                Status.POLICY_ERROR if refused else Status.ENV_ERROR,
                 f"opponent endpoint {self.base_url} (seat {self.seat!r}) did not answer: {exc}",
             ) from exc
         message: Message = {"role": "assistant", "content": choice.content or ""}

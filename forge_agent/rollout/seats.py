@@ -25,8 +25,9 @@ from __future__ import annotations
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NoReturn
 
+from forge_agent.env.protocol import step_failure
 from forge_agent.rollout.engine import START_STATE
 from forge_agent.rollout.players import Player
 from forge_agent.types import Message, SeatStart, SeatStep, Status, ToolSpec, Trajectory
@@ -49,11 +50,18 @@ class _Seat:
 
 
 class _Stop(Exception):
-    """Ends the episode: `status` for every seat (or only `seat`'s, the rest keep theirs)."""
+    """Ends the episode: `status` for every seat (or only `seat`'s, the rest keep theirs). A
+    policy failure (`status.is_policy_failure`) scores `reward`, the env's failure reward."""
 
-    def __init__(self, status: Status, error: str | None = None, seat: str | None = None):
+    def __init__(
+        self,
+        status: Status,
+        error: str | None = None,
+        seat: str | None = None,
+        reward: float = 0.0,
+    ):
         super().__init__(error or status.value)
-        self.status, self.error, self.seat = status, error, seat
+        self.status, self.error, self.seat, self.reward = status, error, seat, reward
 
 
 async def run_seated_episode(
@@ -84,10 +92,14 @@ async def run_seated_episode(
             await _play(engine, env, seats, task, seed, sampling_seed)
         except _Stop as stop:
             for s in seats.values():
-                if s.traj is not None and (stop.seat is None or stop.seat == s.name):
-                    s.traj.status = stop.status
-                    if stop.error:
-                        s.traj.info["error"] = stop.error
+                if s.traj is None or (stop.seat is not None and stop.seat != s.name):
+                    continue
+                if stop.status.is_policy_failure:
+                    s.traj.fail_by_policy(stop.status, stop.error or "", stop.reward)
+                    continue
+                s.traj.status = stop.status
+                if stop.error:
+                    s.traj.info["error"] = stop.error
         finally:
             try:
                 await env.close()
@@ -171,15 +183,17 @@ async def _play(
                     move = await seat.player.act(seat.messages, seat.tools, version=seat.version)
                 else:
                     move = await seat.player.act(seat.messages, seat.tools)
-            except Exception as exc:
-                raise _Stop(_status(exc), f"seat {turn!r}: {exc}") from exc
+            except Exception as exc:  # a policy failure here (its messages overflow an
+                # endpoint opponent's context) loses the game for the policy's seats
+                reward = float(getattr(env, "failure_reward", 0.0))
+                raise _Stop(_status(exc), f"seat {turn!r}: {exc}", reward=reward) from exc
             seat.messages.append(move)
         seat.turns += 1
         t0 = time.monotonic()
         try:
             step = await env.step(move)
         except Exception as exc:
-            raise _Stop(_status(exc), f"step: {exc}") from exc
+            _step_failed(seats, seat, exc, env, start, totals)
         finally:
             if seat.traj is not None:
                 seat.traj.timings["env_s"] = seat.traj.timings.get("env_s", 0.0) + (
@@ -340,6 +354,26 @@ def _forfeit(
             seat.traj.info["forfeit"] = {"seat": loser.name, "cut": cut.value}
             seat.traj.info["outcome"] = f"{loser.name} forfeits ({cut.value})"
             seat.traj.info["seat_rewards"] = dict(totals)
+
+
+def _step_failed(
+    seats: dict[str, _Seat],
+    seat: _Seat,
+    exc: Exception,
+    env: Any,
+    start: SeatStart,
+    totals: dict[str, float],
+) -> NoReturn:
+    """The env's step on `seat`'s move raised `exc`. On a policy seat's move that is the
+    policy's failure (`step_failure`): the seat loses the game as by forfeit, scoring the env's
+    failure reward (the others win it in a zero-sum game); on another player's move, or for an
+    `InfraError`, the episode is infra for every seat."""
+    status, reward = step_failure(exc, env)
+    if seat.traj is None or not status.is_policy_failure:
+        infra = status if status.is_infra_failure else Status.ENV_ERROR
+        raise _Stop(infra, f"step of seat {seat.name!r}: {exc}") from exc
+    _forfeit(seats, seat, status, reward, start, totals)
+    raise _Stop(status, f"step: {exc}", seat=seat.name, reward=reward) from exc
 
 
 def _trim(traj: Trajectory) -> None:

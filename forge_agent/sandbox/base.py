@@ -28,6 +28,7 @@ from dataclasses import dataclass, replace
 from types import TracebackType
 from typing import Self
 
+from forge_agent.errors import InfraError
 from forge_agent.sandbox.tree_removal import empty_folder
 
 __all__ = [
@@ -52,8 +53,9 @@ WORKSPACE = "/workspace"
 """Where the workspace is mounted inside every sandbox (and the working directory of runs)."""
 
 
-class SandboxError(RuntimeError):
-    """The sandbox itself failed (not the code it ran): missing tool, dead engine, no start."""
+class SandboxError(InfraError):
+    """The sandbox itself failed (not the code it ran): missing tool, dead engine, no start.
+    Infra (`forge_agent.errors.InfraError`): an episode it ends is excluded, not scored."""
 
 
 READ_FILE_MAX_BYTES = 1_000_000  # the most `read_file` returns
