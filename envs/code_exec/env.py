@@ -96,7 +96,8 @@ class CodeExecEnv(ToolEnv):
 
     tools = (python,)
     system_prompt = SYSTEM_PROMPT
-    tool_timeout_s = 30.0
+    tool_timeout_s = 15.0  # above a tool run's 10 s sandbox wall, which reports it first
+    grader_timeout_s = 25.0  # the hidden-test run's 20 s sandbox wall and its start
     required_fields = ("task_id", "prompt", "entry_point|reference", "tests|test_code")
 
     def __init__(

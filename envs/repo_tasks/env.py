@@ -79,13 +79,15 @@ def load_repo_tasks(tasks: str | None = None, instances: str | None = None) -> l
     return [dict(t) for t in _load(tasks, instances)]
 
 
+GRADE_WALL_S = 20.0
+"""The longest a hidden-test run may take (a task's own verifier timeout is capped to it): graded
+code that loops fails its tests inside the step's deadline (`RepoTaskEnv.grader_timeout_s`)."""
+
+
 def _test_limits(task: dict[str, Any]) -> Limits:
     limits = task.get("limits") or {}
-    return Limits(
-        wall_s=float(limits.get("wall_s", 60.0)),
-        cpu_s=float(limits.get("wall_s", 60.0)),
-        memory_mb=int(limits.get("memory_mb", 512)),
-    )
+    wall_s = min(float(limits.get("wall_s", 60.0)), GRADE_WALL_S)
+    return Limits(wall_s=wall_s, cpu_s=wall_s, memory_mb=int(limits.get("memory_mb", 512)))
 
 
 def grade_task(task: dict[str, Any], files: dict[str, str], backend: Sandbox) -> GradeResult:
@@ -165,7 +167,8 @@ class RepoTaskEnv(ToolEnv):
 
     tools = (list_files, search_files, read_file, edit_file, write_file, shell)
     system_prompt = SYSTEM_PROMPT
-    tool_timeout_s = 30.0
+    tool_timeout_s = 15.0  # above a tool run's 10 s sandbox wall, which reports it first
+    grader_timeout_s = 25.0  # the hidden-test run's sandbox wall (GRADE_WALL_S) and its start
     required_fields = ("task_id", "prompt", "files", "hidden_tests")
 
     def __init__(

@@ -263,7 +263,7 @@ class ToolEnv(Env):
     tools: ClassVar[Sequence[Callable[..., Any]]] = ()
     system_prompt: ClassVar[str | None] = None
     required_fields: ClassVar[tuple[str, ...]] = ("prompt",)  # read by `prompt`
-    tool_timeout_s: ClassVar[float] = 30.0
+    tool_timeout_s: ClassVar[float] = 20.0  # below env.step_timeout_s (30 s by default)
     max_tool_output_chars: ClassVar[int] = 4_000
 
     task: dict[str, Any]

@@ -13,6 +13,7 @@ would end `prompt_too_long` without a single sampled token).
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +31,7 @@ __all__ = [
     "check_run_choices",
     "check_setup",
     "check_start_signal",
+    "check_timeout_layers",
     "prompt_length_warning",
 ]
 
@@ -261,6 +263,37 @@ def check_run_choices(cfg: Any) -> None:
             )
     check_curriculum(env)
     check_env_seats(cfg)
+    check_timeout_layers(env)
+
+
+def check_timeout_layers(env: Any) -> None:
+    """Timeouts in layers, tool < grader < step: a tool call that runs past its deadline comes
+    back to the policy as an error observation, graded code that loops fails its tests, both
+    inside `env.step_timeout_s` (a step past it is the policy's `policy_timeout`). Reads the env
+    class's `tool_timeout_s` and `grader_timeout_s`; refuses a config that inverts them."""
+    from forge_agent.env.registry import env_spec
+
+    if env.is_agent_program:
+        return
+    try:
+        env_class = env_spec(env.id).factory()
+    except Exception:  # an env that cannot load fails later, naming itself
+        return
+    layers = [
+        (f"{getattr(env_class, '__name__', env.id)}.{name}", getattr(env_class, name, None))
+        for name in ("tool_timeout_s", "grader_timeout_s")
+    ]
+    layers = [(name, float(v)) for name, v in layers if isinstance(v, int | float)]
+    layers.append(("env.step_timeout_s", float(env.step_timeout_s)))
+    for (inner, inner_s), (outer, outer_s) in itertools.pairwise(layers):
+        if inner_s >= outer_s:
+            raise EnvSetupError(
+                env.id,
+                "env.step_timeout_s",
+                f"timeouts must nest, tool < grader < step: {inner} is {inner_s:g} s, not "
+                f"below {outer} ({outer_s:g} s); set env.step_timeout_s above "
+                f"{max(s for _, s in layers[:-1]):g}",
+            )
 
 
 def check_env_seats(cfg: Any) -> dict[str, Any]:
