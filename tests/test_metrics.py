@@ -182,3 +182,9 @@ def test_a_flush_without_progress_writes_step_0_to_the_files_but_not_the_progres
         (1, ["reward/mean"]),
     ]
     assert stream.getvalue().startswith("step 1/2 | reward 0.500")
+
+
+def test_progress_line_shows_the_episodes_a_step_left_out_as_infra():
+    line = progress_line(3, total_steps=10, reward=0.5, steps_per_s=1.0, excluded=2)
+    assert "reward 0.500 | infra excluded 2 |" in line
+    assert "infra" not in progress_line(3, total_steps=10, reward=0.5, steps_per_s=1.0)

@@ -156,13 +156,25 @@ def _pick_reward(metrics: dict[str, float], reward_key: str) -> float | None:
     return None
 
 
+INFRA_EXCLUDED = "episodes/infra_excluded"
+"""The metric counting a step's episodes left out of training as infra failures (shown by the
+console when there are any)."""
+
+
 def progress_line(
-    step: int, total_steps: int | None, reward: float | None, steps_per_s: float
+    step: int,
+    total_steps: int | None,
+    reward: float | None,
+    steps_per_s: float,
+    excluded: float = 0.0,
 ) -> str:
-    """One plain progress line: `step 12/100 | reward 0.531 | 1.20 steps/s | ETA 1m13s`."""
+    """One plain progress line: `step 12/100 | reward 0.531 | 1.20 steps/s | ETA 1m13s`, with
+    `infra excluded N` after the reward when the step left N episodes out as infra."""
     parts = [f"step {step}" + (f"/{total_steps}" if total_steps else "")]
     if reward is not None:
         parts.append(f"reward {reward:.3f}")
+    if excluded:
+        parts.append(f"infra excluded {excluded:g}")
     parts.append(f"{steps_per_s:.2f} steps/s")
     if total_steps:
         eta = max(total_steps - step, 0) / steps_per_s if steps_per_s > 0 else math.inf
@@ -216,13 +228,17 @@ class ConsoleSink:
                 self._bar.n = self._bar.initial = self._last_step = max(step - 1, 0)
             self._bar.update(max(step - self._last_step, 0))
             reward = _pick_reward(metrics, self.reward_key)
-            if reward is not None:
-                self._bar.set_postfix(reward=f"{reward:.3f}", refresh=False)
+            postfix = {} if reward is None else {"reward": f"{reward:.3f}"}
+            if metrics.get(INFRA_EXCLUDED):
+                postfix["infra_excluded"] = f"{metrics[INFRA_EXCLUDED]:g}"
+            if postfix:
+                self._bar.set_postfix(postfix, refresh=False)
             self._bar.refresh()
         else:
             rate = self._rate(step, now)
             reward = _pick_reward(metrics, self.reward_key)
-            line = progress_line(step, self.total_steps, reward, rate)
+            excluded = metrics.get(INFRA_EXCLUDED, 0.0)
+            line = progress_line(step, self.total_steps, reward, rate, excluded)
             is_last = self.total_steps is not None and step >= self.total_steps
             if now - self._last_print >= self.every_s or is_last:
                 print(line, file=self.stream or sys.stdout, flush=True)

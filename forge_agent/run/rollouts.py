@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from forge_agent.evaluation import ScoreFn
-from forge_agent.observability.metrics import record
+from forge_agent.observability.metrics import INFRA_EXCLUDED, record
 from forge_agent.rollout import ChatRenderer, RolloutEngine
 from forge_agent.run.config import AgentConfig
 from forge_agent.types import Trajectory
@@ -122,6 +122,8 @@ async def evaluate_policy(
         record(name, value, "last")
     keys = ("eval/reward/mean", "eval/pass@1", "eval/tool_call_rate")
     line = ", ".join(f"{k.split('/')[-1]} {metrics[k]:.3f}" for k in keys if k in metrics)
+    failures = [(report.policy_failures, "policy failures"), (report.infra_failures, "infra")]
+    line += "".join(f", {n} {what}" for n, what in failures if n)
     print(f"[eval] step {step}: {line}", flush=True)
     return metrics
 
@@ -129,6 +131,7 @@ async def evaluate_policy(
 def record_episode(traj: Trajectory, counts: Counter[str]) -> None:
     """One finished training episode's metrics and counts."""
     counts[f"status/{traj.status.value}"] += 1
+    counts["infra_excluded"] += traj.status.is_infra_failure  # left out of training
     counts["tool_errors"] += traj.tool_error_count
     if traj.info.get("reward_errors"):
         counts["reward_errors"] += 1
@@ -138,6 +141,7 @@ def record_episode(traj: Trajectory, counts: Counter[str]) -> None:
     record("tools/call_rate", float(traj.tool_call_count > 0))
     record("tools/errors", traj.tool_error_count, "sum")
     record(f"status/{traj.status.value}", 1, "sum")
+    record(INFRA_EXCLUDED, float(traj.status.is_infra_failure), "sum")
 
 
 def _agent_outcome(score: Callable[..., Awaitable[tuple[list[Trajectory], dict]]]) -> ScoreFn:
