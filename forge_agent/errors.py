@@ -16,7 +16,7 @@ import sys
 import traceback
 from typing import TextIO
 
-__all__ = ["EXIT_SETUP_ERROR", "InfraError", "SetupError", "report_setup_error"]
+__all__ = ["EXIT_SETUP_ERROR", "InfraError", "SetupError", "TamperingError", "report_setup_error"]
 
 EXIT_SETUP_ERROR = 2
 """The exit status of a program stopped by a ``SetupError`` (as for a command-line error)."""
@@ -34,6 +34,12 @@ class InfraError(RuntimeError):
     ends as infra (`env_error`: excluded from training, counted); any other exception an env
     raises while acting on the policy's message is the policy's failure (`policy_error`,
     scored with the env's failure reward). See docs/rewards.md."""
+
+
+class TamperingError(Exception):
+    """The policy's code interfered with its grader (a canary test passed, a verdict was
+    forged): an env raises it from `step` and the episode ends `tampered`, scoring the env's
+    failure reward, trained on and counted."""
 
 
 def report_setup_error(exc: SetupError, verbose: bool = False, stream: TextIO | None = None) -> int:

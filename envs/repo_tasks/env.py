@@ -38,6 +38,7 @@ from envs.repo_tasks.formats import (
 )
 from envs.repo_tasks.grading import GradeResult, WorkspaceTooLarge, grade_files, read_workspace
 from forge_agent.env import Dataset, EnvSetupError, ToolEnv, in_eval_split
+from forge_agent.errors import TamperingError
 from forge_agent.sandbox import Limits, Sandbox, SandboxError, make_sandbox
 from forge_agent.types import Message
 from tools.files import read_file, write_file
@@ -285,6 +286,8 @@ class RepoTaskEnv(ToolEnv):
         f2p, p2p = task["fail_to_pass"] or result.fail_to_pass, task["pass_to_pass"]
         info["fail_to_pass"] = f"{result.passed(f2p)}/{len(f2p)}"
         info["pass_to_pass"] = f"{result.passed(p2p)}/{len(p2p)}"
+        if result.tampered is not None:
+            raise TamperingError(f"the hidden-test run was tampered with: {result.tampered}")
         if result.error is not None:
             info.update(outcome="error", error=result.error)
         elif result.resolved:

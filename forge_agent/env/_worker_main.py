@@ -4,8 +4,8 @@ Started by `EnvWorker` as `python -m forge_agent.env._worker_main`. Frames on st
 4-byte big-endian length and a pickle. Requests: (request_id, slot, command, *args) with the
 commands ("init", spec, kwargs) (slot None), ("reset", task, seed), ("step", message),
 ("close",); ("exit",) ends the process. Replies: (request_id, "ok", value) or
-(request_id, "error", text, traceback, infra) where `infra` says the exception was an
-`InfraError` (or `MemoryError`): not the policy's failure; "init" answers with the env class's
+(request_id, "error", text, traceback, blame) where `blame` is the status a step that raised
+it ends with (`forge_agent.env.protocol.step_failure`); "init" answers with the env class's
 `failure_reward`.
 
 Each slot is one env instance (built at its first reset after a close) whose requests run in
@@ -39,7 +39,7 @@ import time
 import traceback
 from typing import IO, Any
 
-from forge_agent.errors import InfraError
+from forge_agent.env.protocol import step_failure
 
 _HEADER = struct.Struct(">I")
 _EXIT = ("exit",)
@@ -104,8 +104,8 @@ class _Slot:
             value = await self._handle(command, args)
         except BaseException as exc:
             text = "".join(traceback.format_exception(exc))
-            infra = isinstance(exc, InfraError | MemoryError)
-            self.replies.send((request_id, "error", f"{type(exc).__name__}: {exc}", text, infra))
+            blame = step_failure(exc, None)[0].value  # whose failure, had a step raised it
+            self.replies.send((request_id, "error", f"{type(exc).__name__}: {exc}", text, blame))
             return
         self.replies.send((request_id, "ok", value))
 

@@ -200,9 +200,8 @@ class EnvWorker:
         if kind == "error":
             # The env's state after an exception is unknown: never reuse this slot.
             text = f"env {self.spec.env_id!r} {what} raised {value}"
-            infra = bool(detail[1]) if len(detail) > 1 else True
-            policy = what == "step" and not infra
-            await self._fail_slot(slot, Status.POLICY_ERROR if policy else Status.ENV_ERROR, text)
+            blame = Status(detail[1]) if what == "step" and len(detail) > 1 else Status.ENV_ERROR
+            await self._fail_slot(slot, blame, text)
         return value
 
     async def _read_replies(self, proc: asyncio.subprocess.Process) -> None:
