@@ -262,3 +262,15 @@ def test_files_named_like_the_graders_folders_neither_break_nor_fake_grading():
     solution = {p: fixed[p] for p in fixed if fixed[p] != task["files"].get(p)}
     solved = asyncio.run(_repo_episode(task, {**plants, **solution}))
     assert solved.rewards == {"resolved": 1.0}, solved.info
+
+
+# ---------------------------------------------------------------------------- endpoint sessions
+def test_tool_call_arguments_nested_past_the_stack_stay_text_instead_of_a_500():
+    """Before: `_canonical_json` recursed out on them (HTTP 500, the episode `env_error`,
+    excluded). Now they are malformed arguments like any other, kept as written."""
+    from forge_agent.endpoint.session import normalize_message
+
+    deep = "[" * 200_000 + "]" * 200_000
+    call = {"id": "c0", "type": "function", "function": {"name": "f", "arguments": deep}}
+    message = normalize_message({"role": "assistant", "content": "", "tool_calls": [call]})
+    assert message["tool_calls"][0]["function"]["arguments"] == deep

@@ -219,7 +219,7 @@ def _canonical_json(arguments: Any) -> str:
     text = "" if arguments is None else str(arguments)
     try:
         return json.dumps(json.loads(text))
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: JSON nested past the stack
         return text  # malformed arguments stay as the model wrote them
 
 
