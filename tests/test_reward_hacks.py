@@ -274,3 +274,36 @@ def test_tool_call_arguments_nested_past_the_stack_stay_text_instead_of_a_500():
     call = {"id": "c0", "type": "function", "function": {"name": "f", "arguments": deep}}
     message = normalize_message({"role": "assistant", "content": "", "tool_calls": [call]})
     assert message["tool_calls"][0]["function"]["arguments"] == deep
+
+
+# ---------------------------------------------------------------------------- repository tools
+@pytest.fixture
+def repo_session():
+    from forge_agent.sandbox import Limits, make_sandbox
+
+    backend = make_sandbox("bwrap")
+    with backend.session(Limits(wall_s=10, cpu_s=10, memory_mb=512)) as session:
+        session.write_file("pkg/core.py", "x = 1\n")
+        yield session
+    backend.close()
+
+
+@pytest.mark.parametrize("path", ["-delete", "-fprint", "--help"])
+def test_a_path_argument_never_becomes_a_find_option(repo_session, path):
+    """Before: `list_files(path="-delete")` ran `find -delete ...` over the workspace."""
+    from tools.repo import list_files, search_files
+
+    assert list_files(path, sandbox=repo_session).startswith("Error")
+    search_files("x", path, sandbox=repo_session)
+    assert repo_session.read_file("pkg/core.py") == "x = 1\n"
+
+
+def test_editing_a_file_past_the_read_cap_is_a_clear_error_not_a_truncation(repo_session):
+    """Before: `edit_file` read 1 MB of a larger file and wrote back only that."""
+    from tools.repo import edit_file
+
+    big = "y = 2\n" + "#" * 1_500_000 + "\n"
+    repo_session.write_file("pkg/big.py", big)
+    reply = edit_file("pkg/big.py", "y = 2", "y = 3", sandbox=repo_session)
+    assert reply.startswith("Error") and "1 MB or larger" in reply
+    assert repo_session.run(argv=["wc", "-c", "pkg/big.py"]).stdout.split()[0] == str(len(big))

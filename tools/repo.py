@@ -8,6 +8,7 @@ through the session's file API, which never follows links out of the workspace.
 from __future__ import annotations
 
 from forge_agent.sandbox import SandboxSession, normalize_workspace_path
+from forge_agent.sandbox.base import READ_FILE_MAX_BYTES
 
 __all__ = ["edit_file", "list_files", "search_files"]
 
@@ -15,7 +16,9 @@ MAX_LISTED = 200
 
 
 def _folder(path: str) -> str:
-    return "." if path.strip() in ("", ".", "./") else normalize_workspace_path(path)
+    """A workspace folder as a command operand: always `./...`, so a path the model gives can
+    never read as an option (`find -delete` would delete the workspace)."""
+    return "." if path.strip() in ("", ".", "./") else "./" + normalize_workspace_path(path)
 
 
 def list_files(path: str = ".", *, sandbox: SandboxSession) -> str:
@@ -79,6 +82,11 @@ def edit_file(path: str, old: str, new: str, *, sandbox: SandboxSession) -> str:
         text = sandbox.read_file(clean)
     except (ValueError, OSError) as exc:
         return f"Error: {exc}"
+    if len(text.encode("utf-8")) >= READ_FILE_MAX_BYTES:  # read back cut at the cap
+        return (
+            f"Error: {clean} is {READ_FILE_MAX_BYTES // 1_000_000} MB or larger; edit_file "
+            "edits smaller files (write_file or shell can change it)"
+        )
     count = text.count(old)
     if count != 1:
         return f"Error: the text to replace occurs {count} times in {clean} (it must occur once)"
