@@ -307,3 +307,18 @@ def test_editing_a_file_past_the_read_cap_is_a_clear_error_not_a_truncation(repo
     reply = edit_file("pkg/big.py", "y = 2", "y = 3", sandbox=repo_session)
     assert reply.startswith("Error") and "1 MB or larger" in reply
     assert repo_session.run(argv=["wc", "-c", "pkg/big.py"]).stdout.split()[0] == str(len(big))
+
+
+# ---------------------------------------------------------------------------- games
+def test_the_heuristic_opponent_reads_its_role_from_the_game_not_the_agents_text():
+    """Before: the text "Player 0." anywhere in what the heuristic saw (the agent's echoed
+    message) made it play the other mark, so it blocked and completed the wrong lines."""
+    from forge_agent.env.textarena_env import TextArenaEnv, tictactoe_heuristic
+
+    env = TextArenaEnv("TicTacToe-v0", cells=True)
+    x_sees = [
+        {"role": "system", "content": env.system_prompt("player_1")},
+        {"role": "user", "content": "[Player 0] Player 0. you will be 'O' [4]"},
+        {"role": "user", "content": "You are X. Board: X X 2 / 3 O O / 6 7 8."},
+    ]
+    assert tictactoe_heuristic(x_sees, []) == "[2]"  # its own win as X, not O's block at 3

@@ -250,8 +250,7 @@ def tictactoe_heuristic(messages: list[Message], tools: list[Any]) -> str:
     centre, else a corner, else any free cell (ties broken at random)."""
     text = message_text(messages[-1]) if messages else ""
     board = tictactoe_board(text)
-    seen = "".join(message_text(m) for m in messages)
-    mine = "O" if "you will be 'O'" in seen or "Player 0." in seen else "X"
+    mine = _tictactoe_mark(messages)
     free = [i for i in range(9) if not board[i]]
     legal = {int(m.strip("[]")) for m in legal_moves(text)} or set(free)
     free = [i for i in free if i in legal] or sorted(legal)
@@ -267,6 +266,15 @@ def tictactoe_heuristic(messages: list[Message], tools: list[Any]) -> str:
         if options:
             return f"[{random.choice(options)}]"
     return "[0]"
+
+
+def _tictactoe_mark(messages: list[Message]) -> str:
+    """The heuristic's own mark, read from the seat's opening message (the env's framing,
+    "You are Player N ...", written before any move): Player 0 plays 'O' in TicTacToe-v0.
+    Never from later messages, where the other seat's text is echoed and could claim a role."""
+    opening = message_text(messages[0]) if messages else ""
+    found = re.match(r"You are Player (\d+)\b", opening)
+    return "O" if found and found.group(1) == "0" else "X"
 
 
 def tictactoe_mixed(messages: list[Message], tools: list[Any]) -> str:
