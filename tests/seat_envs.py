@@ -15,6 +15,7 @@ class CountingGame(SeatEnv):
 
     seats: ClassVar[tuple[str, ...]] = ("player_0", "player_1")
     zero_sum: ClassVar[bool] = True
+    failure_reward: ClassVar[float] = -1.0  # a forfeit (or a failed move) loses the game
 
     def __init__(self, rounds: int = 2, rogue_turn: str | None = None) -> None:
         self.rounds, self.rogue_turn = rounds, rogue_turn
@@ -34,6 +35,8 @@ class CountingGame(SeatEnv):
         other = self.seats[self.moves % n]
         if self.rogue_turn is not None:
             return SeatStep(messages={}, turn=self.rogue_turn)
+        if assistant_message.get("content") == "boom":  # a judge that cannot parse a move
+            raise ValueError(f"cannot parse {mover}'s move")
         if self.moves >= n * self.rounds:
             winner = self.task.get("winner", "player_0")
             rewards = {s: {"outcome": 1.0 if s == winner else -1.0 / (n - 1)} for s in self.seats}

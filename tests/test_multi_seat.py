@@ -175,22 +175,25 @@ def _self_play(tokenizer, renderer, cfg, staller: str) -> list[Trajectory]:
     return asyncio.run(engine.run_group(task, 0, 1)).trajectories
 
 
-@pytest.mark.parametrize("forfeit_reward", [None, -1.0])
+@pytest.mark.parametrize(("forfeit", "forfeit_reward"), [(False, None), (True, None), (True, -1.0)])
 def test_a_seat_cut_at_its_token_cap_forfeits_the_game_and_is_trained_against(
-    tiny_tokenizer, renderer, forfeit_reward
+    tiny_tokenizer, renderer, forfeit, forfeit_reward
 ):
-    """player_1 writes garbage to its token cap. Without `rollout.forfeit_reward` the cut game
+    """player_1 writes garbage to its token cap. With `rollout.forfeit: false` the cut game
     is truncated, scored 0 and masked (`advantages.truncated: mask`): an escape the policy is
-    never trained against. With it the staller loses by forfeit, the other seat wins
+    never trained against. By default the staller loses by forfeit (scoring
+    `rollout.forfeit_reward`, else the env's `failure_reward`), the other seat wins
     (zero-sum), and both are trained on: the forfeit's advantage is below a played game's."""
-    cfg = RolloutConfig(max_turns=6, max_total_tokens=4096, forfeit_reward=forfeit_reward)
+    cfg = RolloutConfig(
+        max_turns=6, max_total_tokens=4096, forfeit=forfeit, forfeit_reward=forfeit_reward
+    )
     first, second = _self_play(tiny_tokenizer, renderer, cfg, staller="player_1")
     played = _self_play(tiny_tokenizer, renderer, cfg, staller="nobody")
     assert [t.reward for t in played] == [-1.0, 1.0]
     kept, stats = compute_advantages(
         [Group("count", [first, second, *played])], AdvantageConfig(truncated="mask")
     )
-    if forfeit_reward is None:
+    if not forfeit:
         assert (first.status, second.status) == (Status.TRUNCATED_TURNS, Status.TRUNCATED_LENGTH)
         assert first.reward == second.reward == 0.0
         assert stats.dropped["truncated"] == 2 and second not in kept

@@ -322,3 +322,31 @@ def test_the_heuristic_opponent_reads_its_role_from_the_game_not_the_agents_text
         {"role": "user", "content": "You are X. Board: X X 2 / 3 O O / 6 7 8."},
     ]
     assert tictactoe_heuristic(x_sees, []) == "[2]"  # its own win as X, not O's block at 3
+
+
+def test_a_move_that_makes_the_game_raise_loses_it_instead_of_leaving_the_baseline(
+    tiny_tokenizer,
+):
+    """Before: the step's exception ended every seat `env_error` (excluded): a seat about
+    to lose could escape by writing a move the judge cannot parse."""
+    from forge_agent.rollout import ChatRenderer, LocalEnvs, RolloutConfig, RolloutEngine
+    from tests.seat_envs import CountingGame
+
+    async def generate(prompt_ids, sampling, session):
+        text = "boom" if session.endswith("player_1") else "7"
+        ids = tiny_tokenizer.encode(text + "<|im_end|>", add_special_tokens=False)
+        return Completion(ids, [-0.1] * len(ids), "stop", policy_version=0)
+
+    players = {"player_0": None, "player_1": None}
+    engine = RolloutEngine(
+        generate,
+        LocalEnvs(CountingGame),
+        ChatRenderer(tiny_tokenizer),
+        RolloutConfig(max_turns=4, max_total_tokens=4096),
+        players=players,
+    )
+    group = asyncio.run(engine.run_group({"task_id": "count", "winner": "player_1"}, 0, 1))
+    winner, failed = group.trajectories
+    assert failed.status is Status.POLICY_ERROR and "cannot parse" in failed.info["error"]
+    assert failed.reward == -1.0 and failed.info["failure_reward"] == -1.0
+    assert winner.status is Status.OK and winner.reward == 1.0  # zero-sum: the other seat wins

@@ -70,6 +70,7 @@ class TextArenaEnv(SeatEnv):
     seats: ClassVar[tuple[str, ...]] = ("player_0", "player_1")
     zero_sum: ClassVar[bool] = True
     required_fields: ClassVar[tuple[str, ...]] = ()
+    failure_reward: ClassVar[float] = -1.0  # a forfeit or a failed move is a lost game
 
     def __init__(
         self, game: str = "TicTacToe-v0", board_only: bool = False, cells: bool = False

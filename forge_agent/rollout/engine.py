@@ -78,9 +78,12 @@ class RolloutConfig:
     max_concurrent_episodes: int = 64
     temperature: float = 1.0
     top_p: float = 1.0
-    # multi-seat games: the reward of a seat that leaves the game unfinished (its move cut at
-    # the token cap or the budget, or its `max_turns` spent); its trajectory ends `forfeit` and
-    # is trained on. None: such episodes end truncated (and `advantages.truncated` applies).
+    # multi-seat games: a seat that leaves the game unfinished (its move cut at the token cap
+    # or the budget, or its `max_turns` spent) loses it by forfeit, scoring `forfeit_reward`
+    # (None: the env's `failure_reward`); its trajectory ends `forfeit` and is trained on.
+    # `forfeit: false` ends such games truncated instead (`advantages.truncated` applies): an
+    # escape from a losing game unless truncated episodes are masked out of the baseline too.
+    forfeit: bool = True
     forfeit_reward: float | None = None
 
     def __post_init__(self) -> None:

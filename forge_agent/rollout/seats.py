@@ -16,8 +16,10 @@ Consumes: a task, a seed and the engine's generate function, env source and limi
 Produces: the policy seats' trajectories. Waits on: the generator, the env, the opponents.
 An env or opponent failure ends every seat's trajectory with that status (infra failures
 leave the baselines); `max_turns` counts each seat's own moves. A policy seat whose move runs
-out of tokens, or a seat to move with its turns spent, ends the episode truncated, or, with
-`rollout.forfeit_reward` set, loses it by forfeit (`forfeit`, scored and trained on).
+out of tokens, or a seat to move with its turns spent, loses the game by forfeit (`forfeit`,
+scored with `rollout.forfeit_reward` or the env's `failure_reward`, and trained on), or with
+`rollout.forfeit: false` ends the episode truncated. A move that makes the env's step raise
+is the moving seat's failure (`policy_error`): it loses the game the same way.
 """
 
 from __future__ import annotations
@@ -163,17 +165,18 @@ async def _play(
                 f"did not declare (seats: {sorted(seats)})",
             )
         seat = seats[turn]
+        forfeit = _forfeit_reward(cfg, env)
         if seat.turns >= cfg.max_turns:
-            if cfg.forfeit_reward is not None:
-                _forfeit(seats, seat, Status.TRUNCATED_TURNS, cfg.forfeit_reward, start, totals)
+            if forfeit is not None:
+                _forfeit(seats, seat, Status.TRUNCATED_TURNS, forfeit, start, totals)
             return  # else every seat stays truncated_turns
         if seat.traj is not None:
             try:
                 move = await _policy_move(engine, seat, limit, sampling_seed)
             except _Stop as stop:
-                if stop.status != Status.TRUNCATED_LENGTH or cfg.forfeit_reward is None:
+                if stop.status != Status.TRUNCATED_LENGTH or forfeit is None:
                     raise
-                _forfeit(seats, seat, stop.status, cfg.forfeit_reward, start, totals)
+                _forfeit(seats, seat, stop.status, forfeit, start, totals)
                 return
         else:
             seat.messages.extend(seat.pending)
@@ -354,6 +357,16 @@ def _forfeit(
             seat.traj.info["forfeit"] = {"seat": loser.name, "cut": cut.value}
             seat.traj.info["outcome"] = f"{loser.name} forfeits ({cut.value})"
             seat.traj.info["seat_rewards"] = dict(totals)
+
+
+def _forfeit_reward(cfg: Any, env: Any) -> float | None:
+    """What a seat that leaves its game unfinished scores (`rollout.forfeit_reward`, else the
+    env's `failure_reward`); None with `rollout.forfeit: false` (the game ends truncated)."""
+    if not cfg.forfeit:
+        return None
+    if cfg.forfeit_reward is not None:
+        return cfg.forfeit_reward
+    return float(getattr(env, "failure_reward", 0.0))
 
 
 def _step_failed(
