@@ -350,3 +350,41 @@ def test_a_move_that_makes_the_game_raise_loses_it_instead_of_leaving_the_baseli
     assert failed.status is Status.POLICY_ERROR and "cannot parse" in failed.info["error"]
     assert failed.reward == -1.0 and failed.info["failure_reward"] == -1.0
     assert winner.status is Status.OK and winner.reward == 1.0  # zero-sum: the other seat wins
+
+
+# ---------------------------------------------------------------------------- timeouts, live
+def test_tool_calls_that_outlast_the_step_are_the_policys_timeout_not_infra():
+    """Before: eight `sleep(60)` calls in one code_exec message outlived the step timeout and
+    ended `env_timeout`, excluded, never penalised."""
+    from envs.code_exec import load_tasks
+
+    sleep = json.dumps({"code": "import time\ntime.sleep(60)"})
+    sleeps = [
+        {"id": f"c{i}", "type": "function", "function": {"name": "python", "arguments": sleep}}
+        for i in range(8)
+    ]
+
+    async def run():
+        config = EnvConfig("code_exec", kwargs={}, step_timeout_s=2.0)
+        async with EnvPool(config, size=1) as pool, pool.lease() as env:
+            await env.reset(load_tasks()[0], 0)
+            await env.step({"role": "assistant", "content": "", "tool_calls": sleeps})
+
+    with pytest.raises(Exception) as failure:
+        asyncio.run(run())
+    from forge_agent.env.protocol import step_failure
+
+    assert step_failure(failure.value, None) == (Status.POLICY_TIMEOUT, 0.0)
+
+
+def test_graded_code_that_loops_fails_its_tests_inside_the_step(monkeypatch):
+    """Before: repo_tasks graded for the task's verifier timeout (60 s), past the 30 s step:
+    a loop in graded code ended the episode `env_timeout`, excluded. Grading is now capped
+    inside the step (20 s; 2 s here to keep the test short) and the loop fails its tests."""
+    import envs.repo_tasks.env as repo_env
+
+    monkeypatch.setattr(repo_env, "GRADE_WALL_S", 2.0)
+    task = _repo_task()
+    result = asyncio.run(_repo_episode(task, _in_package(task, "while True:\n    pass\n")))
+    assert result.done and result.rewards == {"resolved": 0.0}
+    assert result.info["outcome"] == "error" and "did not finish" in result.info["error"]
