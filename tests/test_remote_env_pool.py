@@ -44,7 +44,8 @@ def test_remote_episodes_run_in_the_actors_workers_and_keep_failure_statuses():
         with pytest.raises(EnvFailure) as failure:
             await env.step(say("hang"))
         await env.close()
-        assert failure.value.status is Status.ENV_TIMEOUT
+        assert failure.value.status is Status.POLICY_TIMEOUT  # with its failure reward, too
+        assert failure.value.reward == -0.5  # EchoEnv's, carried across the actor
         assert "did not finish within 1 s" in failure.value.message
         await envs.close()
 
