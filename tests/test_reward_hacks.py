@@ -388,3 +388,49 @@ def test_graded_code_that_loops_fails_its_tests_inside_the_step(monkeypatch):
     result = asyncio.run(_repo_episode(task, _in_package(task, "while True:\n    pass\n")))
     assert result.done and result.rewards == {"resolved": 0.0}
     assert result.info["outcome"] == "error" and "did not finish" in result.info["error"]
+
+
+# ---------------------------------------------------------------------------- warm servers
+SERVER = """
+import sys, time
+for line in sys.stdin:
+    cmd = line.strip()
+    if cmd == "write":
+        open("/tmp/answer", "w").write("42")
+    elif cmd == "burn":
+        end = time.process_time() + 1.2
+        while time.process_time() < end:
+            pass
+    print("answer" if __import__("os").path.exists("/tmp/answer") else "clean", flush=True)
+"""
+
+
+def test_a_renewed_spawned_process_keeps_no_tmp_files_and_gets_its_cpu_budget_back():
+    """Before: a warm MCP server kept its /tmp across episodes (the next episode could read
+    the last one's answer there) and its CPU rlimit was one budget for every episode. Now
+    renewing empties its /tmp and renews its budget, or, where the host may not raise the
+    limit and less than half is left, refuses so that the caller restarts it."""
+    from forge_agent.sandbox import Limits, make_sandbox
+
+    backend = make_sandbox("bwrap")
+    limits = Limits(wall_s=60, cpu_s=60, memory_mb=512)
+    with backend.session(limits) as session:
+        proc = session.spawn(["python3", "-c", SERVER], limits=limits.with_(cpu_s=2))
+
+        def ask(cmd: str) -> str:
+            proc.stdin.write(cmd.encode() + b"\n")
+            proc.stdin.flush()
+            return proc.stdout.readline().decode().strip()
+
+        assert ask("write") == "answer"  # episode 1 leaves a file in the server's /tmp
+        session.renew_spawned()  # between episodes
+        assert ask("check") == "clean"
+        assert ask("burn") == "clean"  # spends 1.2 of its 2 CPU seconds
+        try:
+            session.renew_spawned()
+        except OSError as exc:  # this host cannot raise the limit: the caller restarts it
+            assert "restart it" in str(exc)
+        else:  # the budget was renewed: 2.4 s in all, alive
+            assert ask("burn") == "clean" and proc.poll() is None
+        proc.kill()
+    backend.close()

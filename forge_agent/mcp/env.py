@@ -114,8 +114,9 @@ class MCPToolEnv(ToolEnv):
         if servers is None:
             return False
         self.sandbox, self.connections = servers.sandbox, servers.connections
-        try:
+        try:  # nothing of the last episode stays: its files, the servers' /tmp and CPU time
             await asyncio.to_thread(self.sandbox.clear_workspace)
+            await asyncio.to_thread(self.sandbox.renew_spawned)
             await maybe_await(self.prepare_workspace(self.sandbox))
         except Exception:
             await self._close_servers()

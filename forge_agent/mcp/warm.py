@@ -5,7 +5,10 @@ MCP handshake: 0.44 s for mcp-server-sqlite alone, 2.65 s each with 16 starting 
 cores, against 3 ms for a query. An env worker builds a new env instance for every episode, so
 an `MCPToolEnv` that opts in (`reuse_servers = True`) hands its session and servers to this
 process's `WARM_SERVERS` at close, and its next instance takes them back at reset: the
-workspace is emptied and written afresh for the new task, the servers keep running.
+workspace is emptied and written afresh for the new task, the servers keep running with their
+private `/tmp` emptied and their CPU budget renewed (`SandboxSession.renew_spawned`), so no
+episode can read what the last one left or start with its budget spent; a sandbox that cannot
+renew them (Docker) has its set closed and started afresh instead.
 
     servers = WARM_SERVERS.take(key)        # a healthy idle set, or None
     ...                                     # run an episode on servers.sandbox / .connections

@@ -270,6 +270,15 @@ class SandboxSession(abc.ABC):
         """
         raise SandboxError(f"{type(self).__name__} cannot clear its workspace")
 
+    def renew_spawned(self) -> None:
+        """Give the processes `spawn` started a clean slate for a new episode (their private
+        `/tmp` emptied, their CPU budget renewed), so state cannot cross episodes.
+
+        Raises:
+            SandboxError: the backend cannot (the caller restarts the processes instead).
+        """
+        raise SandboxError(f"{type(self).__name__} cannot renew the processes it spawned")
+
     def spawn(
         self,
         argv: list[str],

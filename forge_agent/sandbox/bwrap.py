@@ -50,6 +50,7 @@ from forge_agent.sandbox.base import (
 )
 from forge_agent.sandbox.cgroups import SandboxCgroup
 from forge_agent.sandbox.seccomp import bwrap_filter
+from forge_agent.sandbox.spawned import renew_process_tree
 from forge_agent.sandbox.workspace import Workspace
 
 __all__ = ["BubblewrapSandbox", "BubblewrapSession"]
@@ -209,6 +210,7 @@ class BubblewrapSession(WorkspaceSession):
         self._closed = False
         self._cgroup: SandboxCgroup | None = None
         self._spawned: list[subprocess.Popen[bytes]] = []
+        self._spawned_cpu_s: dict[int, float] = {}  # pid -> its CPU budget (`renew_spawned`)
         self._next_id = 0
         self._reservation = reserve(
             limits.memory_mb + limits.workspace_mb,
@@ -376,7 +378,22 @@ class BubblewrapSession(WorkspaceSession):
                     for pid in _process_tree(proc.pid):
                         self._cgroup.add(pid)
             self._spawned.append(proc)
+            self._spawned_cpu_s[proc.pid] = limits.cpu_s
             return proc
+
+    def renew_spawned(self) -> None:
+        """Give the processes `spawn` started a clean slate for a new episode: their private
+        `/tmp` emptied and their full CPU budget back (`forge_agent.sandbox.spawned`).
+
+        Raises:
+            OSError: one could not be renewed (restart it instead).
+        """
+        with self._lock:
+            self._check_open()
+            for proc in self._spawned:
+                if proc.poll() is None:
+                    cpu_s = self._spawned_cpu_s.get(proc.pid, self.limits.cpu_s)
+                    renew_process_tree(_process_tree(proc.pid)[1:], cpu_s)
 
     # -- files -------------------------------------------------------------------------------
 
