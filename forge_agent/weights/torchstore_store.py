@@ -18,6 +18,7 @@ machines), and tells its controller about each key in another.
 from __future__ import annotations
 
 import asyncio
+import importlib
 import time
 import uuid
 from collections.abc import Mapping
@@ -39,10 +40,10 @@ MAPPING = "MAPPING"  # the key TorchStore's put_state_dict writes last
 
 def _api() -> tuple[Any, Any]:
     """(torchstore, the compat layer), or an ImportError naming the backend and the fix."""
-    try:
-        import torchstore
-
+    try:  # the layer first: it prepares torchstore's import (see its docstring)
         from forge_agent.weights import torchstore_compat
+
+        torchstore = importlib.import_module("torchstore")
     except ImportError as exc:
         if exc.__class__.__name__ == "TorchStoreVersionError":
             raise
@@ -143,12 +144,15 @@ class TorchStoreWeightStore:
             raise WeightStoreError(f"version {v} not in store (have {have}): {e}") from e
 
     async def drop(self, version: int) -> None:
-        """Delete every key of `version` (its MAPPING first, so it stops counting at once);
-        not those of versions that share its digits (v1 vs v10)."""
+        """Delete every key of `version` (its MAPPING first, so it stops counting at once,
+        then its tensors concurrently); not those of versions that share its digits (v1 vs
+        v10)."""
         ts, key = _api()[0], self._key(version)
         found = [k for k in await self._keys() if k.startswith(key + "/")]
-        for k in sorted(found, key=lambda k: k != f"{key}/{MAPPING}"):
-            await ts.delete(k, store_name=self.store_name)
+        if f"{key}/{MAPPING}" in found:
+            found.remove(f"{key}/{MAPPING}")
+            await ts.delete(f"{key}/{MAPPING}", store_name=self.store_name)
+        await asyncio.gather(*(ts.delete(k, store_name=self.store_name) for k in found))
 
     async def close(self) -> None:
         """Tear this TorchStore down (its controller forgets every key; volumes are reset)."""
