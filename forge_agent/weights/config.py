@@ -14,8 +14,8 @@ class WeightStoreConfig:
 
     ``backend``: "monarch" (a `WeightStoreActor`; shared memory on one host, messages across
     hosts), "torchstore" (the real TorchStore package, 0.1.2 through
-    `forge_agent.weights.torchstore_compat`; one host, or trainer and generators on one
-    host mesh) or "local" (in-process; single-process runs and tests).
+    `forge_agent.weights.torchstore_compat`; one host or several, see docs/hosts.md) or
+    "local" (in-process; single-process runs and tests).
     """
 
     backend: Literal["monarch", "torchstore", "local"] = "monarch"
