@@ -123,7 +123,8 @@ async def initialize(store_name: str, mesh: Any = None) -> None:
     await torchstore.initialize(store_name=store_name, mesh=mesh)
 
 
-async def keys(prefix: str, store_name: str) -> list[str]:
-    """The keys of store `store_name` that start with `prefix`."""
+async def keys(prefix: str | None, store_name: str) -> list[str]:
+    """The keys of store `store_name` under `prefix` (None: every key). TorchStore matches a
+    prefix by whole '.'-separated parts: "a.b" is under "a", "ab" is not."""
     client = await torchstore.client(store_name)
     return await client.keys(prefix)
