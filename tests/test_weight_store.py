@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import os
 import time
 
@@ -13,7 +12,6 @@ import torch
 from forge_agent.weights.store import (
     LocalWeightStore,
     MonarchWeightStore,
-    TorchStoreWeightStore,
     WeightStoreConfig,
     WeightStoreError,
     WeightStoreTimeoutError,
@@ -208,57 +206,3 @@ def test_the_backend_is_the_one_the_config_names():
     assert isinstance(store, LocalWeightStore) and store.max_versions == 3
     with pytest.raises(ValueError, match=r"weight_store\.backend=monarch needs procs="):
         asyncio.run(make_weight_store(WeightStoreConfig(backend="monarch")))
-
-
-def test_torchstore_is_an_explicit_choice_that_names_the_missing_package():
-    if importlib.util.find_spec("torchstore") is None:  # not installable here (DESIGN.md)
-        with pytest.raises(ImportError, match=r"weight_store\.backend=torchstore"):
-            asyncio.run(make_weight_store(WeightStoreConfig(backend="torchstore")))
-    else:
-        store = asyncio.run(make_weight_store(WeightStoreConfig(backend="torchstore")))
-        assert isinstance(store, TorchStoreWeightStore)
-
-
-@pytest.fixture
-def standin_torchstore():
-    """TorchStoreWeightStore on the STAND-IN module with TorchStore's API."""
-    from tests import torchstore_standin
-
-    torchstore_standin.reset()
-    store = TorchStoreWeightStore(max_versions=None, api=torchstore_standin)
-    asyncio.run(store.initialize())
-    return store
-
-
-def test_torchstore_standin_drop_of_v1_keeps_versions_10_to_19(standin_torchstore):
-    async def run():
-        for v in [1, *range(10, 20)]:
-            await standin_torchstore.put(v, state_dict(seed=v))
-        await standin_torchstore.drop(1)
-        return await standin_torchstore.versions(), await standin_torchstore.get(15)
-
-    versions, got = asyncio.run(run())
-    assert versions == list(range(10, 20))
-    for k, v in state_dict(seed=15).items():
-        torch.testing.assert_close(got[k], v, rtol=0, atol=0)
-
-
-def test_torchstore_standin_copies_into_given_tensors_and_evicts_the_oldest():
-    from tests import torchstore_standin
-
-    torchstore_standin.reset()
-    store = TorchStoreWeightStore(max_versions=2, api=torchstore_standin)
-
-    async def run():
-        await store.initialize()
-        for v in (1, 2, 3):
-            await store.put(v, state_dict(seed=v))
-        into = {k: torch.empty_like(t) for k, t in state_dict().items()}
-        got = await store.get(3, into=into)
-        return await store.versions(), into, got
-
-    versions, into, got = asyncio.run(run())
-    assert versions == [2, 3]
-    for k, v in state_dict(seed=3).items():
-        assert got[k].data_ptr() == into[k].data_ptr()  # filled in place
-        torch.testing.assert_close(into[k], v, rtol=0, atol=0)

@@ -1,5 +1,6 @@
 """Trainer -> weight store -> generator: after a sync the sampler and the trainer agree, for
-full fine-tuning and for LoRA (the trainer sends the base weights with its adapters merged)."""
+full fine-tuning and for LoRA (the trainer sends the base weights with its adapters merged, or
+the adapters alone), through the default Monarch store and through the real TorchStore."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from forge_agent.generator import SamplingConfig
 from forge_agent.trainer.config import LoraConfig
 from forge_agent.trainer.core import Trainer, TrainerConfig
 from forge_agent.types import Trajectory
-from forge_agent.weights.store import MonarchWeightStore
+from forge_agent.weights.store import WeightStoreConfig, make_weight_store
 from tests.helpers import spawn_lora_generator, spawn_test_procs
 
 PARITY_BOUND = 1e-4  # the generator parity test's bound (fp32)
@@ -40,10 +41,28 @@ def _fixed_trajectories(tokenizer) -> list[Trajectory]:
     return trajs
 
 
-@pytest.mark.parametrize("lora", [None, LoraConfig(rank=4, alpha=8.0)], ids=["full", "lora"])
+def _prompt_logprob_gap(generator, trajs, trainer_logprobs) -> float:
+    """The largest |generator prompt logprob - trainer logprob| over `trajs`' tokens."""
+    worst = 0.0
+    for traj, lp in zip(trajs, trainer_logprobs, strict=True):
+        c = generator.generate.call_one(
+            traj.token_ids, SamplingConfig(max_tokens=1, prompt_logprobs=True)
+        ).get()
+        assert c.prompt_logprobs is not None
+        sampled = torch.tensor(c.prompt_logprobs[1:])
+        worst = max(worst, float((sampled - lp[1:]).abs().max()))
+    return worst
+
+
+@pytest.mark.parametrize(
+    ("lora", "backend"),
+    [(None, "monarch"), (LoraConfig(rank=4, alpha=8.0), "monarch"), (None, "torchstore")],
+    ids=["full", "lora", "full-torchstore"],
+)
 def test_after_a_weight_sync_generator_logprobs_equal_the_trainers(
-    generator, policy_model_path, tiny_tokenizer, lora
+    generator, policy_model_path, tiny_tokenizer, lora, backend
 ):
+    """Two synced versions (trained, then one more step), each served exactly."""
     trainer = Trainer(TrainerConfig(lr=1e-3, lora=lora), str(policy_model_path))
     original = {k: v.clone() for k, v in trainer.state_dict().items()}
     trajs = _fixed_trajectories(tiny_tokenizer)
@@ -57,7 +76,7 @@ def test_after_a_weight_sync_generator_logprobs_equal_the_trainers(
     assert rewarded > 0 > penalised  # the update moved probability the right way
 
     procs = spawn_test_procs(1)
-    store = asyncio.run(MonarchWeightStore.spawn(procs))
+    store = asyncio.run(make_weight_store(WeightStoreConfig(backend=backend), procs))
     start = generator.version.call_one().get()
 
     async def sync(version: int, state: dict[str, torch.Tensor]) -> None:
@@ -65,17 +84,16 @@ def test_after_a_weight_sync_generator_logprobs_equal_the_trainers(
         await generator.update_weights.call_one(version, None, store)
 
     asyncio.run(sync(start + 1, trainer.state_dict()))
-    worst = 0.0
-    for traj, lp in zip(trajs, after, strict=True):
-        c = generator.generate.call_one(
-            traj.token_ids, SamplingConfig(max_tokens=1, prompt_logprobs=True)
-        ).get()
-        assert c.prompt_logprobs is not None
-        sampled = torch.tensor(c.prompt_logprobs[1:])
-        worst = max(worst, float((sampled - lp[1:]).abs().max()))
-    print(f"trainer vs generator max|dlogp| after sync: {worst:.2e}")
+    worst = _prompt_logprob_gap(generator, trajs, after)
+    print(f"{backend}: trainer vs generator max|dlogp| after sync 1: {worst:.2e}")
     assert worst <= PARITY_BOUND
-    asyncio.run(sync(start + 2, original))  # leave the shared engine as it was
+    trainer.train_step(trajs)  # step two
+    asyncio.run(sync(start + 2, trainer.state_dict()))
+    worst = _prompt_logprob_gap(generator, trajs, trainer.compute_logprobs(trajs))
+    print(f"{backend}: trainer vs generator max|dlogp| after sync 2: {worst:.2e}")
+    assert worst <= PARITY_BOUND
+    asyncio.run(sync(start + 3, original))  # leave the shared engine as it was
+    asyncio.run(store.close())
     procs.stop().get()
 
 
@@ -91,8 +109,9 @@ def lora_generator(policy_model_path):
     procs.stop().get()
 
 
+@pytest.mark.parametrize("backend", ["monarch", "torchstore"])
 def test_an_adapter_sync_moves_only_adapters_and_vllm_serves_the_trainers_policy(
-    lora_generator, policy_model_path, tiny_tokenizer
+    lora_generator, policy_model_path, tiny_tokenizer, backend
 ):
     """Each version is a new vLLM LoRA built from the adapter tensors alone; the sampler's
     logprobs equal the trainer's after every sync, and the previous adapter is removed.
@@ -103,7 +122,7 @@ def test_an_adapter_sync_moves_only_adapters_and_vllm_serves_the_trainers_policy
     for traj, lp in zip(trajs, trainer.compute_logprobs(trajs), strict=True):
         traj.logprobs = [float(x) if m else 0.0 for x, m in zip(lp, traj.loss_mask, strict=True)]
     procs = spawn_test_procs(1)
-    store = asyncio.run(MonarchWeightStore.spawn(procs, name="ws_lora"))
+    store = asyncio.run(make_weight_store(WeightStoreConfig(backend=backend), procs))
     full_bytes = sum(v.numel() * v.element_size() for v in trainer.state_dict().values())
 
     def worst_gap() -> float:
@@ -129,8 +148,10 @@ def test_an_adapter_sync_moves_only_adapters_and_vllm_serves_the_trainers_policy
             for (_, vllm_lp, n), lp in zip(sampled, trainer_lps, strict=True)
         )
 
-    assert worst_gap() <= PARITY_BOUND  # version 0: the base model, no adapter yet
-    for version in (1, 2):
+    start = lora_generator.version.call_one().get()  # the module's engine: 0 or the last run's
+    if start == 0:
+        assert worst_gap() <= PARITY_BOUND  # version 0: the base model, no adapter yet
+    for version in (start + 1, start + 2):
         for _ in range(2):
             trainer.train_step(trajs)
         adapter = trainer.sync_state_dict()
@@ -141,5 +162,7 @@ def test_an_adapter_sync_moves_only_adapters_and_vllm_serves_the_trainers_policy
         gap = worst_gap()
         print(f"LoRA v{version}: trainer vs vLLM adapter max|dlogp| {gap:.2e}")
         assert gap <= PARITY_BOUND
-    assert len(list(Path("/dev/shm").glob("forge-lora-*-1-*"))) == 0  # v1's adapter removed
+    removed = list(Path("/dev/shm").glob(f"forge-lora-*-{start + 1}-*"))
+    assert removed == []  # the first version's adapter is gone
+    asyncio.run(store.close())
     procs.stop().get()

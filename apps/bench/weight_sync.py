@@ -15,13 +15,20 @@ run measures side by side:
                  (torch.distributed gloo broadcast between per-host relays), a consumer on
                  the other gets it from its own host's store (apps/bench/cross_host_sync.py).
                  Reported for the largest size;
+- models:        the state dicts of two models (fp32, random init: the CPU default's tiny
+                 Qwen3, 2.9 M parameters, and the LoRA bench's 51.9 M), through the project's
+                 Monarch store (shm and msg, as above) and through the real TorchStore
+                 (`TorchStoreWeightStore`: its storage volume in the store's process, its
+                 controller in this one), put and get apart. With `--cross-host` each model
+                 also crosses namespace hosts through `CrossHostWeightStore` and TorchStore;
 - engine sync:   end to end from the store into a running vLLM engine, before (a pulled copy
                  written as a safetensors file) and after (vLLM's worker maps the store's file),
                  against memcpy of the same bytes (see `bench_engine`).
 
 Each number is the median of `--repeats` syncs after one warm-up sync (the warm-up faults in
 the recycled shared-memory pages; its time is reported as "cold"). Throughput = bytes / (put +
-get). Prints a table and writes bench_results/weight_sync.json.
+get); the models table gives put and get apart too. Prints tables and writes
+bench_results/weight_sync.json.
 
     python -m apps.bench.weight_sync [--max-mb 1024] [--repeats 3] [--cross-host]
 """
@@ -40,8 +47,17 @@ import torch
 from monarch.actor import Actor, endpoint, this_host
 
 from forge_agent.weights.store import LocalWeightStore, MonarchWeightStore
+from forge_agent.weights.torchstore_store import TorchStoreWeightStore
 
 ROOT = Path(__file__).resolve().parents[2]
+# the CPU default's tiny Qwen3 (2.9 M parameters) and apps/bench/lora.py's 51.9 M shape
+MODELS = {
+    "tiny-2.9M": {},
+    "qwen3-52M": dict(
+        hidden_size=768, num_layers=8, num_heads=12, num_kv_heads=4, head_dim=64,
+        intermediate_size=2048,
+    ),
+}  # fmt: skip
 
 
 def fake_state_dict(total_bytes: int, dtype: torch.dtype = torch.bfloat16) -> dict:
@@ -57,6 +73,14 @@ def fake_state_dict(total_bytes: int, dtype: torch.dtype = torch.bfloat16) -> di
         sd[f"layers.{i}.norm1.weight"] = torch.ones(d, dtype=dtype)
         sd[f"layers.{i}.norm2.weight"] = torch.ones(d, dtype=dtype)
     return sd
+
+
+def model_state_dict(name: str) -> dict[str, torch.Tensor]:
+    """The fp32 state dict of model `name` in `MODELS` (tiny Qwen3 shape, random init)."""
+    from forge_agent.models.tiny import TinyModelConfig, build_model
+
+    model = build_model(TinyModelConfig(**MODELS[name]), 1024)
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
 
 def nbytes(sd: dict) -> int:
@@ -89,7 +113,7 @@ def gbps(n: int, seconds: float) -> float:
     return n / seconds / 1e9 if seconds > 0 else float("inf")
 
 
-async def bench_monarch(store, consumer, sd, repeats: int) -> dict:
+async def bench_store(store, consumer, sd, repeats: int) -> dict:
     spec = [(k, tuple(v.shape), str(v.dtype).removeprefix("torch.")) for k, v in sd.items()]
     await consumer.prepare.call_one(spec)
     times = []
@@ -154,9 +178,9 @@ async def main(max_mb: int, repeats: int, msg_max_mb: int, engine: tuple[int, in
         row = {"size_mb": n / 2**20, "tensors": len(sd)}
         row["memcpy"] = bench_memcpy(n, repeats)
         row["local"] = await bench_local(sd, repeats)
-        row["monarch_shm"] = await bench_monarch(shm, consumer, sd, repeats)
+        row["monarch_shm"] = await bench_store(shm, consumer, sd, repeats)
         if mb <= msg_max_mb:
-            row["monarch_msg"] = await bench_monarch(msg, consumer, sd, repeats)
+            row["monarch_msg"] = await bench_store(msg, consumer, sd, repeats)
         for k in ("memcpy", "local", "monarch_shm", "monarch_msg"):
             if k in row:
                 row[k]["gb_per_s"] = gbps(n, row[k]["total_s"])
@@ -164,11 +188,17 @@ async def main(max_mb: int, repeats: int, msg_max_mb: int, engine: tuple[int, in
         rows.append(row)
         del sd
         print_row(row)
+    torchstore = TorchStoreWeightStore(max_versions=1)
+    await torchstore.initialize(mesh=store_proc)
+    stores = {"monarch shm": shm, "monarch msg": msg, "torchstore": torchstore}
+    model_rows = await bench_models(stores, consumer, repeats)
     engine_row = await bench_engine(shm, *engine, repeats) if engine[0] else None
     await shm.close()
     await msg.close()
+    await torchstore.close()
     await procs.stop()
     return {
+        "models": model_rows,
         "engine_sync": engine_row,
         "benchmark": "weight_sync",
         "repeats": repeats,
@@ -177,6 +207,35 @@ async def main(max_mb: int, repeats: int, msg_max_mb: int, engine: tuple[int, in
         "target_gb_per_s": 1.0,
         "rows": rows,
     }
+
+
+MODEL_HEADER = (
+    f"{'model':>10} {'MB':>6} {'tensors':>7} | {'store':>11} | {'put s':>7} {'get s':>7} | "
+    f"{'put GB/s':>8} {'get GB/s':>8} {'GB/s':>6} | {'cold s':>6}"
+)
+
+
+async def bench_models(stores: dict, consumer, repeats: int) -> list[dict]:
+    """Each model's state dict through each store (the trainer puts here, `consumer` gets):
+    seconds and GB/s for put and get apart, and both together."""
+    print(f"models: weight stores side by side, same host\n{MODEL_HEADER}", flush=True)
+    rows = []
+    for model in MODELS:
+        sd = model_state_dict(model)
+        n = nbytes(sd)
+        for store_name, store in stores.items():
+            r = await bench_store(store, consumer, sd, repeats)
+            row = {"model": model, "params": sum(t.numel() for t in sd.values())}
+            row |= {"size_mb": n / 2**20, "tensors": len(sd), "store": store_name, **r}
+            row |= {f"{k}_gb_per_s": gbps(n, r[f"{k}_s"]) for k in ("put", "get", "total")}
+            rows.append(row)
+            print(
+                f"{model:>10} {row['size_mb']:6.1f} {len(sd):7d} | {store_name:>11} | "
+                f"{r['put_s']:7.4f} {r['get_s']:7.4f} | {row['put_gb_per_s']:8.2f} "
+                f"{row['get_gb_per_s']:8.2f} {row['total_gb_per_s']:6.2f} | {r['cold_s']:6.3f}",
+                flush=True,
+            )
+    return rows
 
 
 async def bench_engine(store, hidden: int, layers: int, repeats: int) -> dict:
@@ -287,8 +346,9 @@ def print_row(r: dict) -> None:
     )
 
 
-def bench_cross_host(mb: int, repeats: int) -> dict:
-    """The cross-host row: two namespace hosts, a controller process of their workers."""
+def bench_cross_host(mb: int, repeats: int, extra: tuple[str, ...] = ()) -> dict:
+    """The cross-host row: two namespace hosts, a controller process of their workers
+    (`extra`: more `apps.bench.cross_host_sync` arguments)."""
     import subprocess
     import sys
 
@@ -299,6 +359,7 @@ def bench_cross_host(mb: int, repeats: int) -> dict:
         for h in net.hosts:
             start_worker(net, h, 26620, env, ROOT)
         argv = ["--client", f"tcp://{net.client_ip}:0", "--mb", str(mb), "--repeats", str(repeats)]
+        argv += extra
         out = subprocess.run(
             [sys.executable, "-m", "apps.bench.cross_host_sync", *argv]
             + [f"tcp://{h.address}:26620" for h in net.hosts],
@@ -311,6 +372,24 @@ def bench_cross_host(mb: int, repeats: int) -> dict:
     if out.returncode != 0:
         raise RuntimeError(f"cross-host bench failed: {out.stderr[-2000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def bench_models_cross_host(repeats: int) -> list[dict]:
+    """Each model of `MODELS` across two namespace hosts, through each backend."""
+    print(f"models: across two namespace hosts\n{MODEL_HEADER}", flush=True)
+    rows = []
+    for model in MODELS:
+        for backend, label in (("monarch", "cross-host"), ("torchstore", "torchstore")):
+            xh = bench_cross_host(0, repeats, ("--backend", backend, "--model", model))
+            xh["store"] = label
+            rows.append(xh)
+            print(
+                f"{model:>10} {xh['size_mb']:6.1f} {xh['tensors']:7d} | {label:>11} | "
+                f"{xh['put_s']:7.4f} {xh['get_s']:7.4f} | {xh['put_gb_per_s']:8.2f} "
+                f"{xh['get_gb_per_s']:8.2f} {xh['gb_per_s']:6.2f} | {xh['cold_s']:6.3f}",
+                flush=True,
+            )
+    return rows
 
 
 def print_cross_host(row: dict, xh: dict) -> None:
@@ -349,6 +428,7 @@ if __name__ == "__main__":
         xh["vs_same_host_shm"] = xh["gb_per_s"] / last["monarch_shm"]["gb_per_s"]
         result["cross_host"] = xh
         print_cross_host(last, xh)
+        result["models_cross_host"] = bench_models_cross_host(args.repeats)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2))

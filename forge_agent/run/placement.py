@@ -214,7 +214,9 @@ class Placement:
         When the generators run on other hosts than the trainer, a
         ``forge_agent.weights.relay.CrossHostWeightStore``: the same versioned put/get, each
         version broadcast (``hosts.weights_backend``: gloo or NCCL) to one store per host, from
-        which that host's generators read through shared memory."""
+        which that host's generators read through shared memory; with
+        ``weight_store.backend=torchstore``, TorchStore, its storage volume on the trainer's
+        host (each tensor crosses hosts as a Monarch message)."""
         from forge_agent.weights.store import make_weight_store
 
         trainer, gen = self.mesh_of("trainer"), self.mesh_of("generator")
@@ -226,13 +228,18 @@ class Placement:
             return await make_weight_store(cfg, this_proc())
         if trainer == gen and self.host_count("generator") == 1:
             return await make_weight_store(cfg, self.spawn("store", 1, service="trainer"))
+        if cfg.backend == "torchstore":
+            # TorchStore moves each tensor as a Monarch message (RDMA where Monarch has it),
+            # so any host reaches its storage volume, on the trainer's host, without a relay
+            return await make_weight_store(cfg, self.spawn("store", 1, service="trainer"))
         from forge_agent.weights.relay import CrossHostWeightStore
 
         _check(
             cfg.backend == "monarch",
             "weight_store.backend",
             cfg.backend,
-            f"'monarch' when the trainer ({trainer}) and generators ({gen}) are on other hosts",
+            f"'monarch' or 'torchstore' when the trainer ({trainer}) and generators ({gen}) are "
+            "on other hosts",
         )
         home = self.spawn("store", 1, service="trainer")
         n = self.host_count("generator")

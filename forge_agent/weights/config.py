@@ -13,7 +13,8 @@ class WeightStoreConfig:
     """Which weight store a run uses and how many versions it keeps.
 
     ``backend``: "monarch" (a `WeightStoreActor`; shared memory on one host, messages across
-    hosts), "torchstore" (TorchStore; needs a build compatible with the installed Monarch) or
+    hosts), "torchstore" (the real TorchStore package, 0.1.2 through
+    `forge_agent.weights.torchstore_compat`; one host or several, see docs/hosts.md) or
     "local" (in-process; single-process runs and tests).
     """
 

@@ -16,8 +16,8 @@ Backends (`make_weight_store(WeightStoreConfig(backend=...))`, chosen by config 
   as one Monarch message ("message" transport). Buffers of dropped versions are recycled,
   because on these machines faulting in fresh pages (~0.3 GB/s) costs far more than copying
   into mapped ones (~5 GB/s).
-- `TorchStoreWeightStore`: TorchStore (`torchstore`), for clusters that carry a build
-  compatible with the installed Monarch (not these machines: see DESIGN.md).
+- `TorchStoreWeightStore` (`forge_agent/weights/torchstore_store.py`): the real TorchStore
+  package (`torchstore` 0.1.2, adapted to Monarch 0.7 by `weights/torchstore_compat.py`).
 
 Capacity: `max_versions` versions are kept. When full, `on_full="evict"` drops the oldest
 version; `on_full="block"` waits for a consumer to `drop` one. A put that cannot finish within
@@ -446,104 +446,11 @@ class MonarchWeightStore:
 
 
 # ---------------------------------------------------------------------------------------------
-# TorchStore backend
-# ---------------------------------------------------------------------------------------------
-
-
-class TorchStoreWeightStore:
-    """Versions as TorchStore state dicts under `{prefix}/v{version}` (TorchStore >= 0.1:
-    `initialize`, `put_state_dict`, `get_state_dict`, `keys`, `delete`). Call `initialize`
-    once per job (it spawns TorchStore's controller and storage volumes)."""
-
-    def __init__(
-        self,
-        prefix: str = "policy",
-        store_name: str | None = None,
-        max_versions: int | None = 2,
-        on_full: OnFull = "evict",
-        put_timeout_s: float = 60.0,
-        api: Any = None,
-    ) -> None:
-        """``api``: the module offering TorchStore's API (default: ``import torchstore``)."""
-        if api is None:
-            try:
-                import torchstore as api
-            except ImportError as exc:
-                raise ImportError(
-                    "weight_store.backend=torchstore needs the `torchstore` package (a build "
-                    f"compatible with the installed Monarch): {exc}"
-                ) from exc
-        self.ts = api
-        self.prefix, self.store_name = prefix, store_name
-        self.max_versions, self.on_full, self.put_timeout_s = max_versions, on_full, put_timeout_s
-
-    def _kw(self) -> dict[str, Any]:
-        return {} if self.store_name is None else {"store_name": self.store_name}
-
-    async def initialize(self, **kwargs: Any) -> None:
-        await self.ts.initialize(**kwargs, **self._kw())
-
-    def _key(self, version: int) -> str:
-        return f"{self.prefix}/v{version}"
-
-    async def versions(self) -> list[int]:
-        found = set()
-        for key in await self.ts.keys(f"{self.prefix}/v", **self._kw()):
-            head = key[len(self.prefix) + 2 :].split("/", 1)[0]
-            if head.isdigit():
-                found.add(int(head))
-        return sorted(found)
-
-    async def latest_version(self) -> int | None:
-        vs = await self.versions()
-        return vs[-1] if vs else None
-
-    async def put(self, version: int, state_dict: Mapping[str, torch.Tensor]) -> None:
-        _check_version(version)
-        deadline = time.monotonic() + self.put_timeout_s
-
-        async def _put() -> None:
-            if self.max_versions is not None:
-                if self.on_full == "evict":
-                    vs = await self.versions()
-                    for old in vs[: max(0, len(vs) - self.max_versions + 1)]:
-                        await self.drop(old)
-                else:
-                    await _wait_for_room(self.versions, self.max_versions, deadline, "put")
-            await self.ts.put_state_dict(dict(state_dict), self._key(version), **self._kw())
-
-        try:
-            await asyncio.wait_for(_put(), self.put_timeout_s)
-        except TimeoutError as e:
-            if isinstance(e, WeightStoreTimeoutError):
-                raise
-            raise WeightStoreTimeoutError(
-                f"TorchStore put(version={version}) exceeded put_timeout_s={self.put_timeout_s}s"
-            ) from e
-
-    async def get(
-        self, version: int | None = None, into: Mapping[str, torch.Tensor] | None = None
-    ) -> StateDict:
-        v = await self.latest_version() if version is None else version
-        if v is None:
-            raise WeightStoreError("get(None): the store holds no version")
-        user = dict(into) if into is not None else None
-        return await self.ts.get_state_dict(self._key(v), user_state_dict=user, **self._kw())
-
-    async def drop(self, version: int) -> None:
-        """Delete every key of ``version``: ``{prefix}/v{version}`` and the keys under it, not
-        those of versions that share its digits as a prefix (v1 vs v10)."""
-        key = self._key(version)
-        for found in await self.ts.keys(key, **self._kw()):
-            if found == key or found.startswith(key + "/"):
-                await self.ts.delete(found, **self._kw())
-
-
-# ---------------------------------------------------------------------------------------------
 
 
 async def make_weight_store(cfg: WeightStoreConfig, procs: Any = None) -> WeightStore:
-    """Build the weight store ``cfg.backend`` names (``procs``: a one-proc mesh for "monarch")."""
+    """Build the weight store ``cfg.backend`` names (``procs``: a one-proc mesh for "monarch",
+    where "torchstore" puts its storage volume too; a new proc of this host when None)."""
     kwargs = dict(max_versions=cfg.max_versions, on_full=cfg.on_full)
     kwargs["put_timeout_s"] = cfg.put_timeout_s
     if cfg.backend == "local":
@@ -553,8 +460,10 @@ async def make_weight_store(cfg: WeightStoreConfig, procs: Any = None) -> Weight
             raise ValueError("weight_store.backend=monarch needs procs= (a Monarch proc mesh)")
         return await MonarchWeightStore.spawn(procs, **kwargs)
     if cfg.backend == "torchstore":
+        from forge_agent.weights.torchstore_store import TorchStoreWeightStore
+
         store = TorchStoreWeightStore(**kwargs)
-        await store.initialize()
+        await store.initialize(mesh=procs)
         return store
     raise ValueError(
         f"weight_store.backend={cfg.backend!r}; expected 'monarch', 'torchstore' or 'local'"
