@@ -434,3 +434,51 @@ def test_a_renewed_spawned_process_keeps_no_tmp_files_and_gets_its_cpu_budget_ba
             assert ask("burn") == "clean" and proc.poll() is None
         proc.kill()
     backend.close()
+
+
+def test_overflowing_an_endpoint_opponents_context_loses_the_game(tiny_tokenizer):
+    """Before: an endpoint opponent refusing the request as too long (HTTP 400: the game's
+    transcript, which the policy's messages fill) ended the game `env_error`, excluded, so
+    long messages were an escape from a losing game. Now the policy's seat loses it."""
+    import http.server
+    import threading
+
+    from forge_agent.rollout import ChatRenderer, LocalEnvs, RolloutConfig, RolloutEngine
+    from forge_agent.rollout.players import EndpointPlayer
+    from tests.seat_envs import CountingGame
+
+    class TooLong(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):
+            self.rfile.read(int(self.headers["Content-Length"]))
+            body = json.dumps({"error": {"message": "maximum context length exceeded"}})
+            self.send_response(400)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body.encode())
+
+        def log_message(self, *args):
+            pass
+
+    async def generate(prompt_ids, sampling, session):
+        ids = tiny_tokenizer.encode("7<|im_end|>", add_special_tokens=False)
+        return Completion(ids, [-0.1] * len(ids), "stop", policy_version=0)
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), TooLong)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/v1"
+        players = {"player_0": None, "player_1": EndpointPlayer(url, seat="player_1")}
+        engine = RolloutEngine(
+            generate,
+            LocalEnvs(CountingGame),
+            ChatRenderer(tiny_tokenizer),
+            RolloutConfig(max_turns=4, max_total_tokens=4096),
+            players=players,
+        )
+        group = asyncio.run(engine.run_group({"task_id": "count"}, 0, 1))
+    finally:
+        server.shutdown()
+    (policy_seat,) = group.trajectories
+    assert policy_seat.status is Status.POLICY_ERROR and "400" in policy_seat.info["error"]
+    assert policy_seat.reward == -1.0  # CountingGame's failure reward: a lost game
