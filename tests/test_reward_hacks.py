@@ -20,6 +20,11 @@ from forge_agent.evaluation import evaluate
 from forge_agent.rewards import RewardComponent, Rubric
 from forge_agent.types import Completion, Group, Status, Trajectory
 
+try:
+    from sandbox_fixtures import docker_engine
+except ImportError:
+    from tests.sandbox_fixtures import docker_engine  # noqa: F401
+
 CALC_TASKS = [
     {
         "task_id": f"t{i}",
@@ -192,11 +197,19 @@ def _repo_task():
     return next(t for t in load_repo_tasks() if t["task_id"] == "harbor/ledger-overdraft")
 
 
-async def _repo_episode(task, plants: dict[str, str]):
+@pytest.fixture(params=["bwrap", "docker"])
+def backend(request) -> dict:
+    """The repo env's sandbox arguments, on each backend (Docker: a private dockerd)."""
+    if request.param == "docker":
+        return {"sandbox_backend": "docker", "docker_url": request.getfixturevalue("docker_engine")}
+    return {}
+
+
+async def _repo_episode(task, plants: dict[str, str], backend: dict | None = None):
     """Reset, write `plants` (one tool call each), finish: the final step's result."""
     from envs.repo_tasks import RepoTaskEnv
 
-    env = RepoTaskEnv(verify_oracles=False)
+    env = RepoTaskEnv(verify_oracles=False, **(backend or {}))
     try:
         await env.reset(task, 0)
         for i, (path, content) in enumerate(plants.items()):
@@ -221,26 +234,26 @@ def _in_package(task, attack: str) -> dict[str, str]:
 @pytest.mark.parametrize(
     "attack", [PATCH_UNITTEST, FORGE_RESULTS], ids=["patched-unittest", "forged-results"]
 )
-def test_code_that_changes_how_tests_run_is_caught_as_tampering(attack):
+def test_code_that_changes_how_tests_run_is_caught_as_tampering(attack, backend):
     """Before: a patched `unittest.TestCase.run` scored 1.0 on an unsolved task."""
     from forge_agent.env.protocol import step_failure
     from forge_agent.errors import TamperingError
 
     task = _repo_task()
     with pytest.raises(TamperingError, match="canary") as caught:
-        asyncio.run(_repo_episode(task, _in_package(task, attack)))
+        asyncio.run(_repo_episode(task, _in_package(task, attack), backend))
     assert step_failure(caught.value, None) == (Status.TAMPERED, 0.0)
 
 
 @pytest.mark.parametrize(
     "attack", [READ_THE_SECRET, EARLY_EXIT], ids=["secret-read-back", "early-exit-0"]
 )
-def test_code_that_reaches_for_the_verdict_earns_nothing(attack):
+def test_code_that_reaches_for_the_verdict_earns_nothing(attack, backend):
     """Before: code that read the secret from the harness's memory wrote a verdict of its
     own and scored 1.0. Now the secret lives in an undumpable process that runs no repository
     code; an early exit leaves no results (the episode fails, it is not infra)."""
     task = _repo_task()
-    result = asyncio.run(_repo_episode(task, _in_package(task, attack)))
+    result = asyncio.run(_repo_episode(task, _in_package(task, attack), backend))
     assert result.done and result.rewards == {"resolved": 0.0}, result.info
 
 
