@@ -337,27 +337,30 @@ def test_the_heuristic_opponent_reads_its_role_from_the_game_not_the_agents_text
     assert tictactoe_heuristic(x_sees, []) == "[2]"  # its own win as X, not O's block at 3
 
 
+def _counting_game(tokenizer, generate, players):
+    """A rollout engine playing `tests.seat_envs.CountingGame` (failure reward -1) with
+    `players` (None: the policy, i.e. `generate`)."""
+    from forge_agent.rollout import ChatRenderer, LocalEnvs, RolloutConfig, RolloutEngine
+    from tests.seat_envs import CountingGame
+
+    config = RolloutConfig(max_turns=4, max_total_tokens=4096)
+    return RolloutEngine(
+        generate, LocalEnvs(CountingGame), ChatRenderer(tokenizer), config, players=players
+    )
+
+
 def test_a_move_that_makes_the_game_raise_loses_it_instead_of_leaving_the_baseline(
     tiny_tokenizer,
 ):
     """Before: the step's exception ended every seat `env_error` (excluded): a seat about
     to lose could escape by writing a move the judge cannot parse."""
-    from forge_agent.rollout import ChatRenderer, LocalEnvs, RolloutConfig, RolloutEngine
-    from tests.seat_envs import CountingGame
 
     async def generate(prompt_ids, sampling, session):
         text = "boom" if session.endswith("player_1") else "7"
         ids = tiny_tokenizer.encode(text + "<|im_end|>", add_special_tokens=False)
         return Completion(ids, [-0.1] * len(ids), "stop", policy_version=0)
 
-    players = {"player_0": None, "player_1": None}
-    engine = RolloutEngine(
-        generate,
-        LocalEnvs(CountingGame),
-        ChatRenderer(tiny_tokenizer),
-        RolloutConfig(max_turns=4, max_total_tokens=4096),
-        players=players,
-    )
+    engine = _counting_game(tiny_tokenizer, generate, {"player_0": None, "player_1": None})
     group = asyncio.run(engine.run_group({"task_id": "count", "winner": "player_1"}, 0, 1))
     winner, failed = group.trajectories
     assert failed.status is Status.POLICY_ERROR and "cannot parse" in failed.info["error"]
@@ -456,9 +459,7 @@ def test_overflowing_an_endpoint_opponents_context_loses_the_game(tiny_tokenizer
     import http.server
     import threading
 
-    from forge_agent.rollout import ChatRenderer, LocalEnvs, RolloutConfig, RolloutEngine
     from forge_agent.rollout.players import EndpointPlayer
-    from tests.seat_envs import CountingGame
 
     class TooLong(http.server.BaseHTTPRequestHandler):
         def do_POST(self):
@@ -482,13 +483,7 @@ def test_overflowing_an_endpoint_opponents_context_loses_the_game(tiny_tokenizer
     try:
         url = f"http://127.0.0.1:{server.server_address[1]}/v1"
         players = {"player_0": None, "player_1": EndpointPlayer(url, seat="player_1")}
-        engine = RolloutEngine(
-            generate,
-            LocalEnvs(CountingGame),
-            ChatRenderer(tiny_tokenizer),
-            RolloutConfig(max_turns=4, max_total_tokens=4096),
-            players=players,
-        )
+        engine = _counting_game(tiny_tokenizer, generate, players)
         group = asyncio.run(engine.run_group({"task_id": "count"}, 0, 1))
     finally:
         server.shutdown()
