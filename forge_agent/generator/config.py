@@ -114,7 +114,11 @@ class SamplingConfig:
 
 
 def on_cpu() -> bool:
-    """No CUDA device here (torch is imported only when asked)."""
+    """No CUDA device here, decided without initialising CUDA (torch is imported only when
+    asked). `torch.cuda.device_count()` counts devices through NVML (0 on a torch built
+    without CUDA); `torch.cuda.is_available()` asks the CUDA runtime instead, which
+    initialises CUDA in this process, and a process forked after that (vLLM's engine core)
+    fails: "Cannot re-initialize CUDA in forked subprocess"."""
     import torch
 
-    return not torch.cuda.is_available()
+    return torch.cuda.device_count() == 0
