@@ -47,6 +47,7 @@ from forge_agent.generator.engine_args import (
 from forge_agent.generator.weight_files import expected_shapes, write_adapter, write_shared
 from forge_agent.trainer.config import LoraConfig
 from forge_agent.types import Completion
+from forge_agent.weights.layout import tied_names
 
 logger = logging.getLogger(__name__)
 
@@ -86,6 +87,7 @@ class VLLMEngine:
         self._drained.set()
         self._update_lock = asyncio.Lock()
         self._hf_shapes: dict[str, tuple[int, ...]] = {}
+        self._tied: frozenset[str] = frozenset()  # names the served model ties (loaded once)
         self.max_model_len = config.max_model_len
         self.vocab_size = 0
         self._reaper: Any = None
@@ -113,7 +115,9 @@ class VLLMEngine:
         from forge_agent.generator.reaper import watch_engine
 
         self._reaper = watch_engine()  # engine processes die with this process, even on SIGKILL
-        self._hf_shapes = expected_shapes(self.model)
+        self._tied = tied_names(self._llm.model_config.hf_config)
+        shapes = expected_shapes(self.model)
+        self._hf_shapes = {k: v for k, v in shapes.items() if k not in self._tied}
         self.vocab_size = self._llm.model_config.get_vocab_size()
         self.max_model_len = self._llm.model_config.max_model_len
 
@@ -274,7 +278,10 @@ class VLLMEngine:
         self.validate_shapes({k: tuple(v.shape) for k, v in state_dict.items()})
 
     def validate_shapes(self, shapes: dict[str, tuple[int, ...]]) -> None:
-        """Check tensor names and shapes against the model's Hugging Face checkpoint layout."""
+        """Check tensor names and shapes against the model's Hugging Face checkpoint layout
+        (a tied LM head, `lm_head.weight` of a model that ties its embeddings, is accepted and
+        not loaded: the engine loads the embedding once)."""
+        shapes = {k: v for k, v in shapes.items() if k not in self._tied}
         if not self._hf_shapes:
             return
         missing = sorted(set(self._hf_shapes) - set(shapes))
@@ -313,6 +320,7 @@ class VLLMEngine:
         from a checkpoint takes the generators back to that policy)."""
         self._check_newer(version, rollback)
         self.validate_state_dict(state_dict)
+        state_dict = {k: v for k, v in state_dict.items() if k not in self._tied}
 
         async def reload() -> None:
             path = write_shared(state_dict, version)
@@ -338,9 +346,10 @@ class VLLMEngine:
         as in `update_weights`."""
         self._check_newer(view.version, rollback)
         self.validate_shapes({m[0]: tuple(m[2]) for m in view.metas})
+        metas = [list(m) for m in view.metas if m[0] not in self._tied]
 
         async def reload() -> None:
-            args = (view.path, view.nbytes, [list(m) for m in view.metas])
+            args = (view.path, view.nbytes, metas)
             self.last_reload = await self._llm.collective_rpc(
                 "forge_reload_weights_shared", args=args
             )
