@@ -42,6 +42,7 @@ from forge_agent.generator.engine_args import (
     engine_args,
     engine_environ,
     engine_process_environ,
+    engine_usage_context,
     scoped_environ,
 )
 from forge_agent.generator.weight_files import expected_shapes, write_adapter, write_shared
@@ -77,6 +78,7 @@ class VLLMEngine:
         self.model, self.dtype, self.seed = str(model), dtype, seed
         self.version = 0
         self._llm: Any = None
+        self._output_kind: Any = None  # vLLM's RequestOutputKind (`output_kind`), at start
         self._ids = itertools.count()
         self._open = asyncio.Event()
         self._open.set()
@@ -102,16 +104,22 @@ class VLLMEngine:
         for key, value in engine_environ(self.config).items():
             os.environ.setdefault(key, value)
         from vllm.engine.arg_utils import AsyncEngineArgs
+        from vllm.sampling_params import RequestOutputKind
+        from vllm.usage.usage_lib import UsageContext
         from vllm.v1.engine.async_llm import AsyncLLM
 
         kwargs = engine_args(self.config, self.model, self.dtype, self.seed, self.lora)
+        self._output_kind = RequestOutputKind[self.config.resolved_output_kind().upper()]
         if self.config.resolved_engine_core() == "inproc":
             from forge_agent.generator.inproc import InprocLLM
 
             self._llm = InprocLLM(kwargs)
         else:
             with scoped_environ(engine_process_environ(self.config)):  # its engine-core process
-                self._llm = AsyncLLM.from_engine_args(AsyncEngineArgs(**kwargs))
+                usage = UsageContext[engine_usage_context()]
+                self._llm = AsyncLLM.from_engine_args(
+                    AsyncEngineArgs(**kwargs), usage_context=usage
+                )
         from forge_agent.generator.reaper import watch_engine
 
         self._reaper = watch_engine()  # engine processes die with this process, even on SIGKILL
@@ -224,6 +232,7 @@ class VLLMEngine:
             prompt_logprobs=0 if sampling.prompt_logprobs else None,
             skip_special_tokens=False,
             detokenize=False,
+            output_kind=self._output_kind,
         )
         await self._open.wait()
         request_id = f"{session_id or 'req'}-{next(self._ids)}"
@@ -264,7 +273,8 @@ class VLLMEngine:
         return final.outputs[0], version, interrupted, final.prompt_logprobs, cached
 
     def in_flight(self) -> dict[str, int]:
-        """Running requests and the tokens each has sampled so far (this request's part)."""
+        """Running requests and the tokens each has sampled so far (this request's part; 0
+        until it ends with `output_kind` final_only)."""
         return {r: self._progress.get(r, 0) for r in self._in_flight}
 
     def busy_seconds(self) -> float:
