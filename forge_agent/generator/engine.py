@@ -10,12 +10,10 @@ tagged with the old version), reloads in place, resets the prefix cache, bumps t
 opens the gate. With `abort_in_flight=True` it aborts them instead; those come back with
 `finish_reason="abort"` and the old version. In both modes no completion mixes two versions.
 
-LoRA (`lora`, a `LoraConfig`): the engine serves the base model plus the policy's adapters, one
-per name of `lora.adapters` (one per role or player), all in the same batches: a request names
-its adapter (`SamplingConfig.adapter`; None: the first). Each weight update hands over adapter
-tensors only (`update_adapter`); each adapter becomes a new vLLM LoRA (a new LoRA id, its folder
-in shared memory) that every later request of it uses, and the previous ones are removed.
-Version 0 is the base model (fresh adapters are zero).
+LoRA (`lora`): the base model plus one adapter per name of `lora.adapters`, in the same
+batches (a request names its adapter, `SamplingConfig.adapter`). An update hands over adapter
+tensors only (`update_adapter`): each becomes a new vLLM LoRA, the previous ones are removed.
+Colocated (`colocate`): `sleep` and `wake_up` share one GPU with the trainer (`generator.sleep`).
 
 Partial rollouts (`resume_in_flight=True`, the async mode): the update does not wait for the
 running requests. It interrupts them (abort), reloads, and each interrupted request continues
@@ -27,6 +25,7 @@ per-token `versions` record which version sampled each token. The caller sees on
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import logging
 import os
@@ -45,7 +44,13 @@ from forge_agent.generator.engine_args import (
     engine_usage_context,
     scoped_environ,
 )
-from forge_agent.generator.weight_files import expected_shapes, write_adapter, write_shared
+from forge_agent.generator.sleep import EventLog, make_sleeper, sleep_engine_args
+from forge_agent.generator.weight_files import (
+    check_shapes,
+    expected_shapes,
+    write_adapter,
+    write_shared,
+)
 from forge_agent.trainer.config import LoraConfig
 from forge_agent.types import Completion
 from forge_agent.weights.layout import tied_names
@@ -64,10 +69,12 @@ class VLLMEngine:
         dtype: str = "auto",
         seed: int = 0,
         lora: LoraConfig | None = None,
+        colocate: str = "off",
     ) -> None:
         """`model`: a Hugging Face folder or hub name; `dtype` "auto": float32 on CPU,
         bfloat16 on GPU; `seed`: the engine's sampling seed; `lora`: serve the policy as
-        `model` plus an adapter of this shape (updates are adapters, `update_adapter`)."""
+        `model` plus an adapter of this shape (updates are adapters, `update_adapter`);
+        `colocate`: `services.colocate` (`sleep` / `wake_up`, `generator.sleep`)."""
         if not model:
             raise GeneratorError("VLLMEngine: model is empty; give a model folder or hub name")
         self.config = config
@@ -97,6 +104,8 @@ class VLLMEngine:
         self._busy_since: float | None = None
         # per vLLM worker: tensors loaded and seconds reading / reloading / re-preparing
         self.last_reload: list[dict[str, float]] = []
+        self.colocate, self._sleeper, self._asleep = colocate, None, set()
+        self.colocation = EventLog()  # the last sleeps, wakes, updates and requests
 
     async def start(self) -> None:
         """Start the engine (slow: tens of seconds on CPU)."""
@@ -109,6 +118,8 @@ class VLLMEngine:
         from vllm.v1.engine.async_llm import AsyncLLM
 
         kwargs = engine_args(self.config, self.model, self.dtype, self.seed, self.lora)
+        fields = {f.name for f in dataclasses.fields(AsyncEngineArgs)}
+        kwargs.update(sleep_engine_args(self.colocate, fields))
         self._output_kind = RequestOutputKind[self.config.resolved_output_kind().upper()]
         if self.config.resolved_engine_core() == "inproc":
             from forge_agent.generator.inproc import InprocLLM
@@ -123,6 +134,7 @@ class VLLMEngine:
         from forge_agent.generator.reaper import watch_engine
 
         self._reaper = watch_engine()  # engine processes die with this process, even on SIGKILL
+        self._sleeper = make_sleeper(self.colocate, self._llm)
         self._tied = tied_names(self._llm.model_config.hf_config)
         shapes = expected_shapes(self.model)
         self._hf_shapes = {k: v for k, v in shapes.items() if k not in self._tied}
@@ -235,6 +247,7 @@ class VLLMEngine:
             output_kind=self._output_kind,
         )
         await self._open.wait()
+        self.colocation.add("generate")
         request_id = f"{session_id or 'req'}-{next(self._ids)}"
         version, lora = self.version, self._adapter_request(sampling.adapter)
         if lora is not None and sampling.prompt_logprobs:
@@ -273,8 +286,8 @@ class VLLMEngine:
         return final.outputs[0], version, interrupted, final.prompt_logprobs, cached
 
     def in_flight(self) -> dict[str, int]:
-        """Running requests and the tokens each has sampled so far (this request's part; 0
-        until it ends with `output_kind` final_only)."""
+        """Running requests and the tokens each has sampled so far (with `output_kind`
+        final_only: 0 until the end)."""
         return {r: self._progress.get(r, 0) for r in self._in_flight}
 
     def busy_seconds(self) -> float:
@@ -292,24 +305,7 @@ class VLLMEngine:
         (a tied LM head, `lm_head.weight` of a model that ties its embeddings, is accepted and
         not loaded: the engine loads the embedding once)."""
         shapes = {k: v for k, v in shapes.items() if k not in self._tied}
-        if not self._hf_shapes:
-            return
-        missing = sorted(set(self._hf_shapes) - set(shapes))
-        unexpected = sorted(set(shapes) - set(self._hf_shapes))
-        if missing:
-            raise GeneratorError(
-                f"state dict is missing {len(missing)} tensor(s), e.g. {missing[:3]}"
-            )
-        if unexpected:
-            raise GeneratorError(
-                f"state dict has {len(unexpected)} unknown tensor(s), e.g. {unexpected[:3]}"
-            )
-        for name, shape in shapes.items():
-            want = self._hf_shapes[name]
-            if tuple(shape) != want:
-                raise GeneratorError(
-                    f"tensor {name!r} has shape {tuple(shape)}, the model expects {want}"
-                )
+        check_shapes(shapes, self._hf_shapes)
 
     async def update_weights(
         self,
@@ -469,6 +465,35 @@ class VLLMEngine:
                 await reload()
                 await self._llm.reset_prefix_cache()
                 self.version = version
+                self.colocation.add(f"update_weights({version})")
             finally:
-                self._open.set()
+                if not self._asleep:  # colocated: generation waits for the KV cache
+                    self._open.set()
         return self.version
+
+    async def sleep(self, level: int = 1) -> None:
+        """Free the device for the trainer (`services.colocate`): no new request starts, the
+        running ones finish, then vLLM sleeps (level 1: weights to host, KV cache dropped)."""
+        sleeper = self._colocated("sleep")
+        async with self._update_lock:
+            self._open.clear()
+            await self._drained.wait()
+            await sleeper.sleep(level)
+            self._asleep = {"weights", "kv_cache"}
+            self.colocation.add(f"sleep({level})")
+
+    async def wake_up(self, tags: list[str] | None = None) -> None:
+        """Bring back `tags` ("weights", "kv_cache"; None: both); generation resumes once
+        both are back."""
+        sleeper = self._colocated("wake_up")
+        async with self._update_lock:
+            await sleeper.wake_up(tags)
+            self._asleep -= set(tags) if tags is not None else {"weights", "kv_cache"}
+            self.colocation.add(f"wake_up({','.join(sorted(tags or ['weights', 'kv_cache']))})")
+            if not self._asleep:
+                self._open.set()
+
+    def _colocated(self, call: str) -> Any:
+        if self._sleeper is None:
+            raise GeneratorError(f"{call}: the engine is not colocated (services.colocate=off)")
+        return self._sleeper

@@ -95,6 +95,7 @@ def engine_args(
     (None). On GPUs vLLM's own defaults stand where the config leaves a value null (its
     batched-token budget always: `engine_usage_context`)."""
     cpu = on_cpu() if cpu is None else cpu
+    check_output_kind(config, cpu)
     if dtype == "auto":
         dtype = "float32" if cpu else "bfloat16"
     return dict(
@@ -147,3 +148,16 @@ def _cpu_kv_cache(gib: float) -> dict[str, Any]:
     if os.environ.get("VLLM_CPU_KVCACHE_SPACE"):
         return {}
     return {"kv_cache_memory_bytes": int(gib * 2**30)}
+
+
+def check_output_kind(config: GeneratorConfig, cpu: bool) -> None:
+    """The in-process engine core (`generator.inproc`) streams cumulative outputs: it ends an
+    aborted request with the last one, which final-only outputs never send (an interrupted
+    request would lose its tokens)."""
+    kind, core = config.resolved_output_kind(cpu), config.resolved_engine_core(cpu)
+    if kind == "final_only" and core == "inproc":
+        raise GeneratorError(
+            "generator.output_kind=final_only needs vLLM's engine-core process "
+            "(generator.engine_core=process); the in-process engine core (inproc, the CPU "
+            "default) streams cumulative outputs: set output_kind to cumulative or auto"
+        )
