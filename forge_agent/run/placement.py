@@ -142,8 +142,9 @@ class Placement:
         g = self.cfg.generator
         gpus = self.gpus_per_generator if g.with_gpus else 0
         name = f"generator{replica}"
-        if self.cfg.colocate == "sleep":  # the trainer's GPU (its only rank's)
-            self.given.append((name, [dict(self.given).get("trainer", ["0"])[0]]))
+        given = dict(self.given)
+        if self.cfg.colocate == "sleep" and name not in given:  # the trainer's (only) GPU
+            self.given.append((name, [given.get("trainer", ["0"])[0]]))
         return self.spawn(name, 1, gpus, service="generator", host=replica, environ=environ)
 
     def reward_procs(self) -> Any:
