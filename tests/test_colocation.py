@@ -133,3 +133,35 @@ def test_a_cuda_ipc_sync_takes_only_tensors_on_the_gpu():
 
     with pytest.raises(GeneratorError, match=r"contiguous CUDA tensors; 1 are not.*'w'"):
         cuda_ipc_payload({"w": torch.zeros(2)})
+
+
+def test_a_sleeping_engine_serves_no_request_until_its_kv_cache_wakes(tiny_model_path):
+    """The real CPU engine with `SleepStandin`: a request sent while it sleeps waits through
+    the weights' wake-up and starts once the KV cache is back; waking what is awake does
+    nothing."""
+    from forge_agent.generator import GeneratorConfig, SamplingConfig
+    from forge_agent.generator.engine import VLLMEngine
+
+    async def run() -> tuple[list[int], list[str]]:
+        engine = VLLMEngine(GeneratorConfig(), str(tiny_model_path), colocate="standin")
+        await engine.start()
+        try:
+            await engine.sleep(1)
+            pending = asyncio.ensure_future(
+                engine.generate([5, 6, 7], SamplingConfig(max_tokens=2))
+            )
+            await asyncio.sleep(0.5)
+            assert not pending.done()  # asleep
+            await engine.wake_up(["weights"])
+            await asyncio.sleep(0.5)
+            assert not pending.done()  # no KV cache yet
+            await engine.wake_up(["kv_cache"])
+            completion = await asyncio.wait_for(pending, timeout=60)
+            await engine.wake_up(["kv_cache"])
+            return completion.token_ids, [name for name, _ in engine.colocation.list()]
+        finally:
+            await engine.shutdown()
+
+    tokens, events = asyncio.run(run())
+    assert len(tokens) == 2
+    assert events == ["sleep(1)", "wake_up(weights)", "wake_up(kv_cache)", "generate", "wake_up()"]

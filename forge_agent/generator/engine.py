@@ -284,8 +284,7 @@ class VLLMEngine:
         return final.outputs[0], version, interrupted, final.prompt_logprobs, cached
 
     def in_flight(self) -> dict[str, int]:
-        """Running requests and the tokens each has sampled so far (with `output_kind`
-        final_only: 0 until the end)."""
+        """Running requests and their tokens so far (final_only outputs: 0 until the end)."""
         return {r: self._progress.get(r, 0) for r in self._in_flight}
 
     def busy_seconds(self) -> float:
@@ -483,13 +482,14 @@ class VLLMEngine:
             self.colocation.add(f"sleep({level})")
 
     async def wake_up(self, tags: list[str] | None = None) -> None:
-        """Bring back `tags` ("weights", "kv_cache"; None: both); generation resumes once
-        both are back."""
+        """Bring back `tags` ("weights", "kv_cache"; None: both); serving resumes with both."""
         sleeper = self._colocated("wake_up")
         async with self._update_lock:
-            await sleeper.wake_up(tags)
-            self._asleep -= set(tags) if tags is not None else {"weights", "kv_cache"}
-            self.colocation.add(f"wake_up({','.join(sorted(tags or ['weights', 'kv_cache']))})")
+            woken = [t for t in tags or ("weights", "kv_cache") if t in self._asleep]
+            if woken:  # what is awake already (a replacement engine) is left alone
+                await sleeper.wake_up(woken)
+            self._asleep -= set(woken)
+            self.colocation.add(f"wake_up({','.join(sorted(woken))})")
             if not self._asleep:
                 self._open.set()
 
