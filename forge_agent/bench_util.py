@@ -156,7 +156,7 @@ def machine_info() -> dict[str, Any]:
         import torch
 
         info["torch"] = torch.__version__
-        info["cuda"] = torch.cuda.is_available()
+        info["cuda"] = torch.cuda.device_count() > 0  # NVML: initialises no CUDA
     except ImportError:  # pragma: no cover - torch is a hard dependency
         pass
     return info

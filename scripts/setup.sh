@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Sets up a fresh machine for forge-agent (CPU default) and is cheap to run again:
+# Sets up a fresh machine for forge-agent (CPU default; FORGE_GPU=1: a CUDA machine, below)
+# and is cheap to run again:
 # system packages through apt where missing, then the Python stack from pyproject.toml.
 # A stamp keyed on pyproject.toml and this script skips the pip step when nothing changed.
 set -euo pipefail
@@ -46,6 +47,27 @@ if [[ $(cat "$MCP_HOME/.pins" 2>/dev/null) != "$MCP_PINS $MCP_NPM" ]]; then
   "$MCP_HOME/bin/pip" install -q $MCP_PINS
   npm install --prefix "$MCP_HOME/node" --no-audit --no-fund -q "$MCP_NPM" >/dev/null
   echo "$MCP_PINS $MCP_NPM" >"$MCP_HOME/.pins"
+fi
+
+# --- python packages on a CUDA machine (FORGE_GPU=1) -------------------------------------
+# vLLM's CUDA wheel first, with the torch it was built for (vLLM 0.25.1 pins torch 2.11; the
+# project's code feature-detects vLLM 0.25 to the newest), then the project's other
+# dependencies around that torch (pyproject's `torch==` pin is the CPU machines'), then the
+# project itself without dependency resolution. FORGE_VLLM picks the vLLM requirement.
+if [[ ${FORGE_GPU:-0} == 1 ]]; then
+  echo "[setup] CUDA: ${FORGE_VLLM:-vllm>=0.25} and the project around its torch"
+  $PY -m pip install -q "${FORGE_VLLM:-vllm>=0.25}"
+  mapfile -t deps < <($PY -c 'import tomllib
+p = tomllib.load(open("pyproject.toml", "rb"))["project"]
+for d in p["dependencies"] + p["optional-dependencies"]["dev"]:
+    if not d.replace(" ", "").startswith("torch=="):
+        print(d)')
+  $PY -m pip install -q "${deps[@]}"
+  $PY -m pip install -q --no-deps -e .
+  $PY -c "import torch, vllm, forge_agent, monarch; print('[setup] torch', torch.__version__,
+      'cuda', torch.version.cuda, 'vllm', vllm.__version__)"
+  echo "[setup] done (CUDA); the GPU bench: python -m apps.bench.gpu"
+  exit 0
 fi
 
 # --- python packages -------------------------------------------------------------------

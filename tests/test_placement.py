@@ -40,6 +40,25 @@ def test_each_gpu_proc_of_the_8b_config_sees_its_own_disjoint_devices():
     assert sorted(every) == [str(i) for i in range(8)]  # disjoint, all 8 used
 
 
+@pytest.mark.parametrize("trainer_first", [True, False], ids=["trainer_first", "generator_first"])
+def test_colocated_the_trainer_and_the_generator_share_the_hosts_one_gpu(trainer_first):
+    """`apps/agent/gpu_1x.yaml` (`services.colocate: sleep`) on a host of one GPU, whichever
+    service is spawned first (the controller starts them together)."""
+    cfg = load_config(AGENT_DIR / "gpu_1x.yaml")
+    placement = Placement(cfg.services, cfg.generator.tensor_parallel_size, gpu_count=1)
+    try:
+        if trainer_first:
+            trainer = visible(placement.trainer_procs())
+            generator = visible(placement.generator_procs(0))
+        else:
+            generator = visible(placement.generator_procs(0))
+            trainer = visible(placement.trainer_procs())
+    finally:
+        for mesh in placement.meshes:
+            mesh.stop().get()
+    assert trainer == ["0"] and generator == ["0"]
+
+
 def test_asking_for_more_gpus_than_the_host_has_names_the_service_and_the_count():
     cfg = load_config(AGENT_DIR / "qwen3_8b_code_exec.yaml")
     placement = Placement(cfg.services, cfg.generator.tensor_parallel_size, gpu_count=2)

@@ -36,12 +36,14 @@ class Generator(Actor):
         dtype: str = "auto",
         seed: int = 0,
         lora: LoraConfig | None = None,
+        colocate: str = "off",
     ) -> None:
         """`lora`: serve `model` plus the policy's LoRA adapter of this shape (updates are
-        adapter tensors); None: updates are full weights."""
+        adapter tensors); None: updates are full weights. `colocate`: `services.colocate`
+        (the engine sleeps while the trainer steps on its GPU)."""
         self.config = config
         self.model = model
-        self.run = {"dtype": dtype, "seed": seed, "lora": lora}
+        self.run = {"dtype": dtype, "seed": seed, "lora": lora, "colocate": colocate}
         self.engine: VLLMEngine | None = None
 
     @endpoint
@@ -123,6 +125,21 @@ class Generator(Actor):
     async def busy_seconds(self) -> float:
         """Seconds the engine had at least one request in flight (for busy fractions)."""
         return self._engine().busy_seconds()
+
+    @endpoint
+    async def sleep(self, level: int = 1) -> None:
+        """Colocated: free the GPU for the trainer (`VLLMEngine.sleep`)."""
+        await self._engine().sleep(level)
+
+    @endpoint
+    async def wake_up(self, tags: list[str] | None = None) -> None:
+        """Colocated: bring back `tags` ("weights", "kv_cache"; None: both)."""
+        await self._engine().wake_up(tags)
+
+    @concurrent_endpoint
+    async def colocation_events(self) -> list[tuple[str, float]]:
+        """The engine's last sleeps, wakes, updates and requests, with monotonic times."""
+        return self._engine().colocation.list()
 
     @endpoint
     async def worker_environ(self, names: list[str]) -> list[dict[str, str | None]]:

@@ -8,6 +8,9 @@ from typing import Any
 
 CPU_BLOCK_SIZE = 32
 """The smallest KV block vLLM's CPU attention takes (its default there is 128)."""
+CPU_MAX_NUM_SEQS = 128
+"""Sequences per engine step on CPU (`max_num_seqs: null` there)."""
+OUTPUT_KINDS = ("auto", "cumulative", "final_only")
 
 
 @dataclass
@@ -16,7 +19,9 @@ class GeneratorConfig:
     arguments: the run's)."""
 
     max_model_len: int = 2048
-    enforce_eager: bool = True
+    # null: eager on CPU; CUDA graphs on GPUs (issue 40, an H100: 14.1-14.5k tokens/s with
+    # them, 5.6k eager)
+    enforce_eager: bool | None = None
     tensor_parallel_size: int = 1
     gpu_memory_utilization: float = 0.85
     cpu_kv_cache_gb: float = 0.125  # KV cache size on the CPU build (GiB; fractions allowed)
@@ -26,7 +31,14 @@ class GeneratorConfig:
     # short turns of the CPU default are never reused, at 32 a group's G prompts are
     # prefilled once and each turn reuses the history before it.
     block_size: int | None = None
-    max_num_seqs: int = 128
+    # null: 128 on CPU; on GPUs vLLM's own defaults for it and its batched-token budget (its
+    # `LLM` class's: 1,024 sequences and 16,384 tokens on an H100, where the engine context's
+    # 2,048 tokens ran at 0.69x of `LLM.generate`)
+    max_num_seqs: int | None = None
+    # how vLLM hands a request's output back: "cumulative" (every step, the tokens so far:
+    # what `in_flight` reports), "final_only" (once; streaming cumulative outputs cost 14-29%
+    # on an H100); auto: cumulative on CPU, final_only on GPUs
+    output_kind: str = "auto"
     # auto: on CPU with tensor_parallel_size 1, vLLM's worker runs inside its engine-core
     # process ("uni": one torch process less, and no worker queue polled for 1 s after each
     # message); otherwise vLLM's multiprocess executor ("mp")
@@ -52,8 +64,20 @@ class GeneratorConfig:
             self.gpu_memory_utilization,
             "a fraction in (0, 1]",
         )
-        for key in ("tensor_parallel_size", "max_num_seqs"):
-            check_field(getattr(self, key) >= 1, key, getattr(self, key), "an int >= 1")
+        check_field(
+            self.tensor_parallel_size >= 1,
+            "tensor_parallel_size",
+            self.tensor_parallel_size,
+            "an int >= 1",
+        )
+        seqs = self.max_num_seqs
+        check_field(seqs is None or seqs >= 1, "max_num_seqs", seqs, "null or an int >= 1")
+        check_field(
+            self.output_kind in OUTPUT_KINDS,
+            "output_kind",
+            self.output_kind,
+            " | ".join(OUTPUT_KINDS),
+        )
         if self.block_size is not None:
             check_field(
                 self.block_size >= 16 and self.block_size % 16 == 0,
@@ -79,23 +103,41 @@ class GeneratorConfig:
             "active | passive | null",
         )
 
-    def resolved_block_size(self) -> int | None:
-        """The KV block `block_size: null` stands for here: 32 on CPU, else vLLM's (None)."""
+    # Each `resolved_*` says what a null or auto setting stands for on CPU (`cpu` True) or
+    # on GPUs (False); None: this machine (`on_cpu`).
+    def resolved_block_size(self, cpu: bool | None = None) -> int | None:
+        """The KV block `block_size: null` stands for: 32 on CPU, else vLLM's (None)."""
         if self.block_size is not None:
             return self.block_size
-        return CPU_BLOCK_SIZE if on_cpu() else None
+        return CPU_BLOCK_SIZE if _cpu(cpu) else None
 
-    def resolved_executor(self) -> str:
-        """The executor `auto` stands for here: "uni" on CPU with one worker, else "mp"."""
+    def resolved_executor(self, cpu: bool | None = None) -> str:
+        """The executor `auto` stands for: "uni" on CPU with one worker, else "mp"."""
         if self.executor != "auto":
             return self.executor
-        return "uni" if on_cpu() and self.tensor_parallel_size == 1 else "mp"
+        return "uni" if _cpu(cpu) and self.tensor_parallel_size == 1 else "mp"
 
-    def resolved_engine_core(self) -> str:
+    def resolved_engine_core(self, cpu: bool | None = None) -> str:
         """Where vLLM's engine core runs: "inproc" (this process) or "process" (its own)."""
         if self.engine_core != "auto":
             return self.engine_core
-        return "inproc" if self.resolved_executor() == "uni" else "process"
+        return "inproc" if self.resolved_executor(cpu) == "uni" else "process"
+
+    def resolved_enforce_eager(self, cpu: bool | None = None) -> bool:
+        """`enforce_eager: null`: eager on CPU, CUDA graphs (False) on GPUs."""
+        return _cpu(cpu) if self.enforce_eager is None else self.enforce_eager
+
+    def resolved_max_num_seqs(self, cpu: bool | None = None) -> int | None:
+        """`max_num_seqs: null`: 128 on CPU, vLLM's default (None) on GPUs."""
+        if self.max_num_seqs is not None:
+            return self.max_num_seqs
+        return CPU_MAX_NUM_SEQS if _cpu(cpu) else None
+
+    def resolved_output_kind(self, cpu: bool | None = None) -> str:
+        """`output_kind: auto`: "cumulative" on CPU, "final_only" on GPUs."""
+        if self.output_kind != "auto":
+            return self.output_kind
+        return "cumulative" if _cpu(cpu) else "final_only"
 
 
 @dataclass
@@ -114,7 +156,15 @@ class SamplingConfig:
 
 
 def on_cpu() -> bool:
-    """No CUDA device here (torch is imported only when asked)."""
+    """No CUDA device here, decided without initialising CUDA (torch is imported only when
+    asked). `torch.cuda.device_count()` counts devices through NVML (0 on a torch built
+    without CUDA); `torch.cuda.is_available()` asks the CUDA runtime instead, which
+    initialises CUDA in this process, and a process forked after that (vLLM's engine core)
+    fails: "Cannot re-initialize CUDA in forked subprocess"."""
     import torch
 
-    return not torch.cuda.is_available()
+    return torch.cuda.device_count() == 0
+
+
+def _cpu(cpu: bool | None) -> bool:
+    return on_cpu() if cpu is None else cpu

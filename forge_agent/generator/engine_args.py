@@ -82,51 +82,82 @@ def lora_engine_args(lora: LoraConfig | None) -> dict[str, Any]:
 
 
 def engine_args(
-    config: GeneratorConfig, model: str, dtype: str, seed: int, lora: LoraConfig | None = None
+    config: GeneratorConfig,
+    model: str,
+    dtype: str,
+    seed: int,
+    lora: LoraConfig | None = None,
+    *,
+    cpu: bool | None = None,
 ) -> dict[str, Any]:
     """The keyword arguments of vLLM's `AsyncEngineArgs` for `config` serving `model` (and
-    adapters of `lora`'s shape when given)."""
+    adapters of `lora`'s shape when given), on CPU (`cpu` True), on GPUs (False) or here
+    (None). On GPUs vLLM's own defaults stand where the config leaves a value null (its
+    batched-token budget always: `engine_usage_context`)."""
+    cpu = on_cpu() if cpu is None else cpu
+    check_output_kind(config, cpu)
     if dtype == "auto":
-        dtype = "float32" if on_cpu() else "bfloat16"
+        dtype = "float32" if cpu else "bfloat16"
     return dict(
         model=model,
         dtype=dtype,
         max_model_len=config.max_model_len,
         seed=seed,
-        enforce_eager=config.enforce_eager,
+        enforce_eager=config.resolved_enforce_eager(cpu),
         tensor_parallel_size=config.tensor_parallel_size,
         gpu_memory_utilization=config.gpu_memory_utilization,
         enable_prefix_caching=config.enable_prefix_caching,
-        max_num_seqs=config.max_num_seqs,
         worker_extension_cls="forge_agent.generator.worker_ext.WeightSyncExtension",
         disable_log_stats=True,
         **{
-            "distributed_executor_backend": config.resolved_executor(),
-            **_cpu_kv_cache(config.cpu_kv_cache_gb),
-            **_block_size(config.resolved_block_size()),
-            **_cpu_whole_prefills(),
+            **_unless_none("max_num_seqs", config.resolved_max_num_seqs(cpu)),
+            "distributed_executor_backend": config.resolved_executor(cpu),
+            **(_cpu_kv_cache(config.cpu_kv_cache_gb) if cpu else {}),
+            **_unless_none("block_size", config.resolved_block_size(cpu)),
+            **_cpu_whole_prefills(cpu),
             **lora_engine_args(lora),
             **config.engine_kwargs,
         },
     )
 
 
-def _block_size(tokens: int | None) -> dict[str, Any]:
-    return {} if tokens is None else {"block_size": tokens}
+def engine_usage_context(cpu: bool | None = None) -> str:
+    """The vLLM `UsageContext` the engine starts under, which picks vLLM's defaults for the
+    batched-token budget and `max_num_seqs` where the arguments leave them out: on GPUs its
+    `LLM` class's (the offline-throughput defaults `LLM.generate` runs at), on CPU the
+    engine context's (unchanged)."""
+    return "ENGINE_CONTEXT" if (on_cpu() if cpu is None else cpu) else "LLM_CLASS"
 
 
-def _cpu_whole_prefills() -> dict[str, Any]:
+def _unless_none(key: str, value: Any) -> dict[str, Any]:
+    return {} if value is None else {key: value}
+
+
+def _cpu_whole_prefills(cpu: bool) -> dict[str, Any]:
     """On CPU, no chunked prefill: each prompt is prefilled in one engine step (vLLM then
     raises its token budget to at least max_model_len). A chunked prefill of a seeded request
     makes vLLM rewind the request's torch.Generator, which CPU generators cannot do ("CPU
     Generator does not use offset"): with many seeded requests in flight the engine died."""
-    return {"enable_chunked_prefill": False} if on_cpu() else {}
+    return {"enable_chunked_prefill": False} if cpu else {}
 
 
 def _cpu_kv_cache(gib: float) -> dict[str, Any]:
     """The CPU build's KV cache size as an engine argument (`kv_cache_memory_bytes`, which
     takes fractions of a GiB, unlike the VLLM_CPU_KVCACHE_SPACE variable; a user's variable
-    still wins). Nothing on GPUs, where `gpu_memory_utilization` sizes it."""
-    if not on_cpu() or os.environ.get("VLLM_CPU_KVCACHE_SPACE"):
+    still wins). Not on GPUs, where `gpu_memory_utilization` sizes it."""
+    if os.environ.get("VLLM_CPU_KVCACHE_SPACE"):
         return {}
     return {"kv_cache_memory_bytes": int(gib * 2**30)}
+
+
+def check_output_kind(config: GeneratorConfig, cpu: bool) -> None:
+    """The in-process engine core (`generator.inproc`) streams cumulative outputs: it ends an
+    aborted request with the last one, which final-only outputs never send (an interrupted
+    request would lose its tokens)."""
+    kind, core = config.resolved_output_kind(cpu), config.resolved_engine_core(cpu)
+    if kind == "final_only" and core == "inproc":
+        raise GeneratorError(
+            "generator.output_kind=final_only needs vLLM's engine-core process "
+            "(generator.engine_core=process); the in-process engine core (inproc, the CPU "
+            "default) streams cumulative outputs: set output_kind to cumulative or auto"
+        )

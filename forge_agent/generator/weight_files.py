@@ -1,7 +1,7 @@
 """Weights handed to vLLM's workers as files in shared memory, and the layout they are
 checked against: a full state dict as one safetensors file (`write_shared`), an adapter as a
 peft folder (`write_adapter`), and a local checkpoint's tensor names and shapes
-(`expected_shapes`).
+(`expected_shapes`) that a state dict must match (`check_shapes`).
 """
 
 from __future__ import annotations
@@ -59,3 +59,43 @@ def expected_shapes(model: str) -> dict[str, tuple[int, ...]]:
             for name in handle.keys():  # noqa: SIM118 - safe_open has no __iter__
                 shapes[name] = tuple(handle.get_slice(name).get_shape())
     return shapes
+
+
+def check_shapes(shapes: dict[str, tuple[int, ...]], expected: dict[str, tuple[int, ...]]):
+    """A `GeneratorError` naming the first difference between a state dict's tensor names and
+    shapes (`shapes`) and a checkpoint's (`expected`; empty: nothing to check)."""
+    from forge_agent.generator.engine_args import GeneratorError
+
+    if not expected:
+        return
+    missing = sorted(set(expected) - set(shapes))
+    unexpected = sorted(set(shapes) - set(expected))
+    if missing:
+        raise GeneratorError(f"state dict is missing {len(missing)} tensor(s), e.g. {missing[:3]}")
+    if unexpected:
+        raise GeneratorError(
+            f"state dict has {len(unexpected)} unknown tensor(s), e.g. {unexpected[:3]}"
+        )
+    for name, shape in shapes.items():
+        if tuple(shape) != expected[name]:
+            raise GeneratorError(
+                f"tensor {name!r} has shape {tuple(shape)}, the model expects {expected[name]}"
+            )
+
+
+def cuda_ipc_payload(state_dict: dict[str, torch.Tensor]) -> bytes:
+    """CUDA IPC handles of `state_dict`'s tensors (each a view of its device memory, which
+    vLLM's worker on the same GPU opens without a copy), pickled: vLLM's RPC carries bytes, not
+    tensors. The tensors must stay alive until the worker has loaded them."""
+    import pickle
+
+    from torch.multiprocessing.reductions import reduce_tensor
+
+    from forge_agent.generator.engine_args import GeneratorError
+
+    off = sorted(k for k, v in state_dict.items() if not v.is_cuda or not v.is_contiguous())
+    if off:
+        raise GeneratorError(
+            f"CUDA IPC takes contiguous CUDA tensors; {len(off)} are not, e.g. {off[:3]}"
+        )
+    return pickle.dumps({k: reduce_tensor(v.detach()) for k, v in state_dict.items()})

@@ -50,6 +50,24 @@ class WeightSyncExtension:
         weights = map_shared_view(path, nbytes, metas)
         return self._forge_load(weights, time.perf_counter() - started)
 
+    def forge_reload_ipc(self, payload: bytes) -> dict[str, float]:
+        """Load tensors shared by CUDA IPC (`weight_files.cuda_ipc_payload`, from a process on
+        this GPU: colocated) in place, from device memory: no host copy. Each handle is
+        opened on this worker's device (the one GPU both processes see)."""
+        import pickle
+        import time
+
+        import torch
+
+        started = time.perf_counter()
+        device = torch.cuda.current_device()
+        weights = {}
+        for name, (rebuild, args) in pickle.loads(payload).items():
+            args = list(args)
+            args[6] = device  # rebuild_cuda_tensor's device index, as this process numbers it
+            weights[name] = rebuild(*args)
+        return self._forge_load(weights, time.perf_counter() - started)
+
     def _forge_load(self, weights: dict[str, Any], read_s: float) -> dict[str, float]:
         """Reload `weights` (checkpoint names) in place through vLLM's `reload_weights`, which
         re-runs each layer's weight processing (on the CPU build: the oneDNN repacking of every

@@ -256,6 +256,7 @@ class AgentConfig:
             self.device,
             "'auto' or 'cuda' when services.generator/trainer.with_gpus is set",
         )
+        _check_colocation(self)
         try:
             if self.trainer.backend == "titan":
                 titan_degrees(self.trainer.titan, self.services.trainer.procs)
@@ -266,6 +267,47 @@ class AgentConfig:
                 )
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
+
+
+def _check_colocation(cfg: AgentConfig) -> None:
+    """`services.colocate` sleep puts one trainer rank and one generator replica on one GPU
+    (standin: on CPU); an error naming the key for any other layout."""
+    mode, s = cfg.services.colocate, cfg.services
+    if mode == "off":
+        return
+    key, where = "services.colocate", "one GPU" if mode == "sleep" else "CPU"
+    gpus = (s.trainer.with_gpus, s.generator.with_gpus)
+    _check(
+        gpus == ((True, True) if mode == "sleep" else (False, False)),
+        key,
+        mode,
+        f"the trainer and the generator on {where}, but services.trainer.with_gpus is "
+        f"{gpus[0]} and services.generator.with_gpus {gpus[1]}"
+        + (" (two devices that differ)" if gpus[0] != gpus[1] else "")
+        + ("; on CPU: services.colocate=standin" if mode == "sleep" else ""),
+    )
+    _check(
+        not (mode == "sleep" and cfg.device == "cpu"),
+        key,
+        mode,
+        "device auto or cuda (vLLM's sleep mode needs CUDA; on CPU: services.colocate=standin)",
+    )
+    one = (s.trainer.procs, s.generator.num_replicas, cfg.generator.tensor_parallel_size)
+    _check(
+        one == (1, 1, 1),
+        key,
+        mode,
+        f"one trainer rank and one generator replica on one device, got services.trainer."
+        f"procs={one[0]}, services.generator.num_replicas={one[1]}, "
+        f"generator.tensor_parallel_size={one[2]}",
+    )
+    _check(
+        cfg.training.max_policy_lag == 0,
+        key,
+        mode,
+        f"training.max_policy_lag 0 (the generator sleeps while the trainer steps), got "
+        f"{cfg.training.max_policy_lag}",
+    )
 
 
 # ============================================================ loading (AgentConfig by default)

@@ -128,10 +128,12 @@ class Controller:
                     self.rollouts_open.clear()  # on-policy: no rollouts while the policy changes
                 try:
                     with self.timing.measure("trainer_busy"), self.profile.phase("train"):
+                        await services.generators.sleep()  # colocated: the trainer's GPU
                         metrics = await services.train_step(batch)
                     self.step += 1
                     self.version = int(metrics.get("train/policy_version", self.version + 1))
                     await self.buffer.set_version(self.version)
+                    await services.generators.wake_up(["weights"])  # colocated: no KV cache yet
                     if self.step % cfg.training.sync_interval == 0:
                         await self._sync_weights(self.version)
                 except ServiceRestarted as exc:  # the trainer went back to its checkpoint
@@ -140,6 +142,7 @@ class Controller:
                     self.counts["batches_lost_to_trainer_restart"] += 1
                     continue
                 finally:
+                    await services.generators.wake_up(["weights", "kv_cache"])  # what sleeps
                     self.rollouts_open.set()
                 last = self.step == cfg.training.steps
                 if cfg.eval.every and (self.step % cfg.eval.every == 0 or last):

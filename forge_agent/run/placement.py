@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from forge_agent.run.host_placement import LOCAL, SERVICES, HostsConfig
 from forge_agent.typed_config import check_field as _check
@@ -93,6 +93,10 @@ class PlacementConfig:
     trainer: TrainerPlacement = field(default_factory=TrainerPlacement)
     reward: Replicas = field(default_factory=Replicas)
     env: EnvWorkers = field(default_factory=EnvWorkers)
+    # off: each on its own devices; sleep: the trainer and the generator on one GPU, the
+    # generator asleep while the trainer steps (vLLM's sleep mode); standin: the same calls
+    # on CPU, through a stand-in that frees nothing (`generator.sleep.SleepStandin`)
+    colocate: Literal["off", "sleep", "standin"] = "off"
 
 
 class Placement:
@@ -137,9 +141,11 @@ class Placement:
         ``environ``: set in the proc before anything imports torch (OpenMP reads it then)."""
         g = self.cfg.generator
         gpus = self.gpus_per_generator if g.with_gpus else 0
-        return self.spawn(
-            f"generator{replica}", 1, gpus, service="generator", host=replica, environ=environ
-        )
+        name = f"generator{replica}"
+        given = dict(self.given)
+        if self.cfg.colocate == "sleep" and name not in given:  # the trainer's (only) GPU
+            self.given.append((name, [given.get("trainer", ["0"])[0]]))
+        return self.spawn(name, 1, gpus, service="generator", host=replica, environ=environ)
 
     def reward_procs(self) -> Any:
         """The reward service's mesh: ``reward.num_replicas`` CPU procs."""

@@ -8,6 +8,8 @@
     await services.push_weights()                trainer -> weight store; the new version
     await services.generators.update(v, in_flight="finish" | "continue" | "drop")
                                                  fan-out: every generator replica loads v
+    await services.generators.sleep() / .wake_up(["weights"])    `services.colocate`: the
+                                                 generator frees the trainer's GPU (no-ops else)
     await services.score(trajectories)           route: one reward replica scores them
     await services.shutdown()                    stop everything started here
 
@@ -47,9 +49,11 @@ them (going back to a checkpoint)."""
 class GeneratorReplicas:
     """The generator replicas, called as one where every replica must act (a fan-out)."""
 
-    def __init__(self, replicas: list[Service], store: Any) -> None:
+    def __init__(self, replicas: list[Service], store: Any, colocated: bool = False) -> None:
         self.replicas = replicas
         self.store = store  # the weight store the replicas pull versions from
+        self.colocated = colocated  # `services.colocate`: they sleep while the trainer steps
+        self.asleep: list[str] = []  # what sleeps now: "weights", "kv_cache"
 
     def __iter__(self) -> Iterator[Service]:
         return iter(self.replicas)
@@ -90,6 +94,18 @@ class GeneratorReplicas:
         for result in results:
             if isinstance(result, BaseException) and not isinstance(result, ServiceRestarted):
                 raise result
+
+    async def sleep(self, level: int = 1) -> None:
+        """Colocated: every replica drains and sleeps (`generator.sleep`); else nothing."""
+        if self.colocated and not self.asleep:
+            await asyncio.gather(*(r.sleep.call_one(level) for r in self.replicas))
+            self.asleep = ["weights", "kv_cache"]
+
+    async def wake_up(self, tags: list[str]) -> None:
+        """Colocated: wake each of `tags` still asleep, in the order given; else nothing."""
+        for tag in [t for t in tags if t in self.asleep]:
+            await asyncio.gather(*(r.wake_up.call_one([tag]) for r in self.replicas))
+            self.asleep.remove(tag)
 
     async def busy_seconds(self) -> float:
         """The replicas' busy seconds so far, summed (a replaced replica counts from 0)."""
@@ -162,6 +178,7 @@ class Services:
                 for i in range(cfg.services.generator.num_replicas)
             ],
             store=self.store,
+            colocated=cfg.services.colocate != "off",
         )
         self.rewards = supervised(
             "reward", self._spawn_reward, deadlines={"score": sup.reward_deadline_s}
@@ -255,6 +272,7 @@ class Services:
             master_port=free_port(),
             dtype=cfg.model.dtype,
             seed=cfg.seed,
+            free_cache=cfg.services.colocate == "sleep",
         )
         await trainer.setup.call()
         return procs, trainer
@@ -278,6 +296,7 @@ class Services:
             dtype=cfg.model.dtype,
             seed=cfg.seed,
             lora=lora if lora is not None and lora.sync == "adapter" else None,
+            colocate=cfg.services.colocate,
         )
         self.generator_info = await generator.setup.call_one()
         return procs, generator

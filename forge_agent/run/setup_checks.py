@@ -264,6 +264,7 @@ def check_run_choices(cfg: Any) -> None:
     check_curriculum(env)
     check_env_seats(cfg)
     check_timeout_layers(env)
+    check_colocation_device(cfg.services.colocate)
 
 
 def check_timeout_layers(env: Any) -> None:
@@ -294,6 +295,20 @@ def check_timeout_layers(env: Any) -> None:
                 f"below {outer} ({outer_s:g} s); set env.step_timeout_s above "
                 f"{max(s for _, s in layers[:-1]):g}",
             )
+
+
+def check_colocation_device(colocate: str) -> None:
+    """`services.colocate: sleep` needs a CUDA device here (vLLM's sleep mode); a
+    `ConfigError` naming the key, and the CPU stand-in, where there is none."""
+    from forge_agent.generator.config import on_cpu
+    from forge_agent.typed_config import ConfigError
+
+    if colocate == "sleep" and on_cpu():
+        raise ConfigError(
+            "services.colocate=sleep needs a CUDA device (vLLM's sleep mode) and this machine "
+            "has none; on CPU use services.colocate=standin (a stand-in that makes the same "
+            "calls in the same order and frees nothing) or services.colocate=off"
+        )
 
 
 def check_env_seats(cfg: Any) -> dict[str, Any]:

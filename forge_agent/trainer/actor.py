@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
 from monarch.actor import Actor, endpoint
 
 from forge_agent.runtime.memory import trim_heap
@@ -37,12 +38,16 @@ class TrainerActor(Actor):
         dtype: str = "auto",
         seed: int = 0,
         master_port: int = 29500,
+        free_cache: bool = False,
     ) -> None:
+        """`free_cache`: after each step hand the device's cached memory back (colocated
+        with a generator, which wakes into it: `services.colocate: sleep`)."""
         self.cfg = cfg
         self.model = model
         self.weight_store = weight_store
         self.run = {"device": device, "dtype": dtype, "seed": seed}
         self.master_port = master_port
+        self.free_cache = free_cache
         self.rank = 0
         self.trainer: Trainer | None = None
 
@@ -71,6 +76,8 @@ class TrainerActor(Actor):
         # the step's activations are freed: hand their pages back while the trainer waits
         # for the next batch (on-policy, the generators work meanwhile)
         trim_heap()
+        if self.free_cache and torch.cuda.is_initialized():
+            torch.cuda.empty_cache()
         return metrics
 
     @endpoint

@@ -436,9 +436,15 @@ class Trainer:
 
     def sync_state_dict(self) -> dict[str, torch.Tensor]:
         """What a weight sync hands the generator: the adapters' tensors with
-        `trainer.lora.sync: adapter`, else the (merged) weights of `state_dict`."""
+        `trainer.lora.sync: adapter`, else the (merged) weights of `state_dict`, a tied LM
+        head once (as the embedding: `weights.layout.tied_names`)."""
         lora = self.cfg.lora
-        return self.adapter_state_dict() if lora and lora.sync == "adapter" else self.state_dict()
+        if lora and lora.sync == "adapter":
+            return self.adapter_state_dict()
+        from forge_agent.weights.layout import tied_names
+
+        tied = tied_names(getattr(self.model, "config", None))
+        return {k: v for k, v in self.state_dict().items() if k not in tied}
 
     def _full_state_dict(self) -> dict[str, torch.Tensor]:
         """Every tensor of the model as it is (with LoRA: peft's names, adapters apart)."""

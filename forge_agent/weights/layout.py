@@ -76,3 +76,18 @@ def map_shared_view(path: str, nbytes: int, metas: list) -> StateDict:
     """Views of a `SharedView`'s tensors, mapped from its file (read in place, no copy)."""
     buf = torch.from_file(path, shared=True, size=nbytes, dtype=torch.uint8)
     return unpack([TensorMeta(n, d, tuple(s), o, b) for n, d, s, o, b in metas], buf)
+
+
+TIED_HEAD = "lm_head.weight"
+"""The LM head's name in the transformers layout: the input embedding itself (the same
+tensor, under a second name) in a model that ties its embeddings."""
+
+
+def tied_names(model_config: object) -> frozenset[str]:
+    """Names a model's state dict carries twice when it ties its embeddings (`model_config`: a
+    transformers `PretrainedConfig`, or anything with `tie_word_embeddings`; a multimodal one
+    through its text config). Its checkpoint holds them once, vLLM loads them once, so a sync
+    sends and loads them once."""
+    text = getattr(model_config, "get_text_config", lambda: model_config)()
+    tied = getattr(text, "tie_word_embeddings", getattr(model_config, "tie_word_embeddings", False))
+    return frozenset({TIED_HEAD}) if tied else frozenset()
