@@ -146,7 +146,12 @@ def test_failures_become_statuses_not_exceptions(generator, renderer):
     from envs.calculator import generate_tasks
 
     task = generate_tasks(1, seed=5)[0]
-    gen = _actor_generate(generator)
+    sampled = _actor_generate(generator)
+
+    async def gen(ids, sampling, session):  # every turn reaches the env's step (never cut)
+        completion = await sampled(ids, sampling, session)
+        completion.finish_reason = "stop"
+        return completion
 
     async def run():
         out = {}

@@ -68,13 +68,14 @@ class Controller:
         """Tasks, the policy (after its warm start), the services, engines, buffer, metrics."""
         from forge_agent.observability.traces import TraceWriter
         from forge_agent.run.host_placement import resolve_host_meshes
-        from forge_agent.run.setup_checks import check_run_choices
+        from forge_agent.run.setup_checks import check_colocation_device, check_run_choices
         from forge_agent.warm_start import policy_model
 
         cfg = self.cfg
         meshes = await resolve_host_meshes(cfg.hosts)  # first: it picks Monarch's transport
         self.out = outputs.prepare_output_dir(cfg)
         check_run_choices(cfg)  # a curriculum or credit the env cannot follow fails here
+        check_colocation_device(cfg.services.colocate)  # this machine: sleep mode needs CUDA
         self.tasks = Curriculum(cfg.env)  # so do a bad env, dataset or task
         self.eval_tasks = eval_tasks(cfg.env, cfg.eval.num_tasks) if cfg.eval.every else []
         with python_handlers():  # the warm start blocks this thread for minutes

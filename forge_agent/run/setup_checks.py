@@ -264,7 +264,6 @@ def check_run_choices(cfg: Any) -> None:
     check_curriculum(env)
     check_env_seats(cfg)
     check_timeout_layers(env)
-    check_colocation_device(cfg.services.colocate)
 
 
 def check_timeout_layers(env: Any) -> None:
@@ -299,7 +298,8 @@ def check_timeout_layers(env: Any) -> None:
 
 def check_colocation_device(colocate: str) -> None:
     """`services.colocate: sleep` needs a CUDA device here (vLLM's sleep mode); a
-    `ConfigError` naming the key, and the CPU stand-in, where there is none."""
+    `ConfigError` naming the key, and the CPU stand-in, where there is none. Checked when a run
+    starts, not by `--check` (a GPU config is checked on any machine)."""
     from forge_agent.generator.config import on_cpu
     from forge_agent.typed_config import ConfigError
 
