@@ -89,7 +89,7 @@ class Controller:
             cfg, self.services, self.policy_path, int(generator["max_model_len"]),
             wrap=self._wrap_generate, wrap_envs=self.profile.timed_envs,
         )  # fmt: skip
-        self.traces = TraceWriter(self.out / "traces.jsonl")
+        self.traces = TraceWriter(self.out / "traces.jsonl", keep=cfg.metrics.traces_last)
         self.buffer = ReplayBuffer(cfg.training.replay_capacity, cfg.training.max_policy_lag)
         gps = cfg.training.groups_per_step
         self.zero_signal = ZeroSignalWatch(warn_after=4 * gps, fail_after=25 * gps)
