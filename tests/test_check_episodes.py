@@ -50,3 +50,11 @@ def test_check_names_a_judge_that_raises_with_its_exception(user_envs):
     train, _ = lines_of(f"{user_envs}:BrokenJudgeEnv")
     assert train.startswith("episode (train, task t0): policy_error: step: ")
     assert "KeyError" in train and "answr" in train
+
+
+def test_check_does_not_play_an_agent_program():
+    cfg = load_config(
+        None, ["env.id=agent:json:dumps", "env.kwargs={reward: 'json:dumps', tasks_from: x}"]
+    )
+    (line,) = check_episode_lines(cfg, [{"task_id": "t0"}], [])
+    assert "not played by --check" in line and "agent program" in line

@@ -8,7 +8,8 @@ The answer is a plain message (`CHECK_ANSWER`), so the env's reset, its step and
 on a real task; an env that wants more turns gets the same answer again, up to
 `rollout.max_turns`. A failure is named with the status a run would give it (the rule of blame,
 docs/rewards.md) and the exception's text, so a judge that raises on every answer shows here,
-not after the warm start. A seated game (a reset that returns a `SeatStart`) is not played.
+not after the warm start. A seated game (a reset that returns a `SeatStart`) and an agent
+program (it runs against the policy's endpoint) are not played.
 """
 
 from __future__ import annotations
@@ -84,7 +85,14 @@ def check_episode_lines(
 ) -> list[str]:
     """One line per episode of `--check`: each task of `train` and of `held_out`, played in
     an env worker built from `cfg.env`."""
+    from forge_agent.env.registry import is_agent_program
     from forge_agent.env.worker import EnvPool
+
+    if is_agent_program(cfg.env.id):
+        return [
+            f"episodes: not played by --check ({cfg.env.id!r} is an agent program: it needs "
+            "the policy's endpoint)"
+        ]
 
     async def play() -> list[str]:
         lines = []
