@@ -198,3 +198,12 @@ def test_a_gymnasium_id_gymnasium_refuses_names_the_ids_it_knows() -> None:
 
     with pytest.raises(SetupError, match=r"gymnasium:Taxi-v3.*deprecated.*Taxi-v4"):
         make_env("gymnasium:Taxi-v3")
+
+
+def test_an_unfinished_reward_in_env_kwargs_wins_over_the_worst_return() -> None:
+    async def quit_at_once() -> StepResult:
+        env = make_env("gymnasium:CliffWalking-v1", unfinished_reward=-5.0)
+        await env.reset({"task_id": "cliff", "seed": 0}, 0)
+        return await env.step({"role": "assistant", "content": "I stop here."})
+
+    assert asyncio.run(quit_at_once()).rewards == {"env_reward": -5.0}

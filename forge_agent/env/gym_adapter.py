@@ -248,7 +248,8 @@ class GymnasiumIdEnv(GymnasiumAgentEnv):
     - An episode the model ends without finishing the game (it answers instead of acting)
       scores the worst return this env has seen (any episode's, this one's included), and no
       more than the smallest one-step reward of the game's transition table where it has one
-      (CliffWalking: -100, FrozenLake: 0): quitting never beats playing on.
+      (CliffWalking: -100, FrozenLake: 0): quitting never beats playing on. An
+      `unfinished_reward` in `env.kwargs` is used instead.
 
     An id Gymnasium refuses is an `EnvSetupError` naming the ids it knows that are closest.
     """
@@ -267,9 +268,9 @@ class GymnasiumIdEnv(GymnasiumAgentEnv):
 
     async def step(self, assistant_message: Message) -> StepResult:
         result = await super().step(assistant_message)
-        total = result.rewards.get("env_reward", self.env_return) if result.done else None
-        if total is None:
-            total = self.env_return
+        total = self.env_return  # the return so far; at the end, what `judge` scored
+        if result.done:
+            total = result.rewards.get("env_reward", total)
         earned, self._paid = total - self._paid, total
         return StepResult(result.messages, {"env_reward": earned}, result.done, result.info)
 
@@ -277,7 +278,8 @@ class GymnasiumIdEnv(GymnasiumAgentEnv):
         rewards, info = super().judge(answer)
         returns = [self.env_return] + ([self.worst_return] if self.worst_return is not None else [])
         self.worst_return = min(returns)
-        if not (self.terminated or self.truncated):  # quit: the worst return, never better
+        unset = self.unfinished_reward is None  # env.kwargs.unfinished_reward: the user's own
+        if unset and not (self.terminated or self.truncated):  # quit: the worst, never better
             worst = min([self.worst_return, *_worst_step_reward(self.gym_env)])
             return {"env_reward": worst}, {**info, "unfinished_reward": worst}
         return rewards, info
