@@ -340,6 +340,10 @@ def warm_start(
     every = max(1, cfg.steps // 10)
     for step in range(1, cfg.steps + 1):
         metrics = trainer.sft_step(rng.sample(demos, min(cfg.batch_size, len(demos))))
+        if step == ESTIMATE_AFTER_STEPS and (
+            line := estimate_line(step, time.monotonic() - started, cfg.steps)
+        ):
+            print(line, flush=True)
         if step % every == 0 or step == cfg.steps:
             elapsed = time.monotonic() - started
             rate = step / elapsed
@@ -361,6 +365,22 @@ def warm_start(
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return out
+
+
+ESTIMATE_AFTER_STEPS = 3
+"""Steps timed before the warm start estimates how long it takes (`estimate_line`)."""
+
+
+def estimate_line(step: int, elapsed_s: float, steps: int) -> str | None:
+    """The console line that says how long a warm start will take, from the `elapsed_s` its
+    first `step` steps took; None when the whole takes under a minute."""
+    total = elapsed_s / step * steps
+    if total < 60:
+        return None
+    return (
+        f"[warm start] about {total / 60:.0f} min for {steps} steps ({elapsed_s / step:.1f} s a "
+        "step); cached after, and warm_start.steps sets how many"
+    )
 
 
 DEMO_LENGTHS_FILE = "demonstration_lengths.json"

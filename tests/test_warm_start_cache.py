@@ -79,3 +79,13 @@ def test_a_cached_warm_start_is_named_on_the_console_with_its_key(user_env, tmp_
     assert line.startswith(f"[warm start] using the cached warm start {cached}, keyed on model ")
     assert "cache_user_env:DemoEnv (source " in line and "demonstrations " in line
     assert "steps=300" in line
+
+
+def test_a_warm_start_longer_than_a_minute_says_how_long_before_it_runs():
+    from forge_agent.warm_start import estimate_line
+
+    assert estimate_line(3, 6.0, 300) == (
+        "[warm start] about 10 min for 300 steps (2.0 s a step); cached after, and "
+        "warm_start.steps sets how many"
+    )
+    assert estimate_line(3, 0.3, 300) is None  # 30 s: no estimate
