@@ -94,6 +94,7 @@ class EvalReport:
     num_scored: int = 0  # episodes that are not infra failures
     tools_offered: bool = False  # some episode's env offered tools
     policy_failures: int = 0  # episodes the policy failed (scored with the failure reward)
+    first_errors: dict[str, str] = field(default_factory=dict)  # status -> first error text
 
     @classmethod
     def from_groups(
@@ -107,11 +108,15 @@ class EvalReport:
         scored: list[Trajectory] = []
         per_task: list[TaskResult] = []
         statuses: Counter[str] = Counter()
+        first_errors: dict[str, str] = {}
         infra = 0
         rewards: list[float] = []
         for group in groups:
             ok = [t for t in group.trajectories if not t.status.is_infra_failure]
             statuses.update(t.status.value for t in group.trajectories)
+            for t in group.trajectories:
+                if t.info.get("error"):
+                    first_errors.setdefault(t.status.value, str(t.info["error"])[:500])
             failures = len(group.trajectories) - len(ok)
             infra += failures
             scored.extend(ok)
@@ -149,6 +154,7 @@ class EvalReport:
             max_reward=max((t.reward for t in scored), default=0.0),
             num_scored=len(scored),
             tools_offered=any(t.info.get("tools_offered") for t in scored),
+            first_errors=first_errors,
         )
 
     def as_metrics(self, prefix: str = "eval/") -> dict[str, float]:

@@ -14,6 +14,7 @@ results), so the loss mask covers exactly the assistant's sampled tokens.
 from __future__ import annotations
 
 import hashlib
+import inspect
 import json
 import logging
 import random
@@ -24,6 +25,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from forge_agent.env.registry import env_spec
 from forge_agent.env.seam import (
     demonstrations_of,
     demonstrations_origin,
@@ -161,31 +163,129 @@ def demonstration_source(env_id: str, env_kwargs: dict[str, Any]) -> str | None:
     return None
 
 
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "vocab.json",
+    "merges.txt",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "tokenizer.model",
+    "chat_template.jinja",
+)
+"""The files of a model folder that make its tokenizer and chat template (hashed into the key)."""
+
+KEY_DEMONSTRATIONS = 4
+"""Demonstrations of each env generated to key the cache: a change to what `demonstrations()`
+gives (its code, its data) changes the key. A hook that is not deterministic in its seed
+changes it on every run (and so warm-starts afresh every run)."""
+
+KEY_FILE = "warm_start_key.json"
+"""Written into a warm-start folder: what its cache key was made of (see `warm_start_key`)."""
+
+
+def _digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()[:12]
+
+
+def _tokenizer_digest(model_path: Path) -> str:
+    """A digest of the tokenizer files in `model_path` (those it has)."""
+    h = hashlib.sha256()
+    for name in TOKENIZER_FILES:
+        if (model_path / name).is_file():
+            h.update(name.encode() + b"\0" + (model_path / name).read_bytes())
+    return h.hexdigest()[:12]
+
+
+def _source_digest(env_id: str) -> str:
+    """A digest of the source files of `env_id`'s class and of its `demonstrations` method."""
+    factory = env_spec(env_id).factory()
+    files = set()
+    for obj in (factory, getattr(factory, "demonstrations", None)):
+        try:
+            files.add(inspect.getsourcefile(inspect.unwrap(obj)))  # type: ignore[arg-type]
+        except TypeError:  # a builtin, or None
+            continue
+    h = hashlib.sha256()
+    for name in sorted(f for f in files if f and Path(f).is_file()):
+        h.update(Path(name).read_bytes())
+    return h.hexdigest()[:12]
+
+
+def _env_key(env_id: str, kwargs: dict[str, Any], cfg: WarmStartConfig) -> dict[str, Any]:
+    """What of one env (id, kwargs) shapes its demonstrations: the kwargs, the env's source and
+    a digest of the first `KEY_DEMONSTRATIONS` demonstrations it gives at `cfg`'s seed."""
+    sample = demonstrations_of(env_id, kwargs, KEY_DEMONSTRATIONS, cfg.seed, cfg.demo_fraction)
+    text = json.dumps(sample, sort_keys=True, default=str)
+    return {
+        "kwargs": kwargs,
+        "source": _source_digest(env_id),
+        "demonstrations": _digest(text.encode()),
+    }
+
+
+def warm_start_key(
+    model_path: str | Path,
+    envs: dict[str, dict[str, Any] | list[dict[str, Any]]],
+    cfg: WarmStartConfig,
+) -> dict[str, Any]:
+    """Everything that shapes the warm start of `model_path` on `envs`: the model folder, its
+    tokenizer (a digest of its files), the settings `cfg`, and per env (keyed by the env each
+    demonstration comes from, `demonstrations_origin`: an OpenEnv URL by the env its server
+    serves, an agent program by its `tasks_from` env) its kwargs, a digest of its source and
+    one of a sample of its demonstrations."""
+    origins: dict[str, Any] = {}
+    for env_id, variants in envs.items():
+        if isinstance(variants, list):
+            pairs = [demonstrations_origin(env_id, kwargs) for kwargs in variants]
+            keys = [_env_key(origin, kwargs, cfg) for origin, kwargs in pairs]
+            origins[pairs[0][0] if pairs else env_id] = keys
+        else:
+            origin_id, kwargs = demonstrations_origin(env_id, variants)
+            origins[origin_id] = _env_key(origin_id, kwargs, cfg)
+    model_path = Path(model_path)
+    return {
+        "model": str(model_path.resolve()),
+        "tokenizer": _tokenizer_digest(model_path),
+        "envs": origins,
+        "warm_start": asdict(cfg),
+    }
+
+
 def warm_start_dir(
     model_path: str | Path,
     envs: dict[str, dict[str, Any] | list[dict[str, Any]]],
     cfg: WarmStartConfig,
     cache_dir: str | Path,
 ) -> Path:
-    """The cached warm start of `model_path` on `envs` under `cache_dir`, keyed by the model,
-    `cfg` and the env each demonstration comes from (`demonstrations_origin`): an OpenEnv URL
-    keys by the env its server serves, not by its host and port, and an agent program by its
-    `tasks_from` env, whose demonstrations it gives."""
-    origins: dict[str, Any] = {}
-    for env_id, variants in envs.items():
-        if isinstance(variants, list):
-            pairs = [demonstrations_origin(env_id, kwargs) for kwargs in variants]
-            origins[pairs[0][0] if pairs else env_id] = [kwargs for _, kwargs in pairs]
-        else:
-            origin_id, kwargs = demonstrations_origin(env_id, variants)
-            origins[origin_id] = kwargs
-    model_path = Path(model_path)
-    key = json.dumps(
-        {"model": str(model_path.resolve()), "envs": origins, **asdict(cfg)}, sort_keys=True
-    )
-    digest = hashlib.sha256(key.encode()).hexdigest()[:16]
-    names = "+".join(re.sub(r"[^\w.:+-]", "_", env_id) for env_id in sorted(origins))  # URLs
+    """The cached warm start of `model_path` on `envs` under `cache_dir`, keyed by
+    `warm_start_key` (the model, its tokenizer, `cfg`, each env's kwargs, source and
+    demonstrations)."""
+    return _dir_of(Path(model_path), warm_start_key(model_path, envs, cfg), cache_dir)
+
+
+def _dir_of(model_path: Path, key: dict[str, Any], cache_dir: str | Path) -> Path:
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
+    names = "+".join(re.sub(r"[^\w.:+-]", "_", env_id) for env_id in sorted(key["envs"]))
     return Path(cache_dir) / f"warm-{model_path.name}-{names}-{digest}"
+
+
+def describe_key(key: dict[str, Any]) -> str:
+    """One line of what a warm start was keyed on."""
+    envs = []
+    for env_id, parts in key["envs"].items():
+        first = parts[0] if isinstance(parts, list) and parts else parts
+        if isinstance(first, dict):
+            envs.append(
+                f"{env_id} (source {first['source']}, demonstrations {first['demonstrations']})"
+            )
+        else:
+            envs.append(env_id)
+    settings = ", ".join(f"{k}={v}" for k, v in key["warm_start"].items() if k != "enabled")
+    return (
+        f"model {key['model']} (tokenizer {key['tokenizer']}), env {'; '.join(envs)}, "
+        f"warm_start {settings}"
+    )
 
 
 def warm_start(
@@ -205,9 +305,10 @@ def warm_start(
     from forge_agent.trainer.core import Trainer, TrainerConfig
 
     model_path = Path(model_path)
-    out = warm_start_dir(model_path, envs, cfg, cache_dir or default_cache_dir())
+    key = warm_start_key(model_path, envs, cfg)
+    out = _dir_of(model_path, key, cache_dir or default_cache_dir())
     if (out / "config.json").exists():
-        logger.info("warm start: reusing %s", out)
+        print(f"[warm start] using the cached warm start {out}, keyed on {describe_key(key)}")
         return out
 
     tokenizer = load_tokenizer(model_path)
@@ -239,6 +340,10 @@ def warm_start(
     every = max(1, cfg.steps // 10)
     for step in range(1, cfg.steps + 1):
         metrics = trainer.sft_step(rng.sample(demos, min(cfg.batch_size, len(demos))))
+        if step == ESTIMATE_AFTER_STEPS and (
+            line := estimate_line(step, time.monotonic() - started, cfg.steps)
+        ):
+            print(line, flush=True)
         if step % every == 0 or step == cfg.steps:
             elapsed = time.monotonic() - started
             rate = step / elapsed
@@ -251,6 +356,7 @@ def warm_start(
     trainer.model.save_pretrained(tmp, safe_serialization=True)
     tokenizer.save_pretrained(tmp)
     (tmp / DEMO_LENGTHS_FILE).write_text(json.dumps(demo_lengths(demos)))
+    (tmp / KEY_FILE).write_text(json.dumps(key, indent=1, sort_keys=True))
     try:
         tmp.rename(out)
     except OSError:
@@ -259,6 +365,22 @@ def warm_start(
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return out
+
+
+ESTIMATE_AFTER_STEPS = 3
+"""Steps timed before the warm start estimates how long it takes (`estimate_line`)."""
+
+
+def estimate_line(step: int, elapsed_s: float, steps: int) -> str | None:
+    """The console line that says how long a warm start will take, from the `elapsed_s` its
+    first `step` steps took; None when the whole takes under a minute."""
+    total = elapsed_s / step * steps
+    if total < 60:
+        return None
+    return (
+        f"[warm start] about {total / 60:.0f} min for {steps} steps ({elapsed_s / step:.1f} s a "
+        "step); cached after, and warm_start.steps sets how many"
+    )
 
 
 DEMO_LENGTHS_FILE = "demonstration_lengths.json"

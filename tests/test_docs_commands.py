@@ -5,7 +5,8 @@ split them (`shlex`, `\\` continuations joined, `&&` chains split, comments drop
 as a real program in a subprocess:
 
 - `python -m apps.agent.main ARGS`: `ARGS --check` (config, env, tasks, model and prompt
-  lengths checked; nothing starts), through the app's `main` in one subprocess for all of them
+  lengths checked, a scripted episode played per split in an env worker; no model starts),
+  through the app's `main` in one subprocess for all of them
   (`tests/test_setup_errors.py` runs the program itself). The page's own files are put in
   place first: `my_envs/reverse.py` (docs/envs.md), `my_agents/calc.py` (docs/agents.md),
   HumanEval's file where a page names it, and a Hugging Face cache holding the GPU configs'
@@ -157,7 +158,8 @@ def agent_checks(page_files) -> dict[tuple[str, ...], tuple[int, str, str]]:
         for _, argv in COMMANDS
         if argv[:3] == ["python", "-m", "apps.agent.main"]
     ]
-    result = _run([sys.executable, "-c", CHECK_ALL, json.dumps(argvs)], env, timeout=300)
+    # ~40 commands, each starting an env worker for its two --check episodes
+    result = _run([sys.executable, "-c", CHECK_ALL, json.dumps(argvs)], env, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     rows = json.loads(result.stdout.strip().splitlines()[-1])
     return {tuple(a): tuple(r) for a, r in zip(argvs, rows, strict=True)}

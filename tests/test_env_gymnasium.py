@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import warnings
 from typing import Any
 
@@ -12,8 +13,9 @@ from gymnasium.utils.env_checker import check_env
 
 from envs.calculator import generate_tasks
 from envs.frozen_lake import DEFAULT_MAP, FrozenLakeEnv, shortest_path
-from forge_agent.env import make_env
+from forge_agent.env import EnvConfig, EnvPool, make_env
 from forge_agent.env.gym_adapter import parse_text_action, register_gymnasium_envs
+from forge_agent.types import StepResult
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -153,3 +155,55 @@ def test_importing_the_adapter_registers_nothing() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "0", out.stdout + out.stderr
+
+
+def act(action: str) -> dict[str, Any]:
+    """An assistant message calling the `act` tool."""
+    call = {"name": "act", "arguments": json.dumps({"action": action})}
+    return {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [{"id": "c0", "type": "function", "function": call}],
+    }
+
+
+async def cliff_episode(actions: list[str], answer: bool) -> list[StepResult]:
+    """One CliffWalking episode through an env worker: `actions`, then (with `answer`) a
+    text answer that ends it unfinished; the step results."""
+    config = EnvConfig("gymnasium:CliffWalking-v1", kwargs={}, step_timeout_s=10)
+    async with EnvPool(config, size=1) as pool, pool.lease() as env:
+        await env.reset({"task_id": "cliff", "seed": 0}, 0)
+        results = [await env.step(act(a)) for a in actions]
+        if answer:
+            results.append(await env.step({"role": "assistant", "content": "I stop here."}))
+    return results
+
+
+def test_a_gymnasium_id_pays_each_steps_reward_as_it_comes_through_the_worker() -> None:
+    """Cut short by max_turns, an episode scores the return it earned, not 0."""
+    results = asyncio.run(cliff_episode(["up", "right"], answer=False))
+    assert [r.rewards["env_reward"] for r in results] == [-1.0, -1.0]
+    assert not any(r.done for r in results)
+
+
+def test_quitting_a_gymnasium_game_scores_no_better_than_its_worst_step() -> None:
+    """CliffWalking's every step costs: an unfinished game scores at most the cliff's -100."""
+    results = asyncio.run(cliff_episode(["up"], answer=True))
+    assert results[-1].done and results[-1].info["outcome"] == "stopped"
+    assert sum(r.rewards["env_reward"] for r in results) == -100.0
+
+
+def test_a_gymnasium_id_gymnasium_refuses_names_the_ids_it_knows() -> None:
+    from forge_agent.errors import SetupError
+
+    with pytest.raises(SetupError, match=r"gymnasium:Taxi-v3.*deprecated.*Taxi-v4"):
+        make_env("gymnasium:Taxi-v3")
+
+
+def test_an_unfinished_reward_in_env_kwargs_wins_over_the_worst_return() -> None:
+    async def quit_at_once() -> StepResult:
+        env = make_env("gymnasium:CliffWalking-v1", unfinished_reward=-5.0)
+        await env.reset({"task_id": "cliff", "seed": 0}, 0)
+        return await env.step({"role": "assistant", "content": "I stop here."})
+
+    assert asyncio.run(quit_at_once()).rewards == {"env_reward": -5.0}

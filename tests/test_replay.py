@@ -289,6 +289,18 @@ def test_groups_lost_to_failures_are_blamed_on_the_failures_not_the_reward():
     assert "drop_zero_variance=false" not in message
 
 
+def test_groups_lost_to_truncation_name_the_limits_that_cut_them():
+    from forge_agent.algorithms.replay import ZeroSignalWatch
+
+    watch = ZeroSignalWatch(warn_after=100, fail_after=2)
+    watch.observe(False, [0.0, 0.5], {"truncated": 2})
+    with pytest.raises(RuntimeError) as err:
+        watch.observe(False, [0.5, 0.0], {"truncated": 2})
+    message = str(err.value)
+    assert "rollout.max_turns" in message and "rollout.max_total_tokens" in message
+    assert "drop_zero_variance=false" not in message
+
+
 def test_a_dropped_groups_empty_slot_is_never_stale():
     """Without dynamic sampling a dropped group keeps its slot in the step's batch as an empty
     group: it has no sampled token, so no version can make it stale (async or not)."""

@@ -148,6 +148,40 @@ def test_writer_appends_across_reopens_and_reader_returns_the_last_n(tmp_path):
     assert [r["task_id"] for r in read_traces(path, last=2)] == ["b", "c"]
 
 
+def test_a_writer_keeping_n_leaves_the_last_n_episodes_in_the_file(tmp_path):
+    path = tmp_path / "t.jsonl"
+    with TraceWriter(path, keep=3) as writer:
+        for i in range(10):
+            writer.write(make_trajectory(f"e{i}"))
+            assert len(path.read_text().splitlines()) < 2 * 3  # never twice the kept count
+
+    assert [r["task_id"] for r in read_traces(path)] == ["e7", "e8", "e9"]
+
+
+def test_a_resumed_writer_counts_the_episodes_already_in_the_file(tmp_path):
+    path = tmp_path / "t.jsonl"
+    with TraceWriter(path) as writer:
+        for i in range(5):
+            writer.write(make_trajectory(f"old{i}"))
+    with TraceWriter(path, keep=2) as writer:
+        writer.write(make_trajectory("new"))
+
+    assert [r["task_id"] for r in read_traces(path)] == ["old4", "new"]
+
+
+def test_the_run_trace_page_shows_only_the_last_traces_last_episodes(tmp_path):
+    from forge_agent.run.outputs import write_trace_page
+
+    with TraceWriter(tmp_path / "traces.jsonl") as writer:
+        for i in range(9):
+            writer.write(make_trajectory(f"ep{i}"))
+    write_trace_page(tmp_path, 2, decode=None)
+
+    page = (tmp_path / "traces.html").read_text()
+    assert page.count('<article class="card') == 2
+    assert "ep8" in page and "ep6" not in page
+
+
 def test_numpy_values_in_info_are_written_as_plain_json(tmp_path):
     traj = make_trajectory()
     traj.info = {"score": np.float32(0.5), "ids": np.arange(3)}

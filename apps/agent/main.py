@@ -45,7 +45,9 @@ Train a tool-using agent with GRPO. With no arguments: the embedded CPU default
 
 options:
   --config FILE  a YAML config; `defaults: default.yaml` inherits the default's keys
-  --check        check the config, the env, its tasks and the model, then exit (starts nothing)
+  --check        check the config, the env, its tasks and the model, play one episode on the
+                 first train and held-out task in an env worker (a scripted answer: reset,
+                 step and judge run) and print how each ended, then exit (no model starts)
   --verbose      third-party logs (vLLM, torch, Monarch) on the console instead of
                  OUTPUT_DIR/run.log, and the traceback of a setup error
   -h, --help     this message
@@ -97,8 +99,12 @@ def _run(argv: list[str], verbose: bool, check_only: bool) -> int:
     report = check_setup(cfg)
     lengths = prompt_lengths(cfg, report)
     if check_only:
+        from forge_agent.run.check_episodes import check_episode_lines
+
         for line in ["config: ok", *report.lines(), lengths]:
-            print(line)
+            print(line, flush=True)
+        for line in check_episode_lines(cfg, report.train_tasks[:1], report.eval_tasks[:1]):
+            print(line, flush=True)
         return 0
     if lengths.startswith("warning"):  # episodes that would end prompt_too_long, unsampled
         print(lengths, file=sys.stderr, flush=True)

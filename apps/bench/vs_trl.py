@@ -356,7 +356,7 @@ def trl_run(
         "steps": cfg.training.steps,
         "groups_per_step": cfg.training.groups_per_step,
         "group_size": cfg.training.group_size,
-        "lr": cfg.trainer.lr,
+        "lr": cfg.trainer.learning_rate,
         "max_grad_norm": cfg.trainer.max_grad_norm,
         "clip_low": 0.2,
         "clip_high": 0.28,

@@ -233,6 +233,13 @@ class ZeroSignalWatch:
             f"can be trained (trajectories dropped: {why}; last group's rewards: {last}). "
         )
         failed = self.reasons["infra_failure"] + self.reasons["small_group"]
+        if self.reasons["truncated"] > max(self.reasons["zero_variance"], failed):
+            return head + (
+                "Most were cut short (truncated_turns or truncated_length) and dropped by "
+                "advantages.truncated: raise rollout.max_turns, rollout.max_new_tokens_per_turn "
+                "or rollout.max_total_tokens so that episodes can end, or set "
+                "advantages.truncated=keep."
+            )
         if failed > self.reasons["zero_variance"]:
             return head + (
                 "Most were lost to env, generator or reward failures: see the status/* and "

@@ -34,6 +34,7 @@ __all__ = [
     "ACTION_NAMES",
     "AgentGymEnv",
     "GymnasiumAgentEnv",
+    "GymnasiumIdEnv",
     "gymnasium_id",
     "parse_text_action",
     "register_gymnasium_envs",
@@ -235,6 +236,81 @@ class GymnasiumAgentEnv(ToolEnv):
         if self.gym_env is not None:
             self.gym_env.close()
             self.gym_env = None
+
+
+class GymnasiumIdEnv(GymnasiumAgentEnv):
+    """The env of `env.id=gymnasium:<id>`: any Gymnasium id with Discrete actions, e.g.
+    `gymnasium:CliffWalking-v1`, scored so that leaving the game unfinished never pays.
+
+    - Each `act` pays its reward as it comes (`StepResult.rewards` of that step, component
+      `env_reward`), so an episode cut short by `rollout.max_turns` or the token limits
+      (`truncated_*`) scores the return it earned, as Gymnasium's own truncation does, not 0.
+    - An episode the model ends without finishing the game (it answers instead of acting)
+      scores the worst return this env has seen (any episode's, this one's included), and no
+      more than the smallest one-step reward of the game's transition table where it has one
+      (CliffWalking: -100, FrozenLake: 0): quitting never beats playing on. An
+      `unfinished_reward` in `env.kwargs` is used instead.
+
+    An id Gymnasium refuses is an `EnvSetupError` naming the ids it knows that are closest.
+    """
+
+    def __init__(self, gym_id: str, **kwargs: Any) -> None:
+        _check_gym_id(gym_id)
+        super().__init__(gym_id, **kwargs)
+        self.worst_return: float | None = None
+        self._paid = 0.0
+
+    async def reset(
+        self, task: dict[str, Any], seed: int | None = None
+    ) -> tuple[list[Message], list[ToolSpec]]:
+        self._paid = 0.0
+        return await super().reset(task, seed)
+
+    async def step(self, assistant_message: Message) -> StepResult:
+        result = await super().step(assistant_message)
+        total = self.env_return  # the return so far; at the end, what `judge` scored
+        if result.done:
+            total = result.rewards.get("env_reward", total)
+        earned, self._paid = total - self._paid, total
+        return StepResult(result.messages, {"env_reward": earned}, result.done, result.info)
+
+    def judge(self, answer: str) -> tuple[dict[str, float], dict[str, Any]]:
+        rewards, info = super().judge(answer)
+        returns = [self.env_return] + ([self.worst_return] if self.worst_return is not None else [])
+        self.worst_return = min(returns)
+        unset = self.unfinished_reward is None  # env.kwargs.unfinished_reward: the user's own
+        if unset and not (self.terminated or self.truncated):  # quit: the worst, never better
+            worst = min([self.worst_return, *_worst_step_reward(self.gym_env)])
+            return {"env_reward": worst}, {**info, "unfinished_reward": worst}
+        return rewards, info
+
+
+def _check_gym_id(gym_id: str) -> None:
+    """An `EnvSetupError` naming `gym_id` and the closest ids Gymnasium knows, when
+    `gymnasium.spec` refuses it (unknown, or a deprecated version such as Taxi-v3)."""
+    import difflib
+
+    from forge_agent.env.sources import EnvSetupError
+
+    try:
+        gymnasium.spec(gym_id)
+    except gymnasium.error.Error as exc:
+        close = difflib.get_close_matches(gym_id, list(gymnasium.envs.registry), n=3, cutoff=0.6)
+        known = f"; ids gymnasium knows close to it: {', '.join(close)}" if close else ""
+        raise EnvSetupError(
+            f"gymnasium:{gym_id}",
+            "env.id",
+            f"gymnasium refuses the id ({str(exc).rstrip('.')}){known}",
+        ) from None
+
+
+def _worst_step_reward(gym_env: gymnasium.Env | None) -> list[float]:
+    """The smallest one-step reward of a toy-text game's transition table `P` ([] without)."""
+    table = getattr(getattr(gym_env, "unwrapped", None), "P", None)
+    if not isinstance(table, dict):
+        return []
+    rewards = [t[2] for moves in table.values() for outcomes in moves.values() for t in outcomes]
+    return [float(min(rewards))] if rewards else []
 
 
 def _render_modes(spec: gymnasium.envs.registration.EnvSpec) -> list[str]:

@@ -132,6 +132,7 @@ ECOSYSTEMS: dict[str, tuple[str, str]] = {
     "reasoning_gym": ("forge_agent.env.reasoning_gym_env:ReasoningGymEnv", "task"),
     "verifiers": ("forge_agent.env.verifiers_env:VerifiersEnv", "module"),
     "textarena": ("forge_agent.env.textarena_env:TextArenaEnv", "game"),
+    "gymnasium": ("forge_agent.env.gym_adapter:GymnasiumIdEnv", "gym_id"),
 }
 """Id prefix -> (the adapter's entry point, the argument the rest of the id fills)."""
 
@@ -166,7 +167,7 @@ def env_spec(env_id: str) -> EnvSpec:
         "env.id",
         f"unknown env id; registered ids: {', '.join(registered_env_ids())} (or pass a "
         "'package.module:Factory' entry point, an OpenEnv server's http:// URL, "
-        "'reasoning_gym:<task>', 'verifiers:<module>' or 'textarena:<game>')",
+        "'reasoning_gym:<task>', 'verifiers:<module>', 'textarena:<game>' or 'gymnasium:<id>')",
     )
 
 

@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 from forge_agent.env.registry import env_spec
 from forge_agent.toolset import ToolSet
-from forge_agent.types import Message, ToolSpec
+from forge_agent.types import Message, SeatStart, SeatStep, ToolSpec
 
 __all__ = [
     "Conversation",
@@ -130,7 +130,9 @@ def schema_demonstrations(
     `demonstrations()`: each resets the env on a training task, makes 1 to
     `SCHEMA_DEMO_MAX_CALLS` well-formed calls with arguments sampled from the schemas (enum
     values, words of the prompt, small numbers), gets the env's real answers, and ends with a
-    short final answer (unless the env ended the episode first).
+    short final answer (unless the env ended the episode first). A seated game (a reset that
+    returns a `SeatStart`) is demonstrated from the seat to move: its calls until its move is
+    made (the turn passes to another seat) or the game ends.
 
     They teach the call format only, not the task: a policy warm-started on them calls the
     env's tools at all, so RL sees groups whose rewards differ. [] when the env offers no tools.
@@ -147,7 +149,9 @@ def schema_demonstrations(
         env = env_spec(env_id).make(**dict(env_kwargs))
         try:
             for i, task in enumerate(tasks):
-                messages, tools = await env.reset(task, seed + i)
+                start = await env.reset(task, seed + i)
+                seat = start.turn if isinstance(start, SeatStart) else None
+                messages, tools = start.seats[seat] if seat is not None else start
                 if not tools:
                     return []
                 convo = list(messages)
@@ -156,6 +160,11 @@ def schema_demonstrations(
                     assistant = {"role": "assistant", "content": "", "tool_calls": [call]}
                     convo.append(assistant)
                     result = await env.step(assistant)
+                    if isinstance(result, SeatStep):  # a seated game: the moving seat's view
+                        convo.extend(result.messages.get(seat, []))
+                        if result.done or result.turn != seat:
+                            break  # its move is made: the game goes on with another seat
+                        continue
                     convo.extend(result.messages)
                     if result.done:
                         break

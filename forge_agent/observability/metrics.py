@@ -321,7 +321,7 @@ class MetricsConfig:
     tensorboard: bool = False  # <output>/tb; skipped with a warning when tensorboard is missing
     wandb_project: str | None = None  # skipped with a warning when wandb is missing
     plot_every: int = 0  # steps between <output>/curves.png refreshes; 0 = at the end only
-    traces_last: int = 64  # trajectories kept for the trace viewer
+    traces_last: int = 64  # episodes kept in traces.jsonl and shown by traces.html
 
     def __post_init__(self) -> None:
         from forge_agent.typed_config import check_field

@@ -69,25 +69,53 @@ class TraceWriter:
     """Appends one JSON line per trajectory to `path` (created with its parent folders).
 
     Each line is written whole and flushed, so a crash leaves at most one partial last line,
-    which `read_traces` skips. Safe to share between threads.
+    which `read_traces` skips. Safe to share between threads. With `keep` (the run's
+    `metrics.traces_last`), the file holds the last `keep` episodes: it is cut back to them
+    whenever it reaches twice as many (so it never holds more than `2 * keep - 1` while
+    written) and on `close`; `keep=0` writes nothing. A file already there (a resumed run)
+    counts towards it.
     """
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, keep: int | None = None) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.keep = keep
+        self._lines = 0
+        if keep is not None and self.path.exists():
+            with self.path.open(encoding="utf-8") as f:
+                self._lines = sum(1 for line in f if line.strip())
         self._file = self.path.open("a", encoding="utf-8")
         self._lock = threading.Lock()
 
     def write(self, traj: Trajectory, extra: dict[str, Any] | None = None) -> None:
         """Append `traj` (and `extra`, e.g. {"step": 3, "policy_version": 7}) as one line."""
+        if self.keep == 0:
+            return
         line = json.dumps(trace_record(traj, extra), default=_json_default, ensure_ascii=False)
         with self._lock:
             self._file.write(line + "\n")
             self._file.flush()
+            self._lines += 1
+            if self.keep is not None and self._lines >= 2 * self.keep:
+                self._trim()
+
+    def _trim(self) -> None:
+        """Cut the file back to its last `keep` lines (atomically: a new file renamed over)."""
+        assert self.keep is not None
+        self._file.close()
+        lines = [line for line in self.path.read_text(encoding="utf-8").splitlines() if line]
+        kept = lines[-self.keep :] if self.keep else []
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        tmp.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
+        tmp.replace(self.path)
+        self._lines = len(kept)
+        self._file = self.path.open("a", encoding="utf-8")
 
     def close(self) -> None:
-        """Close the file; later writes raise."""
+        """Cut the file to its last `keep` episodes and close it; later writes raise."""
         with self._lock:
+            if self.keep is not None and self._lines > self.keep and not self._file.closed:
+                self._trim()
             self._file.close()
 
     def __enter__(self) -> TraceWriter:

@@ -223,7 +223,7 @@ class AgentConfig:
     advantages: AdvantageConfig = field(default_factory=lambda: AdvantageConfig(truncated="mask"))
     trainer: TrainerConfig = field(
         # short rows: on CPU, sdpa pays for a packed row's block-diagonal mask quadratically
-        default_factory=lambda: TrainerConfig(lr=1e-4, row_tokens=512, microbatch_tokens=2048)
+        default_factory=lambda: TrainerConfig(lr=None, row_tokens=512, microbatch_tokens=2048)
     )
     training: TrainingConfig = field(default_factory=TrainingConfig)
     warm_start: WarmStartConfig = field(default_factory=WarmStartConfig)

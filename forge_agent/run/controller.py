@@ -58,6 +58,7 @@ class Controller:
         self.epoch = 0  # advances when a restarted trainer goes back to a checkpoint
         self.counts: Counter[str] = Counter()
         self.evals: list[dict[str, float]] = []
+        self.eval_errors: dict[str, str] = {}  # the last evaluation's first error per status
         self.resumed_from: dict[str, Any] | None = None
         self.rollouts_open = asyncio.Event()  # closed while the policy changes (on-policy)
         self.rollouts_open.set()
@@ -89,7 +90,7 @@ class Controller:
             cfg, self.services, self.policy_path, int(generator["max_model_len"]),
             wrap=self._wrap_generate, wrap_envs=self.profile.timed_envs,
         )  # fmt: skip
-        self.traces = TraceWriter(self.out / "traces.jsonl")
+        self.traces = TraceWriter(self.out / "traces.jsonl", keep=cfg.metrics.traces_last)
         self.buffer = ReplayBuffer(cfg.training.replay_capacity, cfg.training.max_policy_lag)
         gps = cfg.training.groups_per_step
         self.zero_signal = ZeroSignalWatch(warn_after=4 * gps, fail_after=25 * gps)
@@ -112,7 +113,8 @@ class Controller:
             await self._evaluate()
             self.metrics.flush(self.step, progress=False)  # at its own step, not on step 1's
             if self.step == 0:  # no tool call / no reward at all: stop now, saying why
-                check_start_signal(self.evals[0], cfg, parameter_count(self.policy_path))
+                params = parameter_count(self.policy_path)
+                check_start_signal(self.evals[0], cfg, params, errors=self.eval_errors)
         self.profile.start()
         rollouts = asyncio.create_task(self._rollout_loop())
         try:
@@ -256,7 +258,9 @@ class Controller:
         busy = await self.services.generators.busy_seconds()
         try:
             with self.timing.measure("eval"):
-                metrics = await evaluate_policy(self.engines, self.eval_tasks, self.cfg, self.step)
+                metrics, self.eval_errors = await evaluate_policy(
+                    self.engines, self.eval_tasks, self.cfg, self.step
+                )
         finally:
             self.rollouts_open.set()
             busy = await self.services.generators.busy_seconds() - busy

@@ -110,9 +110,10 @@ def seat_players(cfg: AgentConfig, store: Any, policy_path: Any, renderer: Any) 
 
 async def evaluate_policy(
     engines: Engines, tasks: list[dict[str, Any]], cfg: AgentConfig, step: int
-) -> dict[str, float]:
+) -> tuple[dict[str, float], dict[str, str]]:
     """`eval.k` episodes of each held-out task; the report's metrics, recorded and printed
-    (`[eval] step N: mean ..., pass@1 ..., tool_call_rate ...`)."""
+    (`[eval] step N: mean ..., pass@1 ..., tool_call_rate ...`), and the first error text of
+    each status (`EvalReport.first_errors`)."""
     from forge_agent.evaluation import evaluate
 
     score = engines.eval_score
@@ -125,7 +126,7 @@ async def evaluate_policy(
     failures = [(report.policy_failures, "policy failures"), (report.infra_failures, "infra")]
     line += "".join(f", {n} {what}" for n, what in failures if n)
     print(f"[eval] step {step}: {line}", flush=True)
-    return metrics
+    return metrics, report.first_errors
 
 
 def record_episode(traj: Trajectory, counts: Counter[str]) -> None:

@@ -33,6 +33,7 @@ __all__ = [
     "check_start_signal",
     "check_timeout_layers",
     "prompt_length_warning",
+    "status_cause",
 ]
 
 PROMPT_SAMPLE = 256
@@ -342,55 +343,122 @@ MIN_START_EPISODES = 16
 """Held-out episodes the step-0 check needs before it stops a run (fewer: a warning line)."""
 
 
+def status_cause(
+    metrics: Mapping[str, float], cfg: Any, errors: Mapping[str, str] | None = None
+) -> str | None:
+    """Why most held-out episodes did not end normally, naming the config key (or the env
+    code) that fixes it: the most frequent status of `metrics`' `eval/status/<status>` counts,
+    when it is not `ok`; `errors` gives each status's first error text (`EvalReport.first_errors`).
+    None when most episodes ended `ok` (or there are no counts)."""
+    counts = {
+        k.removeprefix("eval/status/"): int(v)
+        for k, v in metrics.items()
+        if k.startswith("eval/status/")
+    }
+    total = sum(counts.values())
+    if not total:
+        return None
+    status, n = max(counts.items(), key=lambda item: item[1])
+    if status == "ok":
+        return None
+    rollout, env = cfg.rollout, cfg.env.id
+    error = (errors or {}).get(status)
+    said = f": {error}" if error else ""
+    head = f"{n} of {total} held-out episodes ended {status}"
+    causes = {
+        "truncated_turns": f"they ran out of turns: rollout.max_turns={rollout.max_turns} cuts "
+        "every episode before it ends; raise rollout.max_turns",
+        "truncated_length": "they ran out of tokens: raise rollout.max_new_tokens_per_turn="
+        f"{rollout.max_new_tokens_per_turn} (one turn) or rollout.max_total_tokens="
+        f"{rollout.max_total_tokens} (the whole episode)",
+        "prompt_too_long": "their prompts alone fill rollout.max_total_tokens="
+        f"{rollout.max_total_tokens}; raise it, or shorten the env's prompts",
+        "policy_error": f"env {env!r} raised on the policy's messages (its judge, step or a "
+        f"tool){said}; fix the env's code (the error is the env's, not the model's)",
+        "policy_timeout": f"env {env!r} took longer than env.step_timeout_s="
+        f"{cfg.env.step_timeout_s} to act on the policy's messages{said}; raise "
+        "env.step_timeout_s, or make the env's step faster",
+        "env_error": f"env {env!r} failed to start or reset (or its worker died){said}; fix "
+        "the env (python -m apps.agent.main --check reports its setup)",
+        "env_timeout": f"env {env!r} took too long to start, reset or close{said}; see "
+        "env.reset_timeout_s",
+        "generator_error": f"the generator failed{said}",
+        "forfeit": "the seats left their games unfinished (rollout.forfeit_reward scores them)",
+    }
+    return f"{head}: {causes.get(status, f'see traces.jsonl{said}')}"
+
+
 def check_start_signal(
-    metrics: dict[str, float], cfg: Any, model_params: int | None = None
+    metrics: dict[str, float],
+    cfg: Any,
+    model_params: int | None = None,
+    errors: Mapping[str, str] | None = None,
 ) -> None:
     """Stop a run at step 0 when its held-out episodes show RL has nothing to start from.
 
     Every scored episode of the step-0 evaluation earning no reward (all <= 0 and equal) means
     every training group will have zero variance: the run would only stop after
-    `25 * groups_per_step` dropped groups. The cause is named: the policy never called any of
-    the env's tools (it has not learned their call format: the env has no demonstrations, or
-    the model is too small for the task), or it called them (or answered without them) and
-    still never earned reward: the task is beyond the model, named with its size
-    (`model_params`, e.g. HumanEval for the CPU default's 2.9 M parameters).
+    `25 * groups_per_step` dropped groups. Every episode lost to infra (none scored) is
+    the same. The cause is named: when most episodes did not end `ok`, their status and the
+    key that fixes it (`status_cause`, with the first error text of `errors`); else the
+    policy never called any of the env's tools (it has not learned their call format: the env
+    has no demonstrations, or the model is too small for the task), or it called them (or
+    answered without them) and still never earned reward: the task is beyond the model, named
+    with its size (`model_params`, e.g. HumanEval for the CPU default's 2.9 M parameters).
     Raises `SetupError`; with fewer than `MIN_START_EPISODES` episodes, or with a difficulty
     ladder whose first level is not the held-out tasks' (the ladder trains easier tasks than
     it evaluates), it only prints a warning.
     """
-    from forge_agent.errors import SetupError
-
     scored = int(metrics.get("eval/scored_episodes", 0))
-    if scored == 0 or metrics.get("eval/reward/max", 0.0) > 0.0:
+    episodes = int(metrics.get("eval/episodes", scored))
+    best = metrics.get("eval/reward/max", 0.0)
+    if scored == 0 and episodes > 0:
+        cause = status_cause(metrics, cfg, errors)
+        if cause is None:
+            return
+        message = f"step 0: no held-out episode could be scored; {cause}"
+        _stop_or_warn(message, episodes, cfg)
         return
-    if metrics.get("eval/reward/mean", 0.0) != metrics.get("eval/reward/max", 0.0):
+    if scored == 0 or best > 0.0:
+        return
+    if metrics.get("eval/reward/mean", 0.0) != best:
         return  # rewards differ (all negative but not equal): groups can carry signal
+    cause = status_cause(metrics, cfg, errors) or _model_cause(metrics, cfg, model_params)
+    message = (
+        f"step 0: all {scored} held-out episodes earned reward {best:g}, so every training "
+        f"group would have zero variance and RL has no signal; {cause}"
+    )
+    _stop_or_warn(message, scored, cfg)
+
+
+def _model_cause(metrics: Mapping[str, float], cfg: Any, model_params: int | None) -> str:
+    """Episodes that ended normally and earned nothing: the tools' call format was never
+    learned, or the task is beyond the model."""
     env = cfg.env.id
     model = f"model.name={cfg.model.name}"
     if model_params:
         model += f", {model_params / 1e6:.1f} M parameters"
     if metrics.get("eval/tools_offered") and metrics.get("eval/tool_call_rate", 0.0) == 0.0:
-        cause = (
+        return (
             f"the policy never called a tool of env {env!r}: it has not learned their call "
             f"format, or the task is beyond this model ({model}). Give the env "
             "`demonstrations()` for the warm start (docs/envs.md), or use a larger model "
             "that calls tools (model.name; docs/envs.md says what size each shipped task needs)"
         )
-    else:
-        cause = (
-            f"the policy never earned reward on env {env!r} (tool-call rate "
-            f"{metrics.get('eval/tool_call_rate', 0.0):.2f}): the task is beyond this model "
-            f"({model}); use a larger model (model.name; docs/envs.md says what size each "
-            "shipped task needs), easier tasks (env.kwargs, env.curriculum), or "
-            "demonstrations that solve it"
-        )
-    message = (
-        f"step 0: all {scored} held-out episodes earned reward "
-        f"{metrics.get('eval/reward/max', 0.0):g}, so every training group would have zero "
-        f"variance and RL has no signal; {cause}"
+    return (
+        f"the policy never earned reward on env {env!r} (tool-call rate "
+        f"{metrics.get('eval/tool_call_rate', 0.0):.2f}): the task is beyond this model "
+        f"({model}); use a larger model (model.name; docs/envs.md says what size each "
+        "shipped task needs), easier tasks (env.kwargs, env.curriculum), or "
+        "demonstrations that solve it"
     )
-    if scored < MIN_START_EPISODES:
-        print(f"warning: {message} (only {scored} episodes: going on)", flush=True)
+
+
+def _stop_or_warn(message: str, episodes: int, cfg: Any) -> None:
+    """Raise `message` as a `SetupError`, or print it as a warning: with fewer than
+    `MIN_START_EPISODES` episodes, or held-out tasks above a ladder's first level."""
+    if episodes < MIN_START_EPISODES:
+        print(f"warning: {message} (only {episodes} episodes: going on)", flush=True)
         return
     ladder = cfg.env.curriculum
     if ladder.kwarg is not None and cfg.env.kwargs.get(ladder.kwarg) != ladder.levels[0]:

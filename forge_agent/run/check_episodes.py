@@ -1,0 +1,106 @@
+"""`--check`'s episodes: the env played once on the first training task and once on the first
+held-out task, in an env worker as a run plays it, by a scripted policy that answers at once.
+
+    lines = check_episode_lines(cfg, report.train_tasks[:1], report.eval_tasks[:1])
+    # ["episode (train, task calc-3): ok, reward 0 (env reset, step and judge ran)", ...]
+
+The answer is a plain message (`CHECK_ANSWER`), so the env's reset, its step and its judge run
+on a real task; an env that wants more turns gets the same answer again, up to
+`rollout.max_turns`. A failure is named with the status a run would give it (the rule of blame,
+docs/rewards.md) and the exception's text, so a judge that raises on every answer shows here,
+not after the warm start. A seated game (a reset that returns a `SeatStart`) and an agent
+program (it runs against the policy's endpoint) are not played.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any
+
+from forge_agent.types import Message, SeatStart, Status
+
+__all__ = ["CHECK_ANSWER", "CheckedEpisode", "check_episode_lines", "play_check_episode"]
+
+CHECK_ANSWER = "I do not know."
+"""The scripted policy's every message."""
+
+
+@dataclass
+class CheckedEpisode:
+    """How one `--check` episode ended: its status, its reward (None when it has none), turns
+    played and the error text of a failure."""
+
+    split: str
+    task_id: str
+    status: str
+    reward: float | None = None
+    turns: int = 0
+    error: str = ""
+
+    def line(self) -> str:
+        """One console line."""
+        head = f"episode ({self.split}, task {self.task_id}): {self.status}"
+        if self.error:
+            return f"{head}: {self.error}"
+        if self.status == "seated game":
+            return f"{head} (not played by --check)"
+        reward = "none" if self.reward is None else f"{self.reward:g}"
+        return f"{head}, reward {reward} after {self.turns} turn(s) (reset, step and judge ran)"
+
+
+async def play_check_episode(
+    pool: Any, task: dict[str, Any], split: str, max_turns: int
+) -> CheckedEpisode:
+    """One episode of `task` on a leased env of `pool` (an `EnvPool`), answering
+    `CHECK_ANSWER` each turn."""
+    from forge_agent.env.protocol import step_failure
+
+    task_id = str(task.get("task_id", "?"))
+    answer: Message = {"role": "assistant", "content": CHECK_ANSWER}
+    async with pool.lease() as env:
+        try:
+            start = await env.reset(task, 0)
+        except Exception as exc:
+            status, _ = step_failure(exc, env)
+            status = status if status.is_infra_failure else Status.ENV_ERROR  # a reset
+            return CheckedEpisode(split, task_id, status.value, error=f"reset: {exc}")
+        if isinstance(start, SeatStart):
+            return CheckedEpisode(split, task_id, "seated game")
+        reward = 0.0
+        for turn in range(1, max_turns + 1):
+            try:
+                result = await env.step(answer)
+            except Exception as exc:
+                status, failure = step_failure(exc, env)
+                return CheckedEpisode(split, task_id, status.value, failure, turn, f"step: {exc}")
+            reward += sum(float(v) for v in result.rewards.values())
+            if result.done:
+                return CheckedEpisode(split, task_id, Status.OK.value, reward, turn)
+        return CheckedEpisode(split, task_id, Status.TRUNCATED_TURNS.value, reward, max_turns)
+
+
+def check_episode_lines(
+    cfg: Any, train: list[dict[str, Any]], held_out: list[dict[str, Any]]
+) -> list[str]:
+    """One line per episode of `--check`: each task of `train` and of `held_out`, played in
+    an env worker built from `cfg.env`."""
+    from forge_agent.env.registry import is_agent_program
+    from forge_agent.env.worker import EnvPool
+
+    if is_agent_program(cfg.env.id):
+        return [
+            f"episodes: not played by --check ({cfg.env.id!r} is an agent program: it needs "
+            "the policy's endpoint)"
+        ]
+
+    async def play() -> list[str]:
+        lines = []
+        async with EnvPool(cfg.env, size=1) as pool:
+            for split, tasks in (("train", train), ("held-out", held_out)):
+                for task in tasks:
+                    played = await play_check_episode(pool, task, split, cfg.rollout.max_turns)
+                    lines.append(played.line())
+        return lines
+
+    return asyncio.run(play())

@@ -1,0 +1,60 @@
+"""`--check` plays one episode per split in an env worker and says how each ended."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from forge_agent.run.check_episodes import check_episode_lines
+from forge_agent.run.config import load_config
+
+ENVS = """
+from forge_agent.env.protocol import ToolEnv
+
+
+class JudgedEnv(ToolEnv):
+    dataset = [{"task_id": f"t{i}", "prompt": "Say hi.", "answer": "hi"} for i in range(40)]
+
+    def judge(self, answer):
+        return {"correct": float(answer.strip() == self.task["answer"])}
+
+
+class BrokenJudgeEnv(JudgedEnv):
+    def judge(self, answer):
+        return {"correct": float(answer.strip() == self.task["answr"])}  # a typo
+"""
+
+
+@pytest.fixture
+def user_envs(tmp_path, monkeypatch):
+    (tmp_path / "check_user_envs.py").write_text(textwrap.dedent(ENVS))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))  # the env worker imports it too
+    return "check_user_envs"
+
+
+def lines_of(env_id: str) -> list[str]:
+    cfg = load_config(None, [f"env.id={env_id}", "env.kwargs={}"])
+    task = {"task_id": "t0", "prompt": "Say hi.", "answer": "hi"}
+    return check_episode_lines(cfg, [task], [{**task, "task_id": "t1"}])
+
+
+def test_check_plays_a_train_and_a_held_out_episode_and_names_their_status(user_envs):
+    train, held_out = lines_of(f"{user_envs}:JudgedEnv")
+    assert train.startswith("episode (train, task t0): ok, reward 0 after 1 turn(s)")
+    assert held_out.startswith("episode (held-out, task t1): ok")
+
+
+def test_check_names_a_judge_that_raises_with_its_exception(user_envs):
+    train, _ = lines_of(f"{user_envs}:BrokenJudgeEnv")
+    assert train.startswith("episode (train, task t0): policy_error: step: ")
+    assert "KeyError" in train and "answr" in train
+
+
+def test_check_does_not_play_an_agent_program():
+    cfg = load_config(
+        None, ["env.id=agent:json:dumps", "env.kwargs={reward: 'json:dumps', tasks_from: x}"]
+    )
+    (line,) = check_episode_lines(cfg, [{"task_id": "t0"}], [])
+    assert "not played by --check" in line and "agent program" in line

@@ -1,0 +1,92 @@
+"""The step-0 check names the status most held-out episodes ended with and the key that fixes
+it; it blames the model only when episodes ended normally with equal rewards."""
+
+from __future__ import annotations
+
+import pytest
+
+from forge_agent.errors import SetupError
+from forge_agent.evaluation import EvalReport
+from forge_agent.run.config import load_config
+from forge_agent.run.setup_checks import check_start_signal
+from forge_agent.types import Group, Status, Trajectory
+
+NOTHING = {
+    "eval/scored_episodes": 256.0,
+    "eval/episodes": 256.0,
+    "eval/reward/max": 0.0,
+    "eval/reward/mean": 0.0,
+    "eval/tools_offered": 1.0,
+    "eval/tool_call_rate": 0.5,
+}
+
+
+def ended(status: str, n: int = 256, ok: int = 0) -> dict[str, float]:
+    """Step-0 metrics of 256 episodes earning 0: `n` ended `status`, `ok` ended ok."""
+    return {**NOTHING, f"eval/status/{status}": float(n), "eval/status/ok": float(ok)}
+
+
+@pytest.fixture
+def cfg():
+    return load_config(None, ["rollout.max_turns=1"])
+
+
+def test_episodes_cut_by_max_turns_name_rollout_max_turns_not_the_model(cfg) -> None:
+    with pytest.raises(SetupError) as err:
+        check_start_signal(ended("truncated_turns"), cfg, 2_886_400)
+    text = str(err.value)
+    assert "256 of 256 held-out episodes ended truncated_turns" in text
+    assert "rollout.max_turns=1" in text and "beyond this model" not in text
+
+
+def test_the_most_frequent_status_is_named_when_it_is_not_all(cfg) -> None:
+    with pytest.raises(SetupError, match="200 of 256 held-out episodes ended truncated_turns"):
+        check_start_signal(ended("truncated_turns", n=200, ok=56), cfg)
+
+
+def test_episodes_cut_by_tokens_name_the_token_limits(cfg) -> None:
+    with pytest.raises(SetupError) as err:
+        check_start_signal(ended("truncated_length"), cfg)
+    text = str(err.value)
+    assert "rollout.max_new_tokens_per_turn=48" in text and "rollout.max_total_tokens=512" in text
+
+
+def test_a_judge_that_raises_is_named_with_its_first_exception(cfg) -> None:
+    errors = {"policy_error": "judge: KeyError('answer')"}
+    with pytest.raises(SetupError) as err:
+        check_start_signal(ended("policy_error"), cfg, errors=errors)
+    text = str(err.value)
+    assert "raised on the policy's messages" in text and "judge: KeyError('answer')" in text
+    assert "beyond this model" not in text
+
+
+def test_every_episode_lost_to_env_errors_stops_naming_the_first_error(cfg) -> None:
+    lost = {**ended("env_error"), "eval/scored_episodes": 0.0}
+    with pytest.raises(SetupError) as err:
+        check_start_signal(lost, cfg, errors={"env_error": "reset: OSError('no data')"})
+    text = str(err.value)
+    assert "no held-out episode could be scored" in text
+    assert "failed to start or reset" in text and "reset: OSError('no data')" in text
+
+
+def test_episodes_that_ended_normally_with_equal_rewards_blame_the_model(cfg) -> None:
+    with pytest.raises(SetupError, match="the task is beyond this model"):
+        check_start_signal(ended("ok", n=256), cfg, 2_886_400)
+
+
+def test_an_eval_report_keeps_the_first_error_of_each_status() -> None:
+    def episode(status: Status, error: str) -> Trajectory:
+        traj = Trajectory(task_id="t", group_id="t", status=status)
+        traj.info["error"] = error
+        return traj
+
+    group = Group(
+        task_id="t",
+        trajectories=[
+            episode(Status.POLICY_ERROR, "judge: first"),
+            episode(Status.POLICY_ERROR, "judge: second"),
+            episode(Status.ENV_ERROR, "reset: down"),
+        ],
+    )
+    report = EvalReport.from_groups([group], k=3)
+    assert report.first_errors == {"policy_error": "judge: first", "env_error": "reset: down"}

@@ -1,0 +1,91 @@
+"""The warm-start cache is keyed by everything that shapes it, and says when it is used."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+import textwrap
+
+import pytest
+
+from forge_agent.warm_start import WarmStartConfig, warm_start, warm_start_dir
+
+ENV_SOURCE = """
+from forge_agent.env.protocol import ToolEnv
+
+
+class DemoEnv(ToolEnv):
+    dataset = [{{"task_id": "t0", "prompt": "Say hi.", "answer": "hi"}}]
+
+    def judge(self, answer):
+        return {{"correct": float(answer.strip() == "hi")}}
+
+    def demonstrations(self, n, seed, demo_fraction):
+        return [[{{"role": "user", "content": "Say hi."}},
+                 {{"role": "assistant", "content": {answer!r}}}]] * n
+"""
+
+
+@pytest.fixture
+def user_env(tmp_path, monkeypatch):
+    """A user's env module `cache_user_env` whose demonstrations answer `answer`; returns a
+    function that (re)writes it and reimports it."""
+    monkeypatch.syspath_prepend(str(tmp_path))
+
+    def write(answer: str) -> str:
+        (tmp_path / "cache_user_env.py").write_text(
+            textwrap.dedent(ENV_SOURCE.format(answer=answer))
+        )
+        sys.modules.pop("cache_user_env", None)
+        importlib.invalidate_caches()
+        return "cache_user_env:DemoEnv"
+
+    yield write
+    sys.modules.pop("cache_user_env", None)
+
+
+def test_changing_an_envs_demonstrations_changes_the_warm_start_key(user_env, tmp_path):
+    cfg = WarmStartConfig()
+    before = warm_start_dir(tmp_path / "model", {user_env("hi"): {}}, cfg, tmp_path / "cache")
+    same = warm_start_dir(tmp_path / "model", {user_env("hi"): {}}, cfg, tmp_path / "cache")
+    after = warm_start_dir(tmp_path / "model", {user_env("hello"): {}}, cfg, tmp_path / "cache")
+    assert before == same
+    assert after != before
+
+
+def test_changing_the_tokenizer_changes_the_warm_start_key(user_env, tmp_path):
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "tokenizer.json").write_text('{"vocab": 1}')
+    envs = {user_env("hi"): {}}
+    before = warm_start_dir(model, envs, WarmStartConfig(), tmp_path / "cache")
+    (model / "tokenizer.json").write_text('{"vocab": 2}')
+    assert warm_start_dir(model, envs, WarmStartConfig(), tmp_path / "cache") != before
+
+
+def test_changing_a_warm_start_setting_changes_the_warm_start_key(user_env, tmp_path):
+    envs = {user_env("hi"): {}}
+    before = warm_start_dir(tmp_path, envs, WarmStartConfig(), tmp_path / "cache")
+    assert warm_start_dir(tmp_path, envs, WarmStartConfig(steps=10), tmp_path / "cache") != before
+
+
+def test_a_cached_warm_start_is_named_on_the_console_with_its_key(user_env, tmp_path, capsys):
+    envs = {user_env("hi"): {}}
+    cached = warm_start_dir(tmp_path / "model", envs, WarmStartConfig(), tmp_path / "cache")
+    cached.mkdir(parents=True)
+    (cached / "config.json").write_text("{}")
+    assert warm_start(tmp_path / "model", envs, WarmStartConfig(), tmp_path / "cache") == cached
+    (line,) = capsys.readouterr().out.splitlines()
+    assert line.startswith(f"[warm start] using the cached warm start {cached}, keyed on model ")
+    assert "cache_user_env:DemoEnv (source " in line and "demonstrations " in line
+    assert "steps=300" in line
+
+
+def test_a_warm_start_longer_than_a_minute_says_how_long_before_it_runs():
+    from forge_agent.warm_start import estimate_line
+
+    assert estimate_line(3, 6.0, 300) == (
+        "[warm start] about 10 min for 300 steps (2.0 s a step); cached after, and "
+        "warm_start.steps sets how many"
+    )
+    assert estimate_line(3, 0.3, 300) is None  # 30 s: no estimate
