@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from forge_agent.sandbox import SandboxError, make_sandbox
@@ -44,3 +46,18 @@ def test_session_keeps_files_and_restarts_after_container_death(docker_sandbox) 
         result = session.run(argv=["cat", "state.txt"])
         assert result.stdout == "step 1" and session.restarts == 1
         assert session.read_file("state.txt") == "step 1"
+
+
+def test_the_image_holds_no_host_library_an_ld_preload_names(monkeypatch) -> None:
+    """vLLM's CPU platform sets LD_PRELOAD (libgomp, tcmalloc under site-packages) in the
+    process that starts an engine; the image built after it in that process listed them (and
+    so `/root/.pyenv` inside every container). Its library scan ignores the environment."""
+    import torch
+
+    from forge_agent.sandbox.docker_local import python_rootfs_paths
+
+    preloaded = str(next(Path(torch.__file__).parent.joinpath("lib").glob("libgomp*")))
+    monkeypatch.setenv("LD_PRELOAD", preloaded)
+    paths = python_rootfs_paths()
+    assert not [p for p in paths if p.startswith(str(Path(torch.__file__).parents[2]))]
+    assert "/usr/bin/python3" in paths

@@ -50,7 +50,11 @@ def python_rootfs_paths(python: str = "/usr/bin/python3") -> list[str]:
             if path.suffix == ".so" and "lib-dynload" in rel:
                 binaries.append(str(path))  # their libraries too: _ctypes needs libffi
     for binary in binaries:
-        out = subprocess.run(["ldd", binary], capture_output=True, text=True).stdout
+        # a clean environment: an LD_PRELOAD this process carries (vLLM's CPU platform sets
+        # one to libraries under site-packages) would put host files into the image
+        out = subprocess.run(
+            ["ldd", binary], capture_output=True, text=True, env={"PATH": "/usr/bin:/bin"}
+        ).stdout
         for line in out.splitlines():
             for token in line.split():
                 if token.startswith("/"):
