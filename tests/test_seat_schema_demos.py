@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import textwrap
 
-import pytest
-
 from forge_agent.env.seam import schema_demonstrations
 
 GAME = """
@@ -50,5 +48,4 @@ def test_a_seated_games_schema_demonstrations_are_the_moving_seats_calls(tmp_pat
 
 
 def test_textarena_connect_four_has_no_schema_demonstrations_and_does_not_crash():
-    pytest.importorskip("textarena")
     assert schema_demonstrations("textarena:ConnectFour-v0", {}, 2, seed=0) == []
