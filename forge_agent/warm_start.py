@@ -32,6 +32,7 @@ from forge_agent.env.seam import (
     schema_demonstrations,
 )
 from forge_agent.env.sources import EnvSetupError
+from forge_agent.rollout.history import TokenHistory
 from forge_agent.rollout.renderer import ChatRenderer
 from forge_agent.types import Message, ToolSpec, Trajectory
 
@@ -71,25 +72,26 @@ class WarmStartConfig:
 def demo_trajectory(
     renderer: ChatRenderer, messages: list[Message], tools: list[ToolSpec], task_id: str = "demo"
 ) -> Trajectory:
-    """Token ids and loss mask of a whole conversation, as the policy would have produced it."""
+    """Token ids and loss mask of a whole conversation, as the policy would have produced it
+    (written through the rollouts' token history: assistant turns are mask 1, version 0)."""
     first = next(i for i, m in enumerate(messages) if m["role"] == "assistant")
-    context = renderer.render_prompt(messages[:first], tools)
     traj = Trajectory(task_id=task_id, group_id=task_id, messages=list(messages))
-    _extend(traj, context, 0)
+    history = TokenHistory(traj)
+    history.start_segment(renderer.render_prompt(messages[:first], tools))
     i = first
     while i < len(messages):
-        completion = _assistant_tokens(renderer, context, messages[: i + 1], tools, task_id)
-        _extend(traj, completion, 1)
+        completion = _assistant_tokens(renderer, history.prompt, messages[: i + 1], tools, task_id)
+        history.record_turn(completion, [0.0] * len(completion), [0] * len(completion))
         j = i + 1
         while j < len(messages) and messages[j]["role"] != "assistant":
             j += 1
         if j >= len(messages):
             break
-        bridged = renderer.bridge(context, completion, messages[i + 1 : j], tools)
+        bridged = history.bridge(renderer, messages[i + 1 : j], tools)
         if bridged is None:
             raise ValueError(f"could not bridge demonstration {task_id!r} append-only")
-        _extend(traj, bridged[len(context) + len(completion) :], 0)
-        context, i = bridged, j
+        history.extend_to(bridged)
+        i = j
     return traj
 
 
@@ -111,13 +113,6 @@ def _assistant_tokens(
     completion = tok.encode(full_text[len(prefix) :], add_special_tokens=False)
     stop = next((k for k, t in enumerate(completion) if t in renderer.stop_token_ids), None)
     return completion if stop is None else completion[: stop + 1]
-
-
-def _extend(traj: Trajectory, ids: list[int], mask: int) -> None:
-    traj.token_ids.extend(ids)
-    traj.loss_mask.extend([mask] * len(ids))
-    traj.logprobs.extend([0.0] * len(ids))
-    traj.versions.extend([0 if mask else -1] * len(ids))
 
 
 def demonstrations(

@@ -1,4 +1,5 @@
-"""Endpoint sessions: one episode's credential and its token-exact, append-only recording.
+"""Endpoint sessions: one episode's credential and its token-exact, append-only recording
+(written through the one token history, `forge_agent.rollout.history`).
 
 A session turns the chat requests of one agent program into one `Trajectory`:
 
@@ -25,6 +26,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from forge_agent.rollout.history import TokenHistory
 from forge_agent.rollout.renderer import ChatRenderer
 from forge_agent.types import Completion, Message, Status, ToolSpec, Trajectory
 
@@ -75,12 +77,15 @@ class Session:
     # The committed conversation: normalized messages whose tokens are in `context` + last turn.
     messages: list[Message] = field(default_factory=list)
     tools: list[ToolSpec] | None = None
-    context: list[int] = field(default_factory=list)  # the last prompt sent to the generator
+    history: TokenHistory = field(init=False)  # the recording; its prompt: the last one sent
     pending_turn: Turn | None = None
     pending: list[Candidate] = field(default_factory=list)  # choices of the last request
     stats: dict[str, int] = field(
         default_factory=lambda: {"requests": 0, "history_rewrites": 0, "bridge_fallbacks": 0}
     )
+
+    def __post_init__(self) -> None:
+        self.history = TokenHistory(self.trajectory)
 
     # ------------------------------------------------------------------ planning a request
     def plan(
@@ -94,9 +99,9 @@ class Session:
             candidate, prefix_len = chosen
             new_messages = messages[prefix_len:]
             sampled = candidate.completion.token_ids[: candidate.cut]
-            bridged = renderer.bridge(self.context, sampled, new_messages, tools)
+            bridged = self.history.bridge(renderer, new_messages, tools, completion=sampled)
             if bridged is not None:
-                start = len(self.context) + len(sampled)
+                start = len(self.history.prompt) + len(sampled)
                 return Turn(bridged, bridged[start:], False, normalized, tools)
             self.stats["bridge_fallbacks"] += 1
         context = renderer.render_prompt(messages, tools)
@@ -128,22 +133,22 @@ class Session:
             self._record_sampled(chosen[0] if chosen is not None else self.pending[0])
         if turn.rewrite:
             self.stats["history_rewrites"] += 1
-        traj = self.trajectory
-        if turn.new_segment and traj.token_ids:
-            traj.segment_starts.append(len(traj.token_ids))
-        _append(traj, turn.tail, None)
+        if turn.new_segment:
+            self.history.start_segment(turn.context)
+        else:
+            self.history.extend_to(turn.context)
         self.messages = list(turn.messages)
         self.tools = turn.tools
-        self.context = list(turn.context)
         self.pending = candidates
         self.pending_turn = turn
         self.stats["requests"] += 1
 
     def _record_sampled(self, candidate: Candidate) -> None:
+        completion, cut = candidate.completion, candidate.cut
+        self.history.record_turn(
+            completion.token_ids[:cut], completion.logprobs[:cut], completion.token_versions()[:cut]
+        )
         traj = self.trajectory
-        start = len(traj.token_ids)
-        _append(traj, candidate.completion.token_ids[: candidate.cut], candidate.completion)
-        traj.turn_spans.append((start, len(traj.token_ids)))
         traj.tool_call_count += len(candidate.message.get("tool_calls") or [])  # the policy's
         self.messages.append(candidate.message)
         self.pending = []
@@ -160,20 +165,6 @@ class Session:
         traj.info["bridge_fallbacks"] = self.stats["bridge_fallbacks"]
         traj.timings["session_s"] = time.monotonic() - self.created
         return traj
-
-
-def _append(traj: Trajectory, ids: list[int], completion: Completion | None) -> None:
-    """Extend the token arrays; sampled tokens (a completion) carry mask 1, their logprob and
-    the policy version that sampled them; all other tokens mask 0, logprob 0, version -1."""
-    traj.token_ids.extend(ids)
-    if completion is None:
-        traj.loss_mask.extend([0] * len(ids))
-        traj.logprobs.extend([0.0] * len(ids))
-        traj.versions.extend([-1] * len(ids))
-    else:
-        traj.loss_mask.extend([1] * len(ids))
-        traj.logprobs.extend(completion.logprobs[: len(ids)])
-        traj.versions.extend(completion.token_versions()[: len(ids)])
 
 
 def normalize_message(message: Any) -> Message:

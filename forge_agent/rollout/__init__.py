@@ -1,5 +1,6 @@
 """Multi-turn rollouts: rendering, the episode loop and the concurrent engine."""
 
+from forge_agent.rollout.context import ContextConfig
 from forge_agent.rollout.engine import (
     EnvSource,
     GenerateFn,
@@ -12,6 +13,7 @@ from forge_agent.rollout.renderer import ChatRenderer, RendererConfig
 
 __all__ = [
     "ChatRenderer",
+    "ContextConfig",
     "EnvSource",
     "GenerateFn",
     "LocalEnvs",

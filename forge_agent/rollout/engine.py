@@ -1,6 +1,7 @@
 """The multi-turn rollout engine: episodes as independent async tasks, grouped per task.
 
-One episode (token-in/token-out, every token accounted for):
+One episode (token-in/token-out, every token accounted for; the loop is
+`forge_agent.rollout.episode.play`, the token record `forge_agent.rollout.history`):
 
     env.reset(task, seed) -> messages, tools -> render prompt ids
     loop: generate(prompt ids) -> completion ids, logprobs, version
@@ -22,21 +23,24 @@ import asyncio
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from forge_agent.env.protocol import step_failure
 from forge_agent.generator.config import SamplingConfig
-from forge_agent.rollout.renderer import ChatRenderer, clean_text
-from forge_agent.types import Completion, Group, Message, Status, StepResult, ToolSpec, Trajectory
+from forge_agent.rollout.context import ContextConfig
+from forge_agent.rollout.episode import (
+    SOLO,
+    START_STATE,
+    EpisodeContext,
+    GenerateFn,
+    Seat,
+    SoloGame,
+    play,
+)
+from forge_agent.rollout.renderer import ChatRenderer
+from forge_agent.types import Group, Message, Status, StepResult, ToolSpec, Trajectory
 
-GenerateFn = Callable[[list[int], SamplingConfig, str], Awaitable[Completion]]
-"""Anything that maps (prompt ids, sampling, session id) to a completion: the generator actor,
-a router over replicas, or an in-process engine."""
-
-
-START_STATE = "<start>"
-"""`Trajectory.turn_states[0]`: the state an episode starts from, the same for a whole group."""
+__all__ = ["START_STATE", "GenerateFn", "RolloutConfig", "RolloutEngine", "SessionRouter"]
 
 
 class EpisodeEnv(Protocol):
@@ -85,6 +89,8 @@ class RolloutConfig:
     # escape from a losing game unless truncated episodes are masked out of the baseline too.
     forfeit: bool = True
     forfeit_reward: float | None = None
+    # what a prompt keeps once the transcript outgrows the budget (forge_agent.rollout.context)
+    context: ContextConfig = field(default_factory=ContextConfig)
 
     def __post_init__(self) -> None:
         from forge_agent.typed_config import check_field
@@ -104,8 +110,8 @@ class RolloutEngine:
     the smaller of it and `config.max_total_tokens`. `adapter_field`: the task field naming the
     LoRA adapter that plays each episode (`trainer.lora.route`; None: the policy's only one).
     `players`: for a multi-seat env (`forge_agent.env.SeatEnv`), who plays each seat (None:
-    the policy; see `forge_agent.rollout.players`); its episodes run in
-    `forge_agent.rollout.seats` and yield one trajectory per policy seat. None: one-seat envs.
+    the policy; see `forge_agent.rollout.players`); its episodes yield one trajectory per
+    policy seat. None: one-seat envs. Both run the one loop, `forge_agent.rollout.episode`.
     """
 
     def __init__(
@@ -128,7 +134,20 @@ class RolloutEngine:
         self.on_trajectory = on_trajectory
         self.max_model_len = max_model_len
         self._slots = asyncio.Semaphore(self.config.max_concurrent_episodes)
+        self._compactor = self.config.context.compactor()
         self.stats: dict[str, float] = {"episodes": 0, "bridge_fallbacks": 0, "generate_s": 0.0}
+
+    def episode_context(self) -> EpisodeContext:
+        """What the episode loop needs of this engine (built per episode: limits may change)."""
+        cfg = self.config
+        return EpisodeContext(
+            generate=self.generate,
+            renderer=self.renderer,
+            config=cfg,
+            limit=min(cfg.max_total_tokens, self.max_model_len or cfg.max_total_tokens),
+            compactor=self._compactor,
+            stats=self.stats,
+        )
 
     # ------------------------------------------------------------------ one episode
     async def run_episode(
@@ -138,46 +157,25 @@ class RolloutEngine:
         group_id: str | None = None,
         sampling_seed: int | None = None,
     ) -> Trajectory:
-        """One episode of `task`; never raises for env, tool or generator failures (they
-        become the trajectory's status)."""
-        async with self._slots:
-            traj = Trajectory(
-                task_id=str(task.get("task_id", "task")),
-                group_id=group_id or uuid.uuid4().hex[:12],
-            )
-            started = time.monotonic()
-            if self.adapter_field is not None:
-                traj.adapter = task.get(self.adapter_field)
-                if not isinstance(traj.adapter, str):
-                    error = (
-                        f"task {traj.task_id!r} has no adapter name in field "
-                        f"{self.adapter_field!r} (trainer.lora.route)"
-                    )
-                    return self._finish(traj, Status.ENV_ERROR, error, started)
-            try:
-                env = await self.envs.acquire()
-            except Exception as exc:  # a worker that cannot even start
-                return self._finish(traj, _failure_status(exc), f"env start: {exc}", started)
-            try:
-                await self._play(env, task, seed, traj, sampling_seed)
-            finally:
-                try:
-                    await env.close()
-                except Exception as exc:  # closing must not lose the trajectory
-                    traj.info.setdefault("close_error", str(exc))
-            return self._finish(traj, traj.status, None, started)
+        """One episode of `task` (a one-seat env); never raises for env, tool or generator
+        failures (they become the trajectory's status)."""
+        traj = Trajectory(
+            task_id=str(task.get("task_id", "task")), group_id=group_id or uuid.uuid4().hex[:12]
+        )
+        if self.adapter_field is not None:
+            traj.adapter = task.get(self.adapter_field)
+            if not isinstance(traj.adapter, str):
+                error = (
+                    f"task {traj.task_id!r} has no adapter name in field "
+                    f"{self.adapter_field!r} (trainer.lora.route)"
+                )
+                traj.status, traj.info["error"] = Status.ENV_ERROR, error
+                return self._finish(traj)
 
-    def _finish(
-        self, traj: Trajectory, status: Status, error: str | None, started: float
-    ) -> Trajectory:
-        traj.status = status
-        if error:
-            traj.info["error"] = error
-        traj.reward = sum(traj.reward_components.values())
-        traj.timings["total_s"] = time.monotonic() - started
-        self.stats["episodes"] += 1
-        if self.on_trajectory is not None:
-            self.on_trajectory(traj)
+        async def body(env: EpisodeEnv) -> None:
+            await self._play(env, task, seed, traj, sampling_seed)
+
+        await self._with_env([traj], body)
         return traj
 
     async def _play(
@@ -188,171 +186,77 @@ class RolloutEngine:
         traj: Trajectory,
         sampling_seed: int | None,
     ) -> None:
-        cfg = self.config
-        session = f"{traj.group_id}-{uuid.uuid4().hex[:6]}"
-        env_s = 0.0
-        gen_s = 0.0
-        t0 = time.monotonic()
-        try:
-            messages, tools = await env.reset(task, seed)
-        except Exception as exc:
-            traj.status, traj.info["error"] = _failure_status(exc), f"reset: {exc}"
-            return
-        env_s += time.monotonic() - t0
-        messages = list(messages)
-        traj.messages = messages
-        traj.info["tools_offered"] = len(tools)
-        try:
-            context = self.renderer.render_prompt(messages, tools)  # the current segment
-        except Exception as exc:
-            traj.status, traj.info["error"] = Status.ENV_ERROR, f"render: {exc!r}"
-            return
-        self._append(traj, context, sampled=False)
-        limit = min(cfg.max_total_tokens, self.max_model_len or cfg.max_total_tokens)
-        if len(context) >= limit:
-            traj.status = Status.PROMPT_TOO_LONG
-            traj.info["error"] = f"prompt of {len(context)} tokens >= budget of {limit}"
-            return
-        traj.status = Status.TRUNCATED_TURNS
-        traj.turn_states = [START_STATE]  # every episode of a group starts from the same state
-        for turn in range(cfg.max_turns):
-            budget = limit - len(context)
-            if budget <= 0:
-                traj.status = Status.TRUNCATED_LENGTH
-                break
-            sampling = self.turn_sampling(traj, budget, turn, sampling_seed)
-            t0 = time.monotonic()
-            try:
-                completion = await self.generate(list(context), sampling, session)
-            except Exception as exc:
-                traj.status, traj.info["error"] = Status.GENERATOR_ERROR, f"generate: {exc}"
-                break
-            finally:
-                gen_s += time.monotonic() - t0
-            if completion.finish_reason == "abort":
-                traj.status, traj.info["error"] = Status.GENERATOR_ERROR, "request aborted"
-                break
-            start = len(traj.token_ids)
-            self._append(traj, completion.token_ids, sampled=True, completion=completion)
-            traj.turn_spans.append((start, len(traj.token_ids)))
-            try:  # parse never raises by contract; a bug there must not end the run
-                assistant = self.renderer.parse(
-                    completion.token_ids, tools, context, call_prefix=f"call_{turn}"
-                )
-            except Exception as exc:
-                traj.status, traj.info["error"] = Status.ENV_ERROR, f"parse: {exc!r}"
-                break
-            messages.append(assistant)
-            if completion.finish_reason == "length":
-                traj.status = Status.TRUNCATED_LENGTH
-                break
-            t0 = time.monotonic()
-            try:
-                result = await env.step(assistant)
-            except Exception as exc:
-                status, failure_reward = step_failure(exc, env)
-                if status.is_policy_failure:
-                    traj.fail_by_policy(status, f"step: {exc}", failure_reward)
-                else:
-                    traj.status, traj.info["error"] = status, f"step: {exc}"
-                break
-            finally:
-                env_s += time.monotonic() - t0
-            self._record_step(traj, result, turn)
-            if result.done:
-                traj.status = Status.OK
-                break
-            new_messages = [self._cut(m) for m in result.messages]
-            messages.extend(new_messages)
-            try:
-                bridged = self.renderer.bridge(context, completion.token_ids, new_messages, tools)
-            except Exception as exc:  # fall back to a full render, noted
-                traj.info["bridge_error"] = repr(exc)[:300]
-                bridged = None
-            if bridged is not None:
-                self._append(traj, bridged[len(context) + len(completion.token_ids) :], False)
-                context = bridged
-            else:  # full re-render: a new training segment starts here
-                self.stats["bridge_fallbacks"] += 1
-                traj.info["bridge_fallbacks"] = traj.info.get("bridge_fallbacks", 0) + 1
-                try:
-                    context = self.renderer.render_prompt(messages, tools)
-                except Exception as exc:
-                    traj.status, traj.info["error"] = Status.ENV_ERROR, f"render: {exc!r}"
-                    break
-                traj.segment_starts.append(len(traj.token_ids))
-                self._append(traj, context, sampled=False)
-        turns = len(traj.turn_spans)  # per-turn lists end with the last turn sampled
-        traj.turn_states = traj.turn_states[:turns]
-        traj.turn_rewards = (traj.turn_rewards + [0.0] * turns)[:turns]
-        traj.timings["env_s"] = env_s
-        traj.timings["generate_s"] = gen_s
-        self.stats["generate_s"] += gen_s
+        """Play one episode of a one-seat env into `traj` (agent programs play otherwise)."""
+        seats = {SOLO: Seat(SOLO, traj=traj)}
+        await play(self.episode_context(), SoloGame(env), seats, task, seed, sampling_seed)
 
-    def turn_sampling(
-        self, traj: Trajectory, budget: int, turn: int, sampling_seed: int | None
-    ) -> SamplingConfig:
-        """The sampling of `traj`'s turn `turn`: at most `budget` new tokens (and the per-turn
-        cap), the run's temperature and top-p, the renderer's stop tokens, a per-turn seed when
-        `sampling_seed` is set, and the trajectory's LoRA adapter."""
-        cfg = self.config
-        return SamplingConfig(
-            max_tokens=min(cfg.max_new_tokens_per_turn, budget),
-            temperature=cfg.temperature,
-            top_p=cfg.top_p,
-            stop_token_ids=self.renderer.stop_token_ids,
-            seed=None if sampling_seed is None else sampling_seed + turn,
-            adapter=traj.adapter,
-        )
+    async def run_game(
+        self,
+        task: dict[str, Any],
+        seed: int | None,
+        group_id: str,
+        sampling_seed: int | None = None,
+    ) -> list[Trajectory]:
+        """One episode of a seated env (`players`); the trajectories of its policy seats that
+        moved, in seat order (`info["seat"]`, `info["episode_id"]`, `info["players"]`)."""
+        assert self.players, "run_game needs players (env.seats)"
+        episode_id = uuid.uuid4().hex[:10]
+        labels = {s: "policy" if p is None else p.label for s, p in self.players.items()}
+        seats = {s: Seat(s, player=p) for s, p in self.players.items()}
+        for seat in seats.values():
+            if seat.player is None:
+                traj = Trajectory(task_id=str(task.get("task_id", "task")), group_id=group_id)
+                traj.info.update(seat=seat.name, episode_id=episode_id, players=labels)
+                traj.adapter = _seat_adapter(self.adapter_field, seat.name, task)
+                seat.traj = traj
+                seat.__post_init__()
+        trajs = [s.traj for s in seats.values() if s.traj is not None]
 
-    @staticmethod
-    def _append(
-        traj: Trajectory,
-        ids: list[int],
-        sampled: bool,
-        completion: Completion | None = None,
+        async def body(env: Any) -> None:
+            await play(self.episode_context(), env, seats, task, seed, sampling_seed)
+
+        await self._with_env(trajs, body, finish=False)
+        # a seat the game ended before it moved (the opponent forfeited) has nothing to train
+        moved = [t for t in trajs if t.turn_spans or t.status.is_infra_failure]
+        return [self._finish(t) for t in moved]
+
+    async def _with_env(
+        self,
+        trajs: list[Trajectory],
+        body: Callable[[Any], Awaitable[None]],
+        finish: bool = True,
     ) -> None:
-        traj.token_ids.extend(ids)
-        if sampled:
-            assert completion is not None
-            traj.loss_mask.extend([1] * len(ids))
-            traj.logprobs.extend(completion.logprobs)
-            traj.versions.extend(completion.token_versions())
-        else:
-            traj.loss_mask.extend([0] * len(ids))
-            traj.logprobs.extend([0.0] * len(ids))
-            traj.versions.extend([-1] * len(ids))
+        """Run `body` on an env from the source, under the engine's concurrency limit; an env
+        that cannot start ends every trajectory with its status; the env is always closed."""
+        async with self._slots:
+            started = time.monotonic()
+            try:
+                env = await self.envs.acquire()
+            except Exception as exc:  # a worker that cannot even start
+                for traj in trajs:
+                    traj.status, traj.info["error"] = _failure_status(exc), f"env start: {exc}"
+            else:
+                try:
+                    await body(env)
+                finally:
+                    try:
+                        await env.close()
+                    except Exception as exc:  # closing must not lose the trajectory
+                        for traj in trajs:
+                            traj.info.setdefault("close_error", str(exc))
+            for traj in trajs:
+                traj.timings["total_s"] = time.monotonic() - started
+                if finish:
+                    self._finish(traj)
 
-    @staticmethod
-    def _record_step(traj: Trajectory, result: StepResult, turn: int) -> None:
-        """Rewards, tool counts and info of the env's answer to `turn`; the rewards also go to
-        `turn_rewards[turn]` and the env's key of the state it left to `turn_states[turn + 1]`."""
-        for name, value in result.rewards.items():
-            traj.reward_components[name] = traj.reward_components.get(name, 0.0) + float(value)
-        info = dict(result.info)
-        while len(traj.turn_rewards) <= turn:
-            traj.turn_rewards.append(0.0)
-        traj.turn_rewards[turn] += sum(float(v) for v in result.rewards.values())
-        next_state = info.pop("state_key", None)
-        traj.turn_states.append(None if next_state is None else str(next_state))
-        traj.tool_call_count += int(info.pop("tool_calls", 0) or 0)
-        traj.tool_error_count += int(info.pop("tool_errors", 0) or 0)
-        traj.info.update(info)
-
-    def _cut(self, message: Message) -> Message:
-        """An env message made safe to render: text fields without lone surrogates, content
-        cut to `tool_output_tokens` (by characters if the tokenizer still refuses it)."""
-        message = {k: clean_text(v) if isinstance(v, str) else v for k, v in message.items()}
-        content = message.get("content")
-        if not isinstance(content, str):
-            return message
-        limit = self.config.tool_output_tokens
-        try:
-            cut = self.renderer.truncate_text(content, limit)
-        except Exception:
-            keep = 4 * limit
-            cut = content if len(content) <= keep else content[:keep] + "\n...[truncated]"
-        return {**message, "content": cut}
+    def _finish(self, traj: Trajectory) -> Trajectory:
+        """A finished episode: its reward is the sum of its components; counted and handed to
+        `on_trajectory`."""
+        traj.reward = sum(traj.reward_components.values())
+        self.stats["episodes"] += 1
+        if self.on_trajectory is not None:
+            self.on_trajectory(traj)
+        return traj
 
     # ------------------------------------------------------------------ groups
     async def run_group(
@@ -361,36 +265,19 @@ class RolloutEngine:
         """`group_size` episodes of `task`, all from the same env seed (same start state);
         with `players`, the policy seats' trajectories of each episode (`info["seat"]`)."""
         group_id = f"{task.get('task_id', 'task')}-{uuid.uuid4().hex[:8]}"
+        seeds = [
+            None if sampling_seed is None else sampling_seed + 1000 * i for i in range(group_size)
+        ]
         if self.players:
-            from forge_agent.rollout.seats import run_seated_episode
-
             episodes = await asyncio.gather(
-                *(
-                    run_seated_episode(
-                        self,
-                        self.players,
-                        task,
-                        seed,
-                        group_id,
-                        None if sampling_seed is None else sampling_seed + 1000 * i,
-                    )
-                    for i in range(group_size)
-                )
+                *(self.run_game(task, seed, group_id, s) for s in seeds)
             )
             trajectories = [t for episode in episodes for t in episode]
-            return Group(task_id=str(task.get("task_id", "task")), trajectories=trajectories)
-        trajectories = await asyncio.gather(
-            *(
-                self.run_episode(
-                    task,
-                    seed,
-                    group_id,
-                    None if sampling_seed is None else sampling_seed + 1000 * i,
-                )
-                for i in range(group_size)
+        else:
+            trajectories = list(
+                await asyncio.gather(*(self.run_episode(task, seed, group_id, s) for s in seeds))
             )
-        )
-        return Group(task_id=str(task.get("task_id", "task")), trajectories=list(trajectories))
+        return Group(task_id=str(task.get("task_id", "task")), trajectories=trajectories)
 
     async def stream_groups(
         self, tasks: Iterable[tuple[dict[str, Any], int]], group_size: int
@@ -413,6 +300,15 @@ class RolloutEngine:
         self, tasks: Iterable[tuple[dict[str, Any], int]], group_size: int
     ) -> list[Group]:
         return [g async for g in self.stream_groups(tasks, group_size)]
+
+
+def _seat_adapter(route: str | None, seat: str, task: dict[str, Any]) -> str | None:
+    """The LoRA adapter a policy seat plays (`trainer.lora.route`): "seat" gives each seat the
+    adapter of its name (one adapter per player), a task field the adapter it names, None the
+    policy's only one."""
+    if route is None:
+        return None
+    return seat if route == "seat" else task.get(route)
 
 
 def _failure_status(exc: BaseException) -> Status:
