@@ -10,7 +10,9 @@ The prompt names a start record and a number of hops: "Start at r417. Follow nex
 answer the code of the record you reach." The `lookup(key)` tool returns one record. The answer
 needs `hops + 1` dependent calls (look up r417, which names r052, look up r052, ...), since only
 a lookup shows a record's reference; the table also holds distractor records that no chain
-visits. Rewards: `{"correct": 1.0 or 0.0}` for the final answer (the code, as digits);
+visits. With `notes` > 0 every record also carries that many words of notes (the long tool
+outputs of a long-horizon task: a transcript outgrows the context unless old outputs are
+dropped, `rollout.context`). Rewards: `{"correct": 1.0 or 0.0}` for the final answer (the code, as digits);
 info: `outcome` ("correct" | "wrong" | "no_answer"), `lookups`, `expected`.
 `state_key()` is the set of records looked up so far (GiGPO's step-level groups).
 """
@@ -35,6 +37,20 @@ SYSTEM_PROMPT = (
 )
 
 _CODE = re.compile(r"\d{4}")
+_NOTE_WORDS = (
+    "archived ledger entry filed under the regional index with cross references pending "
+    "review by the records office and marked for retention until the next audit cycle"
+).split()
+
+
+def record_text(key: str, record: dict[str, str], notes: int = 0) -> str:
+    """What `lookup` shows of one record: key, next reference and code, then `notes` words
+    of notes (the same for the same key)."""
+    text = f"{key}: next={record['next']} code={record['code']}"
+    if notes:
+        rng = random.Random(f"notes-{key}")
+        text += " notes: " + " ".join(rng.choice(_NOTE_WORDS) for _ in range(notes))
+    return text
 
 
 def generate_tasks(n: int, seed: int = 0, hops: int = 3, records: int = 8) -> list[dict[str, Any]]:
@@ -71,16 +87,19 @@ class MultiHopEnv(ToolEnv):
     Args:
         hops: references to follow (the answer needs hops + 1 lookups).
         records: records per table (the rest are distractors).
+        notes: words of notes every record shows after its code (0: none).
     """
 
     system_prompt = SYSTEM_PROMPT
     required_fields = ("prompt", "records", "answer")
     tool_timeout_s = 5.0
 
-    def __init__(self, hops: int = 3, records: int = 8) -> None:
+    def __init__(self, hops: int = 3, records: int = 8, notes: int = 0) -> None:
         if hops < 1 or records < hops + 1:
             raise ValueError(f"need hops >= 1 and records >= hops + 1, got {hops=} {records=}")
-        self.hops, self.records = int(hops), int(records)
+        if not isinstance(notes, int) or notes < 0:
+            raise ValueError(f"notes must be an int >= 0, got {notes!r}")
+        self.hops, self.records, self.notes = int(hops), int(records), notes
         self.visited: list[str] = []
 
     def get_tools(self) -> list[Any]:
@@ -94,7 +113,7 @@ class MultiHopEnv(ToolEnv):
             record = self.task["records"].get(key.strip())
             if record is None:
                 return f"no record {key}"
-            return f"{key.strip()}: next={record['next']} code={record['code']}"
+            return record_text(key.strip(), record, self.notes)
 
         return [lookup]
 
@@ -128,14 +147,17 @@ class MultiHopEnv(ToolEnv):
         out = []
         for task in generate_tasks(n, seed=seed + 7919, hops=self.hops, records=self.records):
             full = rng.random() < demo_fraction
-            out.append(demonstration(task, stop_after=None if full else rng.randint(1, self.hops)))
+            stop_after = None if full else rng.randint(1, self.hops)
+            out.append(demonstration(task, stop_after, self.notes))
         return out
 
     def corpus(self) -> list[list[Message]]:
         return [demonstration(t) for t in generate_tasks(200, seed=12345, hops=self.hops)]
 
 
-def demonstration(task: dict[str, Any], stop_after: int | None = None) -> list[Message]:
+def demonstration(
+    task: dict[str, Any], stop_after: int | None = None, notes: int = 0
+) -> list[Message]:
     """Lookups along the chain and the final code; `stop_after` lookups, then answer the last
     code seen, for a short (wrong) one."""
     chain = task["chain"][: stop_after or len(task["chain"])]
@@ -157,7 +179,7 @@ def demonstration(task: dict[str, Any], stop_after: int | None = None) -> list[M
                 "role": "tool",
                 "tool_call_id": f"call_{k}",
                 "name": "lookup",
-                "content": f"{key}: next={record['next']} code={record['code']}",
+                "content": record_text(key, record, notes),
             }
         )
     convo.append({"role": "assistant", "content": table[chain[-1]]["code"]})

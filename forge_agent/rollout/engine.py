@@ -28,15 +28,8 @@ from typing import Any, Protocol
 
 from forge_agent.generator.config import SamplingConfig
 from forge_agent.rollout.context import ContextConfig
-from forge_agent.rollout.episode import (
-    SOLO,
-    START_STATE,
-    EpisodeContext,
-    GenerateFn,
-    Seat,
-    SoloGame,
-    play,
-)
+from forge_agent.rollout.episode import play
+from forge_agent.rollout.game import SOLO, START_STATE, EpisodeContext, GenerateFn, Seat, SoloGame
 from forge_agent.rollout.renderer import ChatRenderer
 from forge_agent.types import Group, Message, Status, StepResult, ToolSpec, Trajectory
 

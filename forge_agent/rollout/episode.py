@@ -28,132 +28,21 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
-from typing import Any, NoReturn
+from typing import Any
 
-from forge_agent.env.protocol import step_failure
 from forge_agent.generator.config import SamplingConfig
-from forge_agent.rollout.context import Compactor, compact
-from forge_agent.rollout.history import TokenHistory
-from forge_agent.rollout.players import Player
-from forge_agent.rollout.renderer import ChatRenderer, clean_text
-from forge_agent.types import (
-    Completion,
-    Message,
-    SeatStart,
-    SeatStep,
-    Status,
-    StepResult,
-    ToolSpec,
-    Trajectory,
+from forge_agent.rollout.context import compact
+from forge_agent.rollout.game import SOLO, START_STATE, EpisodeContext, Seat
+from forge_agent.rollout.outcomes import (
+    Stop,
+    add_turn_reward,
+    forfeit_reward,
+    lose_by_forfeit,
+    status_of,
+    step_failed,
 )
-
-GenerateFn = Callable[[list[int], SamplingConfig, str], Awaitable[Completion]]
-"""Anything that maps (prompt ids, sampling, session id) to a completion: the generator actor,
-a router over replicas, or an in-process engine."""
-
-START_STATE = "<start>"
-"""`Trajectory.turn_states[0]`: the state an episode starts from, the same for a whole group."""
-
-SOLO = "agent"
-"""The seat of a one-seat episode (not named in its trajectory)."""
-
-
-@dataclass
-class EpisodeContext:
-    """What every episode of one engine shares: the policy's generate function and renderer,
-    the rollout limits (`RolloutConfig`), the token budget of one segment, the context
-    strategy, and the engine's counters."""
-
-    generate: GenerateFn
-    renderer: ChatRenderer
-    config: Any  # RolloutConfig
-    limit: int
-    compactor: Compactor | None = None
-    stats: dict[str, float] = field(default_factory=dict)
-
-    @property
-    def context_budget(self) -> int:
-        """Prompt tokens a turn may start from before the context strategy rewrites it."""
-        budget = self.config.context.budget
-        if budget is None:
-            budget = self.limit - self.config.max_new_tokens_per_turn
-        return max(1, min(budget, self.limit - 1))
-
-
-@dataclass
-class Seat:
-    """One seat's side of an episode: a policy seat (`player` None) writes `traj` through its
-    token history; `messages` is what the seat sees (the context strategy may rewrite it), the
-    trajectory's `messages` the whole transcript."""
-
-    name: str
-    player: Player | None = None
-    traj: Trajectory | None = None
-    messages: list[Message] = field(default_factory=list)
-    tools: list[ToolSpec] = field(default_factory=list)
-    pending: list[Message] = field(default_factory=list)  # received since its last move
-    turns: int = 0
-    version: int | None = None  # a snapshot player's version for this episode
-    history: TokenHistory | None = None
-
-    session: str = ""  # the generator session of its turns (one replica's prefix cache)
-
-    def __post_init__(self) -> None:
-        if self.traj is not None:
-            self.traj.messages = self.messages
-            if self.history is None:
-                self.history = TokenHistory(self.traj)
-
-    def see(self, messages: list[Message]) -> None:
-        """`messages` join what the seat sees and its transcript."""
-        self.messages.extend(messages)
-        if self.traj is not None and self.traj.messages is not self.messages:
-            self.traj.messages.extend(messages)
-
-
-class SoloGame:
-    """A one-seat env (`reset` -> messages and tools, `step` -> `StepResult`) as a game of one
-    seat, `SOLO`, so that single-agent episodes run the one loop."""
-
-    def __init__(self, env: Any) -> None:
-        self.env = env
-
-    @property
-    def failure_reward(self) -> float:
-        return float(getattr(self.env, "failure_reward", 0.0))
-
-    async def reset(self, task: dict[str, Any], seed: int | None) -> SeatStart:
-        start = await self.env.reset(task, seed)
-        if isinstance(start, SeatStart):
-            raise TypeError(
-                f"the env is a game of seats {sorted(start.seats)}: give it players "
-                "(env.seats in a config) to play it"
-            )
-        messages, tools = start
-        return SeatStart(seats={SOLO: (messages, tools)}, turn=SOLO)
-
-    async def step(self, move: Message) -> SeatStep:
-        result: StepResult = await self.env.step(move)
-        return SeatStep(
-            messages={SOLO: list(result.messages)},
-            turn=None if result.done else SOLO,
-            rewards={SOLO: dict(result.rewards)} if result.rewards else {},
-            done=result.done,
-            info=dict(result.info),
-        )
-
-
-class _Stop(Exception):
-    """Ends the episode: `status` for every seat (or only `seat`'s, the rest keep theirs). A
-    policy failure (`status.is_policy_failure`) scores `reward`, the env's failure reward."""
-
-    def __init__(
-        self, status: Status, error: str | None = None, seat: str | None = None, reward: float = 0.0
-    ):
-        super().__init__(error or status.value)
-        self.status, self.error, self.seat, self.reward = status, error, seat, reward
+from forge_agent.rollout.renderer import ChatRenderer, clean_text
+from forge_agent.types import Message, SeatStart, SeatStep, Status, Trajectory
 
 
 async def play(
@@ -174,7 +63,7 @@ async def play(
             seat.session = f"{seat.traj.group_id}-{episode}-{seat.name}"
     try:
         await _play(ctx, env, seats, task, seed, sampling_seed)
-    except _Stop as stop:
+    except Stop as stop:
         for s in seats.values():
             if s.traj is None or (stop.seat is not None and stop.seat != s.name):
                 continue
@@ -209,7 +98,7 @@ async def _play(
             try:
                 seat.version = await seat.player.choose()
             except Exception as exc:
-                raise _Stop(_status(exc), f"seat {name!r}: {exc}") from exc
+                raise Stop(status_of(exc), f"seat {name!r}: {exc}") from exc
         if seat.traj is not None:  # its prompt is rendered at its first move
             seat.traj.info["tools_offered"] = len(seat.tools)
             seat.traj.status = Status.TRUNCATED_TURNS
@@ -219,16 +108,16 @@ async def _play(
     turn: str | None = start.turn
     for _ in range(cfg.max_turns * len(seats) + 1):  # the last: a seat with its turns spent
         if turn not in seats:
-            raise _Stop(
+            raise Stop(
                 Status.ENV_ERROR,
                 f"the env gave the turn to seat {turn!r}, which it "
                 f"did not declare (seats: {sorted(seats)})",
             )
         seat = seats[turn]
-        forfeit = None if solo else _forfeit_reward(cfg, env)
+        forfeit = None if solo else forfeit_reward(cfg, env)
         if seat.turns >= cfg.max_turns:
             if forfeit is not None:
-                _forfeit(seats, seat, Status.TRUNCATED_TURNS, forfeit, start, totals)
+                lose_by_forfeit(seats, seat, Status.TRUNCATED_TURNS, forfeit, start, totals)
                 return
             for s in seats.values():  # cut by turns: each sees what it was last sent
                 if s.traj is not None and s.pending and s.turns:
@@ -236,22 +125,22 @@ async def _play(
             return  # every seat stays truncated_turns
         try:
             move = await _move(ctx, seat, sampling_seed, env)
-        except _Stop as stop:
+        except Stop as stop:
             if stop.status != Status.TRUNCATED_LENGTH or forfeit is None:
                 raise
-            _forfeit(seats, seat, stop.status, forfeit, start, totals)
+            lose_by_forfeit(seats, seat, stop.status, forfeit, start, totals)
             return
         seat.turns += 1
         t0 = time.monotonic()
         try:
             step = await env.step(move)
         except Exception as exc:
-            _step_failed(seats, seat, exc, env, start, totals, solo)
+            step_failed(seats, seat, exc, env, start, totals, solo)
         finally:
             if seat.traj is not None:
                 seat.traj.timings["env_s"] += time.monotonic() - t0
         if not isinstance(step, SeatStep):
-            raise _Stop(Status.ENV_ERROR, f"step returned {type(step).__name__}, not SeatStep")
+            raise Stop(Status.ENV_ERROR, f"step returned {type(step).__name__}, not SeatStep")
         _record(ctx, seats, seat, step, totals)
         if step.done:
             for s in seats.values():
@@ -274,19 +163,19 @@ async def _reset(
     try:
         start = await env.reset(task, seed)
     except Exception as exc:
-        raise _Stop(_status(exc), f"reset: {exc}") from exc
+        raise Stop(status_of(exc), f"reset: {exc}") from exc
     finally:
         for seat in seats.values():
             if seat.traj is not None:
                 seat.traj.timings["env_s"] += time.monotonic() - t0
     if not isinstance(start, SeatStart):
-        raise _Stop(
+        raise Stop(
             Status.ENV_ERROR,
             "reset: env.seats is set but the env is a one-seat env "
             f"(reset returned {type(start).__name__}, not SeatStart)",
         )
     if set(start.seats) != set(seats):
-        raise _Stop(
+        raise Stop(
             Status.ENV_ERROR,
             f"reset: the env's seats {sorted(start.seats)} are not "
             f"the seats given players {sorted(seats)}",
@@ -308,7 +197,7 @@ async def _move(ctx: EpisodeContext, seat: Seat, sampling_seed: int | None, env:
     except Exception as exc:  # a policy failure here (its messages overflow an endpoint
         # opponent's context) loses the game for the policy's seats
         reward = float(getattr(env, "failure_reward", 0.0))
-        raise _Stop(_status(exc), f"seat {seat.name!r}: {exc}", reward=reward) from exc
+        raise Stop(status_of(exc), f"seat {seat.name!r}: {exc}", reward=reward) from exc
     seat.messages.append(move)
     return move
 
@@ -324,30 +213,30 @@ async def _policy_move(ctx: EpisodeContext, seat: Seat, sampling_seed: int | Non
         try:
             history.start_segment(ctx.renderer.render_prompt(seat.messages, seat.tools))
         except Exception as exc:
-            raise _Stop(Status.ENV_ERROR, f"render: {exc!r}") from exc
+            raise Stop(Status.ENV_ERROR, f"render: {exc!r}") from exc
         if len(history.prompt) >= ctx.limit:
             error = f"prompt of {len(history.prompt)} tokens >= budget of {ctx.limit}"
             if seat.name != SOLO:
                 error = f"seat {seat.name!r}: {error}"
-            raise _Stop(Status.PROMPT_TOO_LONG, error, seat=seat.name)
+            raise Stop(Status.PROMPT_TOO_LONG, error, seat=seat.name)
     else:
         await _receive(ctx, seat)
     budget = ctx.limit - len(history.prompt)
     if budget <= 0:
-        raise _Stop(Status.TRUNCATED_LENGTH, None, seat=seat.name)
+        raise Stop(Status.TRUNCATED_LENGTH, None, seat=seat.name)
     turn = seat.turns
     sampling = turn_sampling(ctx.config, ctx.renderer, traj, budget, turn, sampling_seed)
     t0 = time.monotonic()
     try:
         completion = await ctx.generate(list(history.prompt), sampling, seat.session)
     except Exception as exc:
-        raise _Stop(Status.GENERATOR_ERROR, f"generate: {exc}") from exc
+        raise Stop(Status.GENERATOR_ERROR, f"generate: {exc}") from exc
     finally:
         elapsed = time.monotonic() - t0
         traj.timings["generate_s"] += elapsed
         ctx.stats["generate_s"] = ctx.stats.get("generate_s", 0.0) + elapsed
     if completion.finish_reason == "abort":
-        raise _Stop(Status.GENERATOR_ERROR, "request aborted")
+        raise Stop(Status.GENERATOR_ERROR, "request aborted")
     prompt = history.prompt
     history.record_turn(completion.token_ids, completion.logprobs, completion.token_versions())
     try:  # parse never raises by contract; a bug there must not end the run
@@ -355,10 +244,10 @@ async def _policy_move(ctx: EpisodeContext, seat: Seat, sampling_seed: int | Non
             completion.token_ids, seat.tools, prompt, call_prefix=f"call_{turn}"
         )
     except Exception as exc:
-        raise _Stop(Status.ENV_ERROR, f"parse: {exc!r}") from exc
+        raise Stop(Status.ENV_ERROR, f"parse: {exc!r}") from exc
     seat.see([move])
     if completion.finish_reason == "length":
-        raise _Stop(Status.TRUNCATED_LENGTH, None, seat=seat.name)
+        raise Stop(Status.TRUNCATED_LENGTH, None, seat=seat.name)
     return move
 
 
@@ -383,10 +272,10 @@ async def _receive(ctx: EpisodeContext, seat: Seat) -> None:
         if over:
             await _compact(ctx, seat)
         prompt = ctx.renderer.render_prompt(seat.messages, seat.tools)
-    except _Stop:
+    except Stop:
         raise
     except Exception as exc:
-        raise _Stop(Status.ENV_ERROR, f"render: {exc!r}") from exc
+        raise Stop(Status.ENV_ERROR, f"render: {exc!r}") from exc
     if bridged is None:
         ctx.stats["bridge_fallbacks"] = ctx.stats.get("bridge_fallbacks", 0) + 1
         traj.info["bridge_fallbacks"] = traj.info.get("bridge_fallbacks", 0) + 1
@@ -406,7 +295,7 @@ async def _compact(ctx: EpisodeContext, seat: Seat) -> None:
     try:
         view = await compact(ctx.compactor, seat.messages, seat.tools, ctx.context_budget, count)
     except Exception as exc:  # a user's strategy failing is the run's setup, not the policy
-        raise _Stop(Status.ENV_ERROR, f"rollout.context.strategy: {exc!r}") from exc
+        raise Stop(Status.ENV_ERROR, f"rollout.context.strategy: {exc!r}") from exc
     if traj.messages is seat.messages:  # the transcript keeps every message
         traj.messages = list(seat.messages)
     seat.messages = view
@@ -456,7 +345,7 @@ def _record(
     last move. Unknown seats are an env error."""
     unknown = sorted((set(step.messages) | set(step.rewards)) - set(seats))
     if unknown:
-        raise _Stop(
+        raise Stop(
             Status.ENV_ERROR,
             f"the env sent messages or rewards to seat(s) {unknown}, "
             f"which it did not declare (seats: {sorted(seats)})",
@@ -480,83 +369,7 @@ def _record(
             continue
         for key, v in rewards.items():
             seat.traj.reward_components[key] = seat.traj.reward_components.get(key, 0.0) + float(v)
-        _add_turn_reward(seat.traj, max(seat.turns - 1, 0), value)
+        add_turn_reward(seat.traj, max(seat.turns - 1, 0), value)
     for s in seats.values():
         if s.traj is not None:
             s.traj.info.update(info)
-
-
-def _add_turn_reward(traj: Trajectory, turn: int, value: float) -> None:
-    while len(traj.turn_rewards) <= turn:
-        traj.turn_rewards.append(0.0)
-    traj.turn_rewards[turn] += value
-
-
-def _forfeit(
-    seats: dict[str, Seat],
-    loser: Seat,
-    cut: Status,
-    reward: float,
-    start: SeatStart,
-    totals: dict[str, float],
-) -> None:
-    """`loser` left the game unfinished (`cut`: its move ran out of tokens, or its turns):
-    it scores `reward` (`rollout.forfeit_reward`) and ends `forfeit`; in a zero-sum game the
-    other seats share `-reward`. The game is over: the others end `ok`. Each score is a
-    `forfeit` reward component at the seat's last move, so the loser's trajectory is trained
-    on instead of masked as a truncated one (a cut game scored 0 beats a lost one's -1)."""
-    others = [name for name in seats if name != loser.name]
-    scores = {loser.name: reward}
-    if start.zero_sum and others:
-        scores.update({name: -reward / len(others) for name in others})
-    for name, value in scores.items():
-        totals[name] += value
-        traj = seats[name].traj
-        if traj is None:
-            continue
-        traj.reward_components["forfeit"] = traj.reward_components.get("forfeit", 0.0) + value
-        _add_turn_reward(traj, max(len(traj.turn_spans) - 1, 0), value)
-    for seat in seats.values():
-        if seat.traj is not None:
-            seat.traj.status = Status.FORFEIT if seat is loser else Status.OK
-            seat.traj.info["forfeit"] = {"seat": loser.name, "cut": cut.value}
-            seat.traj.info["outcome"] = f"{loser.name} forfeits ({cut.value})"
-            seat.traj.info["seat_rewards"] = dict(totals)
-
-
-def _forfeit_reward(cfg: Any, env: Any) -> float | None:
-    """What a seat that leaves its game unfinished scores (`rollout.forfeit_reward`, else the
-    env's `failure_reward`); None with `rollout.forfeit: false` (the game ends truncated)."""
-    if not cfg.forfeit:
-        return None
-    if cfg.forfeit_reward is not None:
-        return cfg.forfeit_reward
-    return float(getattr(env, "failure_reward", 0.0))
-
-
-def _step_failed(
-    seats: dict[str, Seat],
-    seat: Seat,
-    exc: Exception,
-    env: Any,
-    start: SeatStart,
-    totals: dict[str, float],
-    solo: bool,
-) -> NoReturn:
-    """The env's step on `seat`'s move raised `exc`. On a policy seat's move that is the
-    policy's failure (`step_failure`): the seat scores the env's failure reward, and in a game
-    of several seats loses it as by forfeit (the others win it in a zero-sum game); on another
-    player's move, or for an `InfraError`, the episode is infra for every seat."""
-    status, reward = step_failure(exc, env)
-    if seat.traj is None or not status.is_policy_failure:
-        infra = status if status.is_infra_failure else Status.ENV_ERROR
-        where = "step" if solo else f"step of seat {seat.name!r}"
-        raise _Stop(infra, f"{where}: {exc}") from exc
-    if not solo:
-        _forfeit(seats, seat, status, reward, start, totals)
-    raise _Stop(status, f"step: {exc}", seat=seat.name, reward=reward) from exc
-
-
-def _status(exc: BaseException) -> Status:
-    status = getattr(exc, "status", None)
-    return status if isinstance(status, Status) else Status.ENV_ERROR
