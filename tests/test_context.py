@@ -40,11 +40,11 @@ class RecordingGenerate:
         return completion
 
 
-def _run(generator, renderer, context: ContextConfig, task=TASK, n=2):
+def _run(generator, renderer, context: ContextConfig, task=TASK, n=2, max_turns=8, limit=LIMIT):
     gen = RecordingGenerate(generator)
     config = RolloutConfig(
-        max_turns=8,
-        max_total_tokens=LIMIT,
+        max_turns=max_turns,
+        max_total_tokens=limit,
         max_new_tokens_per_turn=40,
         tool_output_tokens=200,
         context=context,
@@ -79,6 +79,16 @@ def test_keep_cuts_the_episode_at_the_context(generator, renderer):
         assert traj.status == Status.TRUNCATED_LENGTH
         assert traj.segment_starts == [0]
         assert traj.turn_spans[-1][1] <= LIMIT  # every turn was sampled within the context
+
+
+def test_an_episode_cut_by_turns_ends_with_the_envs_last_answer(generator, renderer):
+    trajs, _ = _run(generator, renderer, ContextConfig(), max_turns=2, limit=1024)
+    for traj in trajs:
+        assert traj.status == Status.TRUNCATED_TURNS, traj.info.get("error")
+        assert traj.messages[-1]["role"] == "tool"  # the answer to its last move, kept
+        assert traj.token_ids[traj.turn_spans[-1][1] :]  # and its tokens, after the last turn
+        tail = renderer.tokenizer.decode(traj.token_ids[traj.turn_spans[-1][1] :])
+        assert "result2-0" in tail
 
 
 def test_dropping_tool_outputs_runs_past_the_context_token_exactly(generator, renderer):

@@ -32,7 +32,7 @@ from typing import Any
 
 from forge_agent.generator.config import SamplingConfig
 from forge_agent.rollout.context import compact
-from forge_agent.rollout.game import SOLO, START_STATE, EpisodeContext, Seat
+from forge_agent.rollout.game import SOLO, START_STATE, EpisodeContext, Seat, SoloGame
 from forge_agent.rollout.outcomes import (
     Stop,
     add_turn_reward,
@@ -103,7 +103,7 @@ async def _play(
             seat.traj.info["tools_offered"] = len(seat.tools)
             seat.traj.status = Status.TRUNCATED_TURNS
             seat.traj.turn_states = [START_STATE]
-    solo = len(seats) == 1
+    solo = isinstance(env, SoloGame)  # a one-seat env: no forfeits, no seat names
     totals = {name: 0.0 for name in seats}
     turn: str | None = start.turn
     for _ in range(cfg.max_turns * len(seats) + 1):  # the last: a seat with its turns spent
@@ -121,7 +121,7 @@ async def _play(
                 return
             for s in seats.values():  # cut by turns: each sees what it was last sent
                 if s.traj is not None and s.pending and s.turns:
-                    _receive(ctx, s)
+                    await _receive(ctx, s)
             return  # every seat stays truncated_turns
         try:
             move = await _move(ctx, seat, sampling_seed, env)
