@@ -35,6 +35,7 @@ from forge_agent.types import ToolSpec
 __all__ = [
     "JSON_MAX_DEPTH",
     "SANDBOX_PARAM",
+    "ToolSchemaError",
     "describe_value",
     "loads_strict",
     "short_text",
@@ -43,6 +44,22 @@ __all__ = [
     "tool_spec",
     "validate_arguments",
 ]
+
+
+class ToolSchemaError(TypeError):
+    """A tool function whose schema cannot be derived; the message names the function (with
+    its file and line) and the parameter at fault."""
+
+
+def _where(fn: Callable[..., Any]) -> str:
+    """`price (shop/env.py:12)`: a tool function's name and where it is defined."""
+    target = inspect.unwrap(fn)
+    name = getattr(target, "__qualname__", None) or getattr(fn, "__name__", repr(fn))
+    try:
+        return f"{name} ({inspect.getsourcefile(target)}:{inspect.getsourcelines(target)[1]})"
+    except (OSError, TypeError):
+        return str(name)
+
 
 SANDBOX_PARAM = "sandbox"
 """Name of the keyword-only parameter through which a ToolSet injects its sandbox."""
@@ -81,7 +98,8 @@ def tool_spec(
     """The OpenAI function-calling schema of `fn`, from its type hints and docstring.
 
     Raises:
-        TypeError: when a parameter has no type hint, an unsupported one, or is *args/**kwargs.
+        ToolSchemaError: (a TypeError) when a parameter has no type hint, an unsupported one,
+            or is *args/**kwargs; it names the function, its file and line, and the parameter.
     """
     if name is None and description is None and hasattr(fn, "__tool_spec__"):
         return copy.deepcopy(fn.__tool_spec__)  # type: ignore[attr-defined]
@@ -92,24 +110,31 @@ def tool_spec(
     try:
         hints = typing.get_type_hints(fn)
     except Exception as exc:  # unresolvable forward references
-        raise TypeError(f"could not resolve the type hints of tool {fn_name!r}: {exc}") from exc
+        raise ToolSchemaError(
+            f"could not resolve the type hints of tool function {_where(fn)}: {exc}"
+        ) from exc
     properties: dict[str, Any] = {}
     required: list[str] = []
     for param in inspect.signature(fn).parameters.values():
         if param.name == SANDBOX_PARAM and param.kind is inspect.Parameter.KEYWORD_ONLY:
             continue
         if param.kind in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD):
-            raise TypeError(
-                f"tool {fn_name!r} has variadic parameter {param.name!r}; tools need named, "
-                "typed parameters"
+            raise ToolSchemaError(
+                f"tool function {_where(fn)} has variadic parameter {param.name!r}; tools need "
+                "named, typed parameters"
             )
         if param.name not in hints:
-            raise TypeError(f"tool {fn_name!r} parameter {param.name!r} has no type hint")
+            raise ToolSchemaError(
+                f"tool function {_where(fn)}: parameter {param.name!r} has no type hint (the "
+                f"policy is shown a schema built from the hints; write e.g. `{param.name}: str`)"
+            )
         has_default = param.default is not inspect.Parameter.empty
         try:
             schema = _type_schema(hints[param.name], nullable_ok=has_default)
         except TypeError as exc:
-            raise TypeError(f"tool {fn_name!r} parameter {param.name!r}: {exc}") from None
+            raise ToolSchemaError(
+                f"tool function {_where(fn)}: parameter {param.name!r}: {exc}"
+            ) from None
         if param.name in arg_docs:
             schema["description"] = arg_docs[param.name]
         properties[param.name] = schema

@@ -34,6 +34,7 @@ from forge_agent.env.seam import (
 from forge_agent.env.sources import EnvSetupError
 from forge_agent.rollout.history import TokenHistory
 from forge_agent.rollout.renderer import ChatRenderer
+from forge_agent.tool_schema import ToolSchemaError
 from forge_agent.types import Message, ToolSpec, Trajectory
 
 logger = logging.getLogger(__name__)
@@ -149,6 +150,8 @@ def demonstration_source(env_id: str, env_kwargs: dict[str, Any]) -> str | None:
             return "tool schemas"
     except EnvSetupError:
         raise
+    except ToolSchemaError as exc:  # the env's tools, not its demonstrations(), are at fault
+        raise EnvSetupError(env_id, "its tools", str(exc)) from exc
     except Exception as exc:  # a broken hook must not quietly skip the warm start
         raise EnvSetupError(
             env_id,

@@ -25,6 +25,23 @@ USER_ENVS = '''
 from forge_agent.env import Dataset, ToolEnv, holdout
 
 
+def untyped_price(item):
+    return "3"
+
+
+class UntypedToolEnv(ToolEnv):
+    tools = (untyped_price,)
+
+    def tasks(self, split, n, seed):
+        return [{"task_id": str(i), "prompt": "price?"} for i in range(n)]
+
+    def demonstrations(self, n, seed, demo_fraction):
+        return []
+
+    def judge(self, answer):
+        return 0.0
+
+
 def echo(text: str) -> str:
     """Echo text back.
 
@@ -294,6 +311,18 @@ def test_demonstrations_come_from_the_env(user_package):
     assert demonstration_source("seam_list", {}) == "demonstrations"
     assert demonstration_source("seam_user_envs:CountEnv", {}) == "tool schemas"
     assert demonstration_source("seam_user_envs:GuessEnv", {}) is None
+
+
+def test_a_tool_without_a_type_hint_is_blamed_on_the_tool_not_on_demonstrations(user_package):
+    # It read "its demonstrations() (or a reset ...) raised TypeError" before: the wrong part.
+    from forge_agent.warm_start import demonstration_source
+
+    with pytest.raises(EnvSetupError) as raised:
+        demonstration_source("seam_user_envs:UntypedToolEnv", {})
+    message = str(raised.value)
+    assert "(source: its tools)" in message and "demonstrations()" not in message, message
+    assert "tool function untyped_price" in message and "parameter 'item'" in message, message
+    assert "seam_user_envs/__init__.py:" in message
 
 
 def test_an_env_without_demonstrations_gets_calls_sampled_from_its_tool_schemas(user_package):

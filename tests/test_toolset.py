@@ -9,6 +9,7 @@ from typing import Any, Literal, Optional
 
 import pytest
 
+from forge_agent.tool_schema import ToolSchemaError
 from forge_agent.toolset import ToolSet, tool, tool_spec, validate_arguments
 
 
@@ -184,6 +185,25 @@ def test_untyped_or_variadic_parameters_are_rejected_with_their_name() -> None:
         tool_spec(untyped)
     with pytest.raises(TypeError, match="variadic parameter 'args'"):
         tool_spec(variadic)
+
+
+def test_a_missing_type_hint_names_the_tool_function_its_line_and_the_parameter() -> None:
+    import functools
+
+    def price(item, qty: int) -> str:  # type: ignore[no-untyped-def]
+        return "3"
+
+    @functools.wraps(price)
+    def logged(*args, **kwargs):  # a user's decorator: the message names `price`, not it
+        return price(*args, **kwargs)
+
+    line = price.__code__.co_firstlineno
+    for fn in (price, logged):
+        with pytest.raises(ToolSchemaError) as raised:
+            tool_spec(fn)
+        message = str(raised.value)
+        assert "price" in message and f"test_toolset.py:{line}" in message, message
+        assert "parameter 'item' has no type hint" in message and "`item: str`" in message
 
 
 def test_duplicate_tool_names_are_rejected() -> None:

@@ -15,8 +15,11 @@ API, `verifiers.legacy`). What maps to what:
   it calls is the policy: each generation request of the rollout becomes this env's reply to
   forge-agent (the new env messages), and the policy's next assistant message is the answer
   to that request. So multi-turn and tool environments play exactly as under verifiers.
-- tools: its tool definitions become `ToolSpec`s; verifiers' `env_response` runs them in the
-  env worker (environments whose tools need Prime's remote sandboxes cannot run here).
+- tools: its tool definitions become `ToolSpec`s; verifiers' `env_response` answers the calls
+  through `forge_agent.env.verifiers_tools.ToolGuard`: arguments checked against the schema,
+  each call run in a forked sandbox of a tool server (no network, the sandbox user, rlimits,
+  `tool_timeout_s`), a failed call an error observation that no rubric pays for
+  (environments whose tools need Prime's remote sandboxes cannot run here).
 - reward: at the end of the rollout its rubric scores it (`rubric.score_rollout`, with its
   parser and class objects); every reward function of weight w != 0 is a component
   `{name: w * score}` (their sum is verifiers' reward); weight-0 metrics go to
@@ -40,12 +43,14 @@ import signal
 import threading
 import time
 import uuid
+import weakref
 from collections.abc import Iterator
 from typing import Any
 
 from forge_agent.env.protocol import Env
 from forge_agent.env.registry import UnknownEnvError
 from forge_agent.env.sources import Dataset, EnvSetupError
+from forge_agent.env.verifiers_tools import ToolGuard, capped_metrics
 from forge_agent.types import Message, StepResult, ToolSpec
 
 __all__ = ["PIP_INSTALL", "VerifiersEnv"]
@@ -209,6 +214,7 @@ class VerifiersEnv(Env):
     """
 
     required_fields = ("prompt",)
+    tool_timeout_s = 20.0  # one tool call (below `env.step_timeout_s`: timeouts nest)
 
     def __init__(self, module: str, **env_args: Any) -> None:
         self.env_id = f"verifiers:{module}"
@@ -243,6 +249,12 @@ class VerifiersEnv(Env):
                 "supported: each episode is scored on its own",
             )
         self.weights = _reward_weights(rubric)
+        self.tools: ToolGuard | None = None
+        if callable(getattr(self.vf_env, "call_tool", None)):  # a ToolEnv: calls guarded
+            self.tools = ToolGuard(self.vf_env, module, env_args, self.tool_timeout_s)
+            self.vf_env.call_tool = self.tools.call_tool  # the hook its env_response calls
+            weakref.finalize(self, self.tools.close)
+        self._capped: dict[str, float] = {}
         self._client: Any = None
         self._rollout: asyncio.Task | None = None
         self._seen = 0
@@ -281,6 +293,9 @@ class VerifiersEnv(Env):
         self, task: dict[str, Any], seed: int | None = None
     ) -> tuple[list[Message], list[ToolSpec]]:
         await self.close()
+        if self.tools is not None:
+            self.tools.failed.clear()
+        self._capped = {}
         self._client = _policy_client_class(self._vf)()
         prompt = task["prompt"]
         rollout_input = {
@@ -317,6 +332,8 @@ class VerifiersEnv(Env):
         try:
             state = await self.vf_env.rollout(rollout_input, client, MODEL_NAME, {})
             await self.vf_env.rubric.score_rollout(state)
+            if self.tools is not None and self.tools.failed:  # failed calls pay nothing
+                self._capped = await capped_metrics(self.vf_env.rubric, state, self.tools.failed)
             await client.requests.put(("done", state))
         except asyncio.CancelledError:
             raise
@@ -331,8 +348,13 @@ class VerifiersEnv(Env):
     async def step(self, assistant_message: Message) -> StepResult:
         if self._client is None:
             raise RuntimeError(f"{type(self).__name__}.step() called before reset()")
+        if self.tools is not None:
+            self.tools.note_unparsed(assistant_message)
         await self._client.replies.put(dict(assistant_message))
         kind, payload = await self._client.requests.get()
+        if self.tools is not None and self.tools.infra is not None:
+            infra, self.tools.infra = self.tools.infra, None
+            raise infra
         if kind == "error":
             self._raise_unless_generate(kind, payload)
         if kind == "generate":
@@ -347,7 +369,10 @@ class VerifiersEnv(Env):
         final = [_to_dict(m) for m in (state.get("final_env_response") or [])]
         metrics = dict(state.get("metrics") or {})
         rewards = {
-            name: weight * float(metrics.get(name, 0.0))
+            name: min(
+                weight * float(metrics.get(name, 0.0)),
+                weight * float(self._capped.get(name, metrics.get(name, 0.0))),
+            )
             for name, weight in self.weights.items()
             if weight != 0.0
         }
@@ -356,6 +381,7 @@ class VerifiersEnv(Env):
             "metrics": {k: float(v) for k, v in metrics.items() if self.weights.get(k, 0) == 0},
             "vf_reward": float(state.get("reward") or 0.0),
             "tool_calls": len(assistant_message.get("tool_calls") or []),
+            "failed_tool_calls": len(self.tools.failed) if self.tools is not None else 0,
         }
         if state.get("error") is not None:
             info["vf_error"] = repr(state["error"])[:300]

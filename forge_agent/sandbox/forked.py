@@ -1,0 +1,225 @@
+"""A forked sandbox: run a function of a warm Python process in a child cut off from the host.
+
+For code that exists only as a Python callable of an interpreter the bubblewrap sandbox cannot
+start: a verifiers environment's tool (`forge_agent.env.verifiers_tools`). Its interpreter and
+packages live in the project's Python (here under ``/root``, a folder the sandbox user may not
+enter; bwrap runs as that user and cannot bind it, not even through a descriptor: bwrap 0.8
+resolves ``--ro-bind-fd`` by path). So a warm process imports the code once, and each call
+forks a child that, before the function runs:
+
+- enters new PID, network and mount namespaces: no network (not even loopback), a `/proc` of
+  its own (host processes are invisible), every process it starts dies with it;
+- gets fresh, bounded tmpfs on ``/tmp``, ``/var/tmp`` and ``/dev/shm`` (nothing crosses calls)
+  and an empty ``/root`` with only the interpreter's folders bound back, read-only;
+- takes the rlimits of `Limits` (CPU seconds, address space beyond what the warm process
+  holds, processes, file size, descriptors, no core files) and an empty environment;
+- drops to the sandbox user (uid/gid 65534, no groups, no capabilities, ``no_new_privs``),
+  so the host's files are read-only to it and those only root may read stay unread;
+- is killed, with its whole PID namespace, at `Limits.wall_s`.
+
+What it lacks beside bwrap: the seccomp filter, and a view of the file system limited to
+``/usr``, ``/etc`` and the workspace (host files any user may read stay readable). It needs
+root (CAP_SYS_ADMIN for the namespaces and mounts); elsewhere `run_forked` raises
+`SandboxError` (infra: the run stops, naming it), never runs the function unsandboxed.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import resource
+import select
+import signal
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+from forge_agent.sandbox.base import Limits, SandboxError
+
+__all__ = ["ForkedResult", "run_forked"]
+
+SANDBOX_ID = 65534  # the sandbox user of every backend (nobody/nogroup)
+CLONE_NEWNS, CLONE_NEWPID, CLONE_NEWNET = 0x00020000, 0x20000000, 0x40000000
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 0x1, 0x2, 0x4, 0x8
+MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 0x20, 0x1000, 0x4000, 0x40000
+MNT_DETACH, PR_SET_NO_NEW_PRIVS = 2, 38
+SETUP_FAILED = 125  # the child's exit status when its sandbox could not be set up
+_libc = ctypes.CDLL(None, use_errno=True)
+
+ForkedResult = dict[str, Any]
+"""``{"ok": True, "value": ...}``, ``{"ok": False, "error": "..."}`` (the function raised, ran
+out of time or memory, or died); `value` is what the function returned (JSON data)."""
+
+
+def _check(rc: int, what: str) -> None:
+    if rc != 0:
+        errno = ctypes.get_errno()
+        raise OSError(errno, f"{what}: {os.strerror(errno)}")
+
+
+def _mount(source: str | None, target: str, fstype: str | None, flags: int, data: str = "") -> None:
+    _check(
+        _libc.mount(
+            source.encode() if source else None,
+            target.encode(),
+            fstype.encode() if fstype else None,
+            ctypes.c_ulong(flags),
+            data.encode() if data else None,
+        ),
+        f"mount {target}",
+    )
+
+
+def _kept_paths() -> list[str]:
+    """The interpreter's folders under /root (bound back into the child's empty /root)."""
+    prefixes = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}
+    return sorted(p for p in prefixes if p.startswith("/root/"))
+
+
+def _enter_sandbox(limits: Limits) -> None:
+    """In the forked child (PID 1 of its namespaces, still root): mounts, rlimits, identity."""
+    _mount(None, "/", None, MS_REC | MS_PRIVATE)
+    _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    tmp_size = f"size={int(limits.file_size_mb)}m,mode=1777"
+    _mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, tmp_size)
+    kept = _kept_paths()
+    for i, path in enumerate(kept):  # stage the interpreter's folders, then hide /root
+        os.mkdir(f"/tmp/.keep{i}")
+        _mount(path, f"/tmp/.keep{i}", None, MS_BIND | MS_REC)
+    _mount("tmpfs", "/root", "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=0755")
+    for i, path in enumerate(kept):
+        os.makedirs(path, exist_ok=True)
+        _mount(f"/tmp/.keep{i}", path, None, MS_BIND | MS_REC)
+        _mount(None, path, None, MS_BIND | MS_REMOUNT | MS_RDONLY)
+    _check(_libc.umount2(b"/tmp", MNT_DETACH), "umount /tmp")
+    for path in ("/tmp", "/var/tmp", "/dev/shm"):
+        if os.path.isdir(path):
+            _mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, tmp_size)
+    mb = 1 << 20
+    held = _virtual_size()
+    cpu = int(limits.cpu_s)
+    resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
+    resource.setrlimit(resource.RLIMIT_AS, (held + int(limits.memory_mb) * mb,) * 2)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (int(limits.file_size_mb) * mb,) * 2)
+    resource.setrlimit(resource.RLIMIT_NPROC, (int(limits.max_procs),) * 2)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (1024, 1024))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    os.chdir("/tmp")
+    os.setgroups([])
+    os.setgid(SANDBOX_ID)
+    os.setuid(SANDBOX_ID)
+    _check(_libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(no_new_privs)")
+    os.environ.clear()
+    os.environ.update({"PATH": "/usr/bin:/bin", "HOME": "/tmp", "TMPDIR": "/tmp"})
+    devnull = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):  # what the function prints goes nowhere
+        os.dup2(devnull, fd)
+
+
+def _virtual_size() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def _child(fn: Callable[[], Any], limits: Limits, write_fd: int) -> None:
+    """The forked process: new namespaces, then PID 1 of them runs `fn`; this one bounds it
+    in time (killing PID 1 takes the whole namespace along). Never returns."""
+    try:
+        _check(_libc.unshare(CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET), "unshare")
+        inner = os.fork()
+        if inner == 0:
+            try:
+                _enter_sandbox(limits)
+            except BaseException as exc:
+                _write(write_fd, {"ok": False, "setup_error": f"{type(exc).__name__}: {exc}"})
+                os._exit(SETUP_FAILED)
+            try:
+                reply: ForkedResult = {"ok": True, "value": fn()}
+            except MemoryError:
+                reply = {"ok": False, "error": "ran out of memory"}
+            except BaseException as exc:
+                reply = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+            _write(write_fd, reply, limits.output_bytes)
+            os._exit(0)
+        os.close(write_fd)
+        deadline = time.monotonic() + float(limits.wall_s)
+        while time.monotonic() < deadline:
+            pid, _ = os.waitpid(inner, os.WNOHANG)
+            if pid:
+                os._exit(0)
+            time.sleep(0.005)
+        os.kill(inner, signal.SIGKILL)
+        os.waitpid(inner, 0)
+        os._exit(124)
+    except BaseException:
+        os._exit(SETUP_FAILED)
+
+
+def _write(fd: int, reply: ForkedResult, limit: int = 65536) -> None:
+    try:
+        data = json.dumps(reply).encode()
+    except (TypeError, ValueError):
+        data = json.dumps({"ok": False, "error": "the result is not JSON data"}).encode()
+    if len(data) > limit + 4096:
+        data = json.dumps({"ok": False, "error": f"the result is over {limit} bytes"}).encode()
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def run_forked(fn: Callable[[], Any], limits: Limits) -> ForkedResult:
+    """Run `fn()` in a forked sandbox (see the module docstring) and return how it went.
+
+    Call from a single-threaded process (a fork copies only the calling thread).
+
+    Raises:
+        SandboxError: the sandbox could not be set up here (not root, no namespaces).
+    """
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read_fd)
+        _child(fn, limits, write_fd)
+    os.close(write_fd)
+    chunks, size = [], 0
+    deadline = time.monotonic() + float(limits.wall_s) + 5.0
+    try:
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([read_fd], [], [], 0.1)
+            if ready:
+                chunk = os.read(read_fd, 1 << 16)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                size += len(chunk)
+                if size > limits.output_bytes + 8192:
+                    break
+    finally:
+        os.close(read_fd)
+    status = _reap(pid, deadline)
+    code = os.waitstatus_to_exitcode(status)
+    try:
+        reply = json.loads(b"".join(chunks)) if chunks else None
+    except ValueError:
+        reply = None
+    if code == SETUP_FAILED or (reply and "setup_error" in reply):
+        detail = (reply or {}).get("setup_error", "the child could not enter its namespaces")
+        raise SandboxError(f"the forked sandbox could not be set up: {detail} (it needs root)")
+    if code == 124:
+        return {"ok": False, "error": f"timed out after {float(limits.wall_s):g} s"}
+    if not isinstance(reply, dict):
+        return {"ok": False, "error": "the call died without a result (killed, or out of memory)"}
+    return reply
+
+
+def _reap(pid: int, deadline: float) -> int:
+    """The wait status of `pid` (the timing child), killed if still there at `deadline`."""
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return status
+        time.sleep(0.005)
+    os.kill(pid, signal.SIGKILL)
+    return os.waitpid(pid, 0)[1]
