@@ -117,6 +117,10 @@ async def raising_agent(task: dict[str, Any], client: Any) -> str:
     raise RuntimeError("the agent program broke")
 
 
+async def raising_before_asking_agent(task: dict[str, Any], client: Any) -> str:
+    raise RuntimeError("the agent program broke before asking")
+
+
 async def hanging_agent(task: dict[str, Any], client: Any) -> str:
     import asyncio
 

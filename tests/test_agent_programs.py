@@ -95,9 +95,12 @@ def test_agent_program_groups_are_recorded_and_scored(generator, tiny_tokenizer)
 
 @pytest.mark.parametrize(
     ("program", "status", "timeout"),
-    [("raising_agent", Status.ENV_ERROR, 60.0), ("hanging_agent", Status.ENV_TIMEOUT, 2.0)],
+    [
+        ("raising_before_asking_agent", Status.ENV_ERROR, 60.0),
+        ("hanging_agent", Status.ENV_TIMEOUT, 2.0),
+    ],
 )
-def test_agent_program_failures_become_statuses(
+def test_agent_program_failures_the_policy_cannot_cause_are_infra(
     generator, tiny_tokenizer, program, status, timeout
 ):
     group, again, open_sessions = _run(generator, tiny_tokenizer, program, 2, timeout)
@@ -105,9 +108,22 @@ def test_agent_program_failures_become_statuses(
     for traj in [*group.trajectories, again]:
         assert traj.status == status, traj.info
         assert status.is_infra_failure  # excluded from baselines and losses
-    if program == "raising_agent":
-        assert "the agent program broke" in group.trajectories[0].info["error"]
-        assert group.trajectories[0].num_sampled > 0  # its one request was still recorded
+    if program == "raising_before_asking_agent":
+        assert "broke before asking" in group.trajectories[0].info["error"]
+
+
+def test_a_program_that_raises_on_the_policys_answer_is_the_policys_failure(
+    generator, tiny_tokenizer
+):
+    group, again, open_sessions = _run(generator, tiny_tokenizer, "raising_agent", 2)
+    assert open_sessions == 0
+    for traj in [*group.trajectories, again]:
+        assert traj.status == Status.POLICY_ERROR, traj.info  # scored and trained on
+        assert "the agent program broke" in traj.info["error"]
+        assert traj.num_sampled > 0  # its one request was recorded
+        assert traj.reward == 0.0 and traj.reward_components == {"policy_failure": 0.0}
+    scored, _ = _score_in_reward_actor(group.trajectories)
+    assert [t.reward for t in scored] == [0.0, 0.0]  # the rubric pays it the failure reward only
 
 
 def test_programs_share_one_loopback_http_client_per_loop_until_one_closes_it():

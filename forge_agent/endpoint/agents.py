@@ -16,8 +16,11 @@ One episode (`AgentRolloutEngine.run_episode`):
         `agent_reward` component, `forge_agent.rewards.program_reward`)
 
 The program runs in an env worker process (never in the controller's loop) under the pool's
-`reset_timeout_s` as its wall-time limit: a program past it is killed (`env_timeout`); one that
-raises ends its episode as `env_error`. Neither crashes the run.
+`reset_timeout_s` as its wall-time limit: a program past it is killed (`env_timeout`). One that
+raises after the policy answered is the policy's failure (`policy_error`, the env's failure
+reward, trained on: its parser or checks refused what the policy said); one that raises before
+any request, or on an unreachable or failing endpoint, is infra (`env_error`). None crashes the
+run.
 """
 
 from __future__ import annotations
@@ -28,7 +31,9 @@ import weakref
 from typing import Any
 
 from forge_agent.endpoint.server import EndpointServer
+from forge_agent.env.protocol import EnvFailure
 from forge_agent.env.registry import load_entry_point
+from forge_agent.errors import InfraError
 from forge_agent.rollout.engine import EpisodeEnv, RolloutEngine
 from forge_agent.types import Message, Status, StepResult, ToolSpec, Trajectory
 
@@ -113,7 +118,16 @@ class AgentProgramEnv:
         endpoint = task["_endpoint"]
         task = {k: v for k, v in task.items() if k != "_endpoint"}
         client = program_client(endpoint["base_url"], endpoint["api_key"], self.request_timeout_s)
-        result = await self.agent(task, client)
+        try:
+            result = await self.agent(task, client)
+        except Exception as exc:
+            if _is_infra(exc):
+                raise
+            # the program raised on what the policy answered (its parser, its checks, a reply
+            # the endpoint refused): the policy's failure, scored (docs/rewards.md)
+            raise EnvFailure(
+                Status.POLICY_ERROR, f"the agent program raised {type(exc).__name__}: {exc}"
+            ) from exc
         return [{"role": "result", "content": result}], []
 
     async def step(self, assistant_message: Message) -> StepResult:
@@ -159,6 +173,8 @@ class AgentRolloutEngine(RolloutEngine):
             status, error = _status_of(exc), f"agent: {exc}"
         traj.timings["agent_s"] = time.monotonic() - t0
         recorded = self.server.close_session(session.key, status)
+        if status.is_policy_failure and not recorded.turn_spans:
+            status = Status.ENV_ERROR  # it raised before the policy said anything: not its failure
         names = ("token_ids", "loss_mask", "logprobs", "versions", "turn_spans", "tool_call_count")
         for name in names:
             setattr(traj, name, getattr(recorded, name))
@@ -168,7 +184,9 @@ class AgentRolloutEngine(RolloutEngine):
         traj.info["task"] = dict(task)
         traj.info["result"] = result  # the reward actors score task, result and transcript
         traj.status = status
-        if error is not None:
+        if status.is_policy_failure:
+            traj.fail_by_policy(status, error or "", float(getattr(env, "failure_reward", 0.0)))
+        elif error is not None:
             traj.info["error"] = error
         elif not traj.turn_spans:
             traj.status, traj.info["error"] = Status.ENV_ERROR, "the agent made no request"
@@ -225,6 +243,21 @@ async def close_loopback_http_client() -> None:
     client = _LOOPBACK_CLIENTS.pop(asyncio.get_running_loop(), None)
     if client is not None:
         await client.aclose()
+
+
+def _is_infra(exc: BaseException) -> bool:
+    """An agent program's exception the policy cannot have caused: an `InfraError`, memory,
+    or the endpoint unreachable, timing out or failing (a 5xx, a closed session's 401)."""
+    import openai
+
+    return isinstance(
+        exc,
+        InfraError
+        | MemoryError
+        | openai.APIConnectionError
+        | openai.InternalServerError
+        | openai.AuthenticationError,
+    )
 
 
 def _status_of(exc: BaseException) -> Status:

@@ -39,7 +39,8 @@ import time
 import traceback
 from typing import IO, Any
 
-from forge_agent.env.protocol import step_failure
+from forge_agent.env.protocol import EnvFailure, step_failure
+from forge_agent.types import Status
 
 _HEADER = struct.Struct(">I")
 _EXIT = ("exit",)
@@ -104,7 +105,12 @@ class _Slot:
             value = await self._handle(command, args)
         except BaseException as exc:
             text = "".join(traceback.format_exception(exc))
-            blame = step_failure(exc, None)[0].value  # whose failure, had a step raised it
+            # whose failure: a step's by the rule of blame; any other command's is infra
+            # unless the env says otherwise (an `EnvFailure`: an agent program's reset)
+            if command == "step" or isinstance(exc, EnvFailure):
+                blame = step_failure(exc, None)[0].value
+            else:
+                blame = Status.ENV_ERROR.value
             self.replies.send((request_id, "error", f"{type(exc).__name__}: {exc}", text, blame))
             return
         self.replies.send((request_id, "ok", value))

@@ -200,7 +200,7 @@ class EnvWorker:
         if kind == "error":
             # The env's state after an exception is unknown: never reuse this slot.
             text = f"env {self.spec.env_id!r} {what} raised {value}"
-            blame = Status(detail[1]) if what == "step" and len(detail) > 1 else Status.ENV_ERROR
+            blame = Status(detail[1]) if len(detail) > 1 else Status.ENV_ERROR
             await self._fail_slot(slot, blame, text)
         return value
 
