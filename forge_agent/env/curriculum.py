@@ -32,10 +32,12 @@ import dataclasses
 import inspect
 from collections import deque
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
-from forge_agent.typed_config import check_field
+from forge_agent.env.config import CurriculumConfig, EnvConfig
+from forge_agent.env.registry import env_spec
+from forge_agent.env.sources import EnvSetupError
+from forge_agent.env.tasks import TaskStream, load_tasks
 
 __all__ = ["Curriculum", "CurriculumConfig", "check_curriculum"]
 
@@ -43,42 +45,10 @@ LEVEL_KEY = "curriculum_level"
 """The task field naming the ladder level a task was drawn at (set only with a ladder)."""
 
 
-@dataclass
-class CurriculumConfig:
-    """`env.curriculum`: a difficulty ladder and online task selection (module docstring)."""
-
-    kwarg: str | None = None  # the env constructor argument the ladder raises; null: no ladder
-    levels: list[Any] = field(default_factory=list)
-    advance_at: float = 0.7  # mean group reward over `window` groups that moves up a level
-    window: int = 16  # groups at the current level in the running mean
-    select: bool = False  # skip tasks whose last group had zero variance, for `retry_after`
-    retry_after: int = 256  # task draws before a skipped task is tried again
-
-    def __post_init__(self) -> None:
-        check_field(
-            0.0 < self.advance_at <= 1.0, "advance_at", self.advance_at, "a fraction in (0, 1]"
-        )
-        check_field(self.window >= 1, "window", self.window, "an int >= 1")
-        check_field(self.retry_after >= 1, "retry_after", self.retry_after, "an int >= 1")
-        if self.kwarg is not None:
-            check_field(len(self.levels) >= 2, "levels", self.levels, "a list of >= 2 levels")
-        else:
-            allowed = "the env argument whose values `levels` lists"
-            check_field(not self.levels, "kwarg", self.kwarg, allowed)
-
-    @property
-    def ladder(self) -> bool:
-        return self.kwarg is not None
-
-
-def check_curriculum(env: Any) -> None:
+def check_curriculum(env: EnvConfig) -> None:
     """Refuse a ladder the env cannot follow, before any actor starts: a `kwarg` its
     constructor does not take, or a level it rejects (built and asked for a task at each
     level). Raises `EnvSetupError` naming the key, the env and what is allowed."""
-    from forge_agent.env.registry import env_spec
-    from forge_agent.env.sources import EnvSetupError
-    from forge_agent.env.tasks import load_tasks
-
     cfg = env.curriculum
     if not cfg.ladder:
         return
@@ -108,9 +78,7 @@ def check_curriculum(env: Any) -> None:
 class Curriculum(Iterator[tuple[dict[str, Any], int]]):
     """The training task stream of `env` (an `EnvConfig`) under its `env.curriculum`."""
 
-    def __init__(self, env: Any) -> None:
-        from forge_agent.env.tasks import TaskStream
-
+    def __init__(self, env: EnvConfig) -> None:
         self._make_stream = TaskStream
         self.env = env
         cfg: CurriculumConfig = env.curriculum
