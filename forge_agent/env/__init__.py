@@ -30,6 +30,7 @@ from forge_agent.env.registry import (
     register,
     registered_env_ids,
 )
+from forge_agent.env.resolved import ResolvedEnv, resolve_env
 from forge_agent.env.sources import (
     HOLDOUT_FRACTION,
     Dataset,
@@ -57,6 +58,7 @@ __all__ = [
     "GymnasiumAgentEnv",
     "OpenEnvAgentEnv",
     "ReasoningGymEnv",
+    "ResolvedEnv",
     "SeatEnv",
     "Split",
     "TextArenaEnv",
@@ -73,6 +75,7 @@ __all__ = [
     "register",
     "register_gymnasium_envs",
     "registered_env_ids",
+    "resolve_env",
     "serve_openenv",
 ]
 
