@@ -63,6 +63,15 @@ class ToolError(Exception):
         self.kind = kind
 
 
+class _Refused(Exception):
+    """A tool call refused before it runs: the error kind, the tool name its message carries
+    and the text the model reads."""
+
+    def __init__(self, kind: str, name: str, text: str) -> None:
+        super().__init__(text)
+        self.kind, self.name, self.text = kind, name, text
+
+
 def _clip(text: str, limit: int = 40) -> str:
     return text if len(text) <= limit else f"{text[:limit]}..."
 
@@ -163,105 +172,13 @@ class ToolSet:
         arguments is a JSON string or a dict; the flat `{"name", "arguments"}` shape and a
         missing id are tolerated.
         """
-        if not isinstance(tool_call, dict):
-            return self._error(
-                "not_a_dict",
-                "",
-                "unknown",
-                f"a tool call must be an object with 'function': {{'name', 'arguments'}}, got "
-                f"{describe_value(tool_call)}",
-            )
-        call_id = tool_call.get("id")
+        call_id = tool_call.get("id") if isinstance(tool_call, dict) else None
         call_id = call_id if isinstance(call_id, str) else ""
-        parse_error = tool_call.get("parse_error")
-        if isinstance(parse_error, str) and parse_error:
-            function = tool_call.get("function")
-            name = function.get("name") if isinstance(function, dict) else None
-            return self._error(
-                "bad_tool_call",
-                call_id,
-                _clip(name) if isinstance(name, str) and name else "unknown",
-                parse_error,
-            )
-        call_type = tool_call.get("type", "function")
-        if call_type != "function":
-            return self._error(
-                "bad_type",
-                call_id,
-                "unknown",
-                f"tool call type must be 'function', got {short_text(call_type)}",
-            )
-        function = tool_call.get("function", tool_call if "name" in tool_call else None)
-        if not isinstance(function, dict):
-            return self._error(
-                "missing_field",
-                call_id,
-                "unknown",
-                "the tool call has no 'function' object with a 'name' and 'arguments'",
-            )
-        name = function.get("name")
-        if not isinstance(name, str) or not name:
-            return self._error(
-                "missing_field",
-                call_id,
-                "unknown",
-                f"the tool call has no tool name (got {short_text(name)})",
-            )
-        if name not in self._tools:
-            return self._error(
-                "unknown_tool",
-                call_id,
-                _clip(name),
-                f"unknown tool {_clip(name)!r}; available: {', '.join(self._tools) or 'none'}",
-            )
-        arguments = function.get("arguments", {})
-        if arguments is None or arguments == "":
-            arguments = {}
-        if isinstance(arguments, str):
-            if len(arguments) > self.max_argument_chars:
-                return self._error(
-                    "arguments_too_large",
-                    call_id,
-                    name,
-                    f"arguments are {len(arguments)} characters long; at most "
-                    f"{self.max_argument_chars} allowed",
-                )
-            try:
-                arguments = loads_strict(arguments, f"the arguments of {name!r}")
-            except ValueError as exc:
-                return self._error("bad_json", call_id, name, str(exc))
-        elif isinstance(arguments, dict):
-            try:
-                size = len(json.dumps(arguments))
-            except (TypeError, ValueError, RecursionError):
-                return self._error(
-                    "bad_arguments", call_id, name, f"arguments of {name!r} are not JSON data"
-                )
-            if size > self.max_argument_chars:
-                return self._error(
-                    "arguments_too_large",
-                    call_id,
-                    name,
-                    f"arguments are {size} characters long; at most {self.max_argument_chars} "
-                    "allowed",
-                )
-        problems = validate_arguments(arguments, self._specs[name]["function"]["parameters"])
-        if problems:
-            return self._error(
-                "bad_arguments",
-                call_id,
-                name,
-                f"bad arguments for {name!r}: {'; '.join(problems[:5])}. "
-                f"Expected: {name}({signature_text(self._specs[name])})",
-            )
-        required = self._specs[name]["function"]["parameters"].get("required", [])
-        kwargs = {k: v for k, v in arguments.items() if v is not None or k in required}
-        if self._wants_sandbox[name]:
-            if self.sandbox is None:
-                return self._error(
-                    "no_sandbox", call_id, name, f"tool {name!r} needs a sandbox and none is set"
-                )
-            kwargs[SANDBOX_PARAM] = self.sandbox
+        try:
+            name, arguments = self._read_call(tool_call)
+            kwargs = self._checked_kwargs(name, arguments)
+        except _Refused as refused:
+            return self._error(refused.kind, call_id, refused.name, refused.text)
         self.call_counts[name] += 1
         try:
             output = await asyncio.wait_for(self._run(self._tools[name], kwargs), self.timeout_s)
@@ -279,6 +196,97 @@ class ToolSet:
         if text.startswith("Error:"):  # the tool says it failed: the model sees an error
             self.error_counts["tool_reported"] += 1
         return _tool_message(call_id, name, self._truncate(text))
+
+    def _read_call(self, tool_call: Any) -> tuple[str, Any]:
+        """(a known tool's name, the call's raw arguments); `_Refused` for a call that is not
+        a dict, that the renderer could not parse, of another type than "function", without a
+        function or a name, or naming no tool of this set."""
+        if not isinstance(tool_call, dict):
+            raise _Refused(
+                "not_a_dict",
+                "unknown",
+                f"a tool call must be an object with 'function': {{'name', 'arguments'}}, got "
+                f"{describe_value(tool_call)}",
+            )
+        parse_error = tool_call.get("parse_error")
+        if isinstance(parse_error, str) and parse_error:
+            function = tool_call.get("function")
+            name = function.get("name") if isinstance(function, dict) else None
+            shown = _clip(name) if isinstance(name, str) and name else "unknown"
+            raise _Refused("bad_tool_call", shown, parse_error)
+        call_type = tool_call.get("type", "function")
+        if call_type != "function":
+            raise _Refused(
+                "bad_type",
+                "unknown",
+                f"tool call type must be 'function', got {short_text(call_type)}",
+            )
+        function = tool_call.get("function", tool_call if "name" in tool_call else None)
+        if not isinstance(function, dict):
+            raise _Refused(
+                "missing_field",
+                "unknown",
+                "the tool call has no 'function' object with a 'name' and 'arguments'",
+            )
+        name = function.get("name")
+        if not isinstance(name, str) or not name:
+            raise _Refused(
+                "missing_field",
+                "unknown",
+                f"the tool call has no tool name (got {short_text(name)})",
+            )
+        if name not in self._tools:
+            raise _Refused(
+                "unknown_tool",
+                _clip(name),
+                f"unknown tool {_clip(name)!r}; available: {', '.join(self._tools) or 'none'}",
+            )
+        return name, function.get("arguments", {})
+
+    def _checked_kwargs(self, name: str, arguments: Any) -> dict[str, Any]:
+        """The keyword arguments tool `name` is called with: `arguments` (a JSON string or a
+        dict) within `max_argument_chars`, valid JSON, matching the tool's schema, and the
+        sandbox for a tool that takes one; `_Refused` otherwise."""
+        if arguments is None or arguments == "":
+            arguments = {}
+        if isinstance(arguments, str):
+            self._check_size(len(arguments), name)
+            try:
+                arguments = loads_strict(arguments, f"the arguments of {name!r}")
+            except ValueError as exc:
+                raise _Refused("bad_json", name, str(exc)) from None
+        elif isinstance(arguments, dict):
+            try:
+                size = len(json.dumps(arguments))
+            except (TypeError, ValueError, RecursionError):
+                raise _Refused(
+                    "bad_arguments", name, f"arguments of {name!r} are not JSON data"
+                ) from None
+            self._check_size(size, name)
+        parameters = self._specs[name]["function"]["parameters"]
+        problems = validate_arguments(arguments, parameters)
+        if problems:
+            raise _Refused(
+                "bad_arguments",
+                name,
+                f"bad arguments for {name!r}: {'; '.join(problems[:5])}. "
+                f"Expected: {name}({signature_text(self._specs[name])})",
+            )
+        required = parameters.get("required", [])
+        kwargs = {k: v for k, v in arguments.items() if v is not None or k in required}
+        if self._wants_sandbox[name]:
+            if self.sandbox is None:
+                raise _Refused("no_sandbox", name, f"tool {name!r} needs a sandbox and none is set")
+            kwargs[SANDBOX_PARAM] = self.sandbox
+        return kwargs
+
+    def _check_size(self, chars: int, name: str) -> None:
+        if chars > self.max_argument_chars:
+            raise _Refused(
+                "arguments_too_large",
+                name,
+                f"arguments are {chars} characters long; at most {self.max_argument_chars} allowed",
+            )
 
     async def _run(self, fn: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
         if inspect.iscoroutinefunction(fn):

@@ -169,7 +169,7 @@ def test_module_class_and_register_name_the_same_env(user_package):
 
 def test_an_openenv_url_is_an_env_id():
     spec = env_spec("http://127.0.0.1:8123")
-    assert spec.entry_point == "forge_agent.env.openenv_adapter:OpenEnvAgentEnv"
+    assert spec.entry_point == "forge_agent.env.adapters.openenv:OpenEnvAgentEnv"
     assert spec.kwargs == {"base_url": "http://127.0.0.1:8123"}
 
 

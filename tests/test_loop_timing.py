@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from forge_agent.observability.loop_timing import LoopTiming
 
 
@@ -38,3 +40,25 @@ def test_generator_busy_is_per_replica():
     timing = LoopTiming(clock)
     clock.now += 10.0
     assert timing.fractions(8.0, num_generators=2)["generator_busy_frac"] == 0.4
+
+
+def test_the_loop_clock_leaves_the_generators_eval_work_out():
+    import asyncio
+
+    from forge_agent.run.loop_result import LoopClock
+
+    class Replicas(list):
+        busy = 5.0
+
+        async def busy_seconds(self) -> float:
+            return self.busy
+
+    clock, replicas = Clock(), Replicas([0, 1])
+    loop = asyncio.run(LoopClock.start(replicas))
+    loop.timing = LoopTiming(clock)
+    clock.now += 10.0
+    replicas.busy += 8.0  # 8 replica-seconds of work since the start, 2 of them in evaluation
+    loop.timing.add("generator_busy_eval", 2.0)
+    wall_s, timing = asyncio.run(loop.stop())
+    assert wall_s >= 0.0
+    assert timing["generator_busy_frac"] == pytest.approx(6.0 / (10.0 * 2))

@@ -15,8 +15,7 @@ import re
 import pytest
 
 from forge_agent.algorithms.advantages import AdvantageConfig, compute_advantages
-from forge_agent.env.sources import EnvSetupError
-from forge_agent.env.textarena_env import (
+from forge_agent.env.adapters.textarena import (
     TextArenaEnv,
     legal_moves,
     random_move,
@@ -24,6 +23,7 @@ from forge_agent.env.textarena_env import (
     tictactoe_heuristic,
     tictactoe_mixed,
 )
+from forge_agent.env.sources import EnvSetupError
 from forge_agent.rollout import ChatRenderer, LocalEnvs, RolloutConfig, RolloutEngine
 from forge_agent.rollout.players import EndpointPlayer, ScriptedPlayer, check_seats
 from forge_agent.types import Completion, Group, Status, Trajectory

@@ -326,7 +326,7 @@ def test_editing_a_file_past_the_read_cap_is_a_clear_error_not_a_truncation(repo
 def test_the_heuristic_opponent_reads_its_role_from_the_game_not_the_agents_text():
     """Before: the text "Player 0." anywhere in what the heuristic saw (the agent's echoed
     message) made it play the other mark, so it blocked and completed the wrong lines."""
-    from forge_agent.env.textarena_env import TextArenaEnv, tictactoe_heuristic
+    from forge_agent.env.adapters.textarena import TextArenaEnv, tictactoe_heuristic
 
     env = TextArenaEnv("TicTacToe-v0", cells=True)
     x_sees = [

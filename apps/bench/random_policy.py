@@ -45,12 +45,15 @@ import sys
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from forge_agent.env.seam import final_answer, sampled_call
-from forge_agent.evaluation import EvalReport, ScoreFn, evaluate
+from forge_agent.evaluation import EvalReport, evaluate
 from forge_agent.generator.config import SamplingConfig
 from forge_agent.run.config import AgentConfig
+
+if TYPE_CHECKING:
+    from forge_agent.env.resolved import ResolvedEnv
 from forge_agent.types import Completion, Message, ToolSpec
 
 RESAMPLES = 20
@@ -163,51 +166,40 @@ def tokenizer_of(cfg: AgentConfig) -> Any:
 
 
 async def random_policy_report(
-    cfg: AgentConfig, policy: RandomPolicy, renderer: Any, envs: Any, num_tasks: int
+    cfg: AgentConfig,
+    env: ResolvedEnv,
+    policy: RandomPolicy,
+    renderer: Any,
+    envs: Any,
+    num_tasks: int,
 ) -> EvalReport:
-    """`cfg.eval.k` episodes of each of the first `num_tasks` held-out tasks of `cfg.env`,
-    played by `policy` on the env source `envs` and scored as a run's periodic evaluation
-    scores them."""
+    """`cfg.eval.k` episodes of each of the first `num_tasks` held-out tasks of `env` (the
+    config's env, resolved), played by `policy` on the env source `envs` through a run's
+    engines (`build_engines`) and scored as a run's periodic evaluation scores them (an agent
+    program: its reward function through the run's rubric, `agent_rubric_score`)."""
     from forge_agent.env.tasks import eval_tasks
-    from forge_agent.rollout import RolloutEngine
+    from forge_agent.run.rollouts import build_engines
 
-    tasks = eval_tasks(cfg.env, num_tasks)
-    rollout = replace(cfg.rollout, temperature=cfg.eval.temperature)
-    max_model_len = cfg.generator.max_model_len
-    if not cfg.env.is_agent_program:
-        engine = RolloutEngine(policy, envs, renderer, rollout, max_model_len=max_model_len)
-        return await evaluate(engine, tasks, cfg.eval.k, seed=cfg.seed)
-    from forge_agent.endpoint.agents import start_agent_engines
-
-    server, (engine,) = await start_agent_engines(policy, envs, renderer, max_model_len, [rollout])
-    try:
-        return await evaluate(engine, tasks, cfg.eval.k, seed=cfg.seed, score=agent_score(cfg))
-    finally:
-        await server.stop()
-
-
-def agent_score(cfg: AgentConfig) -> ScoreFn:
-    """An agent program's eval scoring: the run's rubric (`build_rubric`, as the reward actors
-    build it) with its `agent_reward` component only, as `build_engines` asks of them."""
-    from forge_agent.rewards.build import AGENT_REWARD, build_rubric
-
-    rubric = build_rubric(
-        dict(cfg.rewards.components), cfg.rollout.max_total_tokens, cfg.env.agent_reward
+    tasks = eval_tasks(env, num_tasks)
+    engines = await build_engines(
+        cfg, env, policy, envs, renderer, cfg.generator.max_model_len, route_adapters=False
     )
-
-    async def score(trajectories: list[Any]) -> list[Any]:
-        await rubric.score_all(trajectories, apply=True, only=[AGENT_REWARD])
-        return trajectories
-
-    return score
+    try:
+        return await evaluate(
+            engines.eval, tasks, cfg.eval.k, seed=cfg.seed, score=engines.eval_score
+        )
+    finally:
+        await engines.stop()
 
 
 async def run(cfg: AgentConfig, min_calls: int, max_calls: int, seed: int) -> dict[str, Any]:
     """The baseline of `cfg`'s env as one result row (its report included). Raises
     `NoToolsError` naming the env when its first held-out episode offers no tools."""
     from forge_agent.env import EnvPool
+    from forge_agent.env.resolved import ResolvedEnv
     from forge_agent.rollout import ChatRenderer
 
+    env = ResolvedEnv.of(cfg.env)
     renderer = ChatRenderer(tokenizer_of(cfg), cfg.renderer)
     if renderer.kind != "qwen3":
         raise ValueError(
@@ -216,19 +208,19 @@ async def run(cfg: AgentConfig, min_calls: int, max_calls: int, seed: int) -> di
         )
     policy = RandomPolicy(renderer.tokenizer, max_calls, min_calls, seed)
     workers = cfg.services.env
-    pool = EnvPool(cfg.env, workers.count() * workers.envs_per_worker, workers.envs_per_worker)
+    pool = EnvPool(env, workers.count() * workers.envs_per_worker, workers.envs_per_worker)
     started = time.monotonic()
     try:
         await pool.start()
         probe_cfg = replace(cfg, eval=replace(cfg.eval, k=1))
-        await random_policy_report(probe_cfg, policy, renderer, pool, 1)
+        await random_policy_report(probe_cfg, env, policy, renderer, pool, 1)
         if policy.stats["no_tools"]:
             raise NoToolsError(
                 f"env {cfg.env.id!r} offers no tools on its first held-out task: a random "
                 "tool-calling policy has nothing to call"
             )
         policy.stats = dict.fromkeys(policy.stats, 0)
-        report = await random_policy_report(cfg, policy, renderer, pool, cfg.eval.num_tasks)
+        report = await random_policy_report(cfg, env, policy, renderer, pool, cfg.eval.num_tasks)
     finally:
         await pool.close()
     return {

@@ -37,14 +37,14 @@ async def play(
     the cells view of the board (as apps/agent/tictactoe.yaml trains), else the 3x3 drawing."""
     import torch
 
-    from forge_agent.env import textarena_env
-    from forge_agent.env.textarena_env import TextArenaEnv
+    from forge_agent.env.adapters import textarena
+    from forge_agent.env.adapters.textarena import TextArenaEnv
     from forge_agent.models.tiny import load_tokenizer
     from forge_agent.rollout import ChatRenderer
     from forge_agent.rollout.players import SnapshotPlayer
 
     policy = SnapshotPlayer(_Disk(), model, ChatRenderer(load_tokenizer(model)), offset=0)
-    script = getattr(textarena_env, opponent)
+    script = getattr(textarena, opponent)
     counts = {"win": 0, "draw": 0, "loss": 0, "unfinished": 0}
     for g in range(games):
         random.seed(g)

@@ -23,7 +23,6 @@ import json
 import os
 import sys
 import time
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -78,23 +77,27 @@ class EpisodeProgress:
 
 
 async def run_eval(cfg: AgentConfig, model_path: Path | str, out: Path) -> EvalReport:
-    """Start the engine and env workers, evaluate, write traces; returns the report."""
+    """Start the engine and env workers, evaluate, write traces; returns the report. The
+    rollout engines are a run's (`build_engines`), over an in-process vLLM engine."""
     from forge_agent.env import EnvPool
+    from forge_agent.env.resolved import ResolvedEnv
     from forge_agent.generator import VLLMEngine
     from forge_agent.models.tiny import load_tokenizer
     from forge_agent.observability.traces import TraceWriter
-    from forge_agent.rollout import ChatRenderer, RolloutEngine
-    from forge_agent.run.rollouts import seat_players
+    from forge_agent.rollout import ChatRenderer
+    from forge_agent.run.rollouts import build_engines
 
-    tasks = eval_tasks(cfg.env, cfg.eval.num_tasks)
+    env = ResolvedEnv.of(cfg.env)
+    tasks = eval_tasks(env, cfg.eval.num_tasks)
     renderer = ChatRenderer(load_tokenizer(model_path), cfg.renderer)
     engine = VLLMEngine(cfg.generator, str(model_path), dtype=cfg.model.dtype, seed=cfg.seed)
     workers = cfg.services.env
-    pool = EnvPool(cfg.env, workers.count() * workers.envs_per_worker, workers.envs_per_worker)
+    pool = EnvPool(env, workers.count() * workers.envs_per_worker, workers.envs_per_worker)
     traces_path = out / "traces.jsonl"
     traces_path.unlink(missing_ok=True)
     writer = TraceWriter(traces_path)
     progress: EpisodeProgress | None = None
+    engines = None
     try:
         print(
             f"starting vLLM on {model_path} and {pool.size} {cfg.env.id} envs on "
@@ -102,21 +105,28 @@ async def run_eval(cfg: AgentConfig, model_path: Path | str, out: Path) -> EvalR
             flush=True,
         )
         await asyncio.gather(engine.start(), pool.start())
-        rollout = RolloutEngine(
+        engines = await build_engines(
+            cfg,
+            env,
             lambda ids, sampling, session: engine.generate(ids, sampling, session),
             pool,
             renderer,
-            replace(cfg.rollout, temperature=cfg.eval.temperature),
-            on_trajectory=lambda traj: writer.write(traj, {"split": "eval"}),
-            max_model_len=engine.max_model_len,
-            players=seat_players(cfg, None, model_path, renderer),  # env.seats (multi-seat)
+            engine.max_model_len,
+            policy_path=model_path,  # scripted and snapshot seats (env.seats, multi-seat)
+            on_eval_trajectory=lambda traj: writer.write(traj, {"split": "eval"}),
+            route_adapters=False,  # this engine serves one model, no adapter by name
         )
         progress = EpisodeProgress(len(tasks) * cfg.eval.k)  # after start-up: honest rate/ETA
-        report = await evaluate(rollout, tasks, cfg.eval.k, seed=cfg.seed, progress=progress)
+        report = await evaluate(
+            engines.eval, tasks, cfg.eval.k, seed=cfg.seed, progress=progress,
+            score=engines.eval_score,
+        )  # fmt: skip
     finally:
         if progress is not None:
             progress.close()
         writer.close()
+        if engines is not None:
+            await engines.stop()
         await pool.close()
         await engine.shutdown()
     return report

@@ -4,7 +4,7 @@ No code of its own beyond naming the game: `GymnasiumAgentEnv` renders the hand 
 makes its tasks from start seeds. Registered as `blackjack` by the project's entry points.
 """
 
-from forge_agent.env.gym_adapter import GymnasiumAgentEnv
+from forge_agent.env.adapters.gymnasium import GymnasiumAgentEnv
 
 __all__ = ["BlackjackEnv"]
 

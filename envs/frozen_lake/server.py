@@ -7,7 +7,7 @@ or, as an agent env, with `forge_agent.env.OpenEnvAgentEnv(base_url=...)`.
 
 from __future__ import annotations
 
-from forge_agent.env.openenv_adapter import server_entry_point
+from forge_agent.env.adapters.openenv import server_entry_point
 
 ENV_ID = "frozen_lake"
 __getattr__, main = server_entry_point(ENV_ID, __doc__.splitlines()[0])

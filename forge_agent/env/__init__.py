@@ -1,6 +1,8 @@
-"""Agent environments: the protocol and its seam (tasks, demonstrations, corpus), a registry,
-env workers, and adapters: Gymnasium, OpenEnv, reasoning-gym (`reasoning_gym:<task>`) and
-verifiers (`verifiers:<module>`).
+"""Agent environments: the protocol (`protocol`) and its seam (`seam`: tasks, demonstrations,
+corpus), the config and registry (`config`, `registry`, `resolved`), tasks (`tasks`,
+`sources`, `curriculum`), env workers (`worker`, `remote_pool`), and in `adapters/` other
+ecosystems' envs: Gymnasium, OpenEnv, reasoning-gym (`reasoning_gym:<task>`), verifiers
+(`verifiers:<module>`) and TextArena (`textarena:<game>`).
 
 Light to import (no torch, vLLM, gymnasium, openenv, reasoning-gym or verifiers); the adapters
 load on first use.
@@ -30,6 +32,7 @@ from forge_agent.env.registry import (
     register,
     registered_env_ids,
 )
+from forge_agent.env.resolved import ResolvedEnv, resolve_env
 from forge_agent.env.sources import (
     HOLDOUT_FRACTION,
     Dataset,
@@ -57,6 +60,7 @@ __all__ = [
     "GymnasiumAgentEnv",
     "OpenEnvAgentEnv",
     "ReasoningGymEnv",
+    "ResolvedEnv",
     "SeatEnv",
     "Split",
     "TextArenaEnv",
@@ -73,19 +77,20 @@ __all__ = [
     "register",
     "register_gymnasium_envs",
     "registered_env_ids",
+    "resolve_env",
     "serve_openenv",
 ]
 
 _LAZY = {
-    "AgentGymEnv": "forge_agent.env.gym_adapter",
-    "GymnasiumAgentEnv": "forge_agent.env.gym_adapter",
-    "register_gymnasium_envs": "forge_agent.env.gym_adapter",
-    "OpenEnvAgentEnv": "forge_agent.env.openenv_adapter",
-    "openenv_app": "forge_agent.env.openenv_adapter",
-    "serve_openenv": "forge_agent.env.openenv_adapter",
-    "ReasoningGymEnv": "forge_agent.env.reasoning_gym_env",
-    "VerifiersEnv": "forge_agent.env.verifiers_env",
-    "TextArenaEnv": "forge_agent.env.textarena_env",
+    "AgentGymEnv": "forge_agent.env.adapters.gymnasium",
+    "GymnasiumAgentEnv": "forge_agent.env.adapters.gymnasium",
+    "register_gymnasium_envs": "forge_agent.env.adapters.gymnasium",
+    "OpenEnvAgentEnv": "forge_agent.env.adapters.openenv",
+    "openenv_app": "forge_agent.env.adapters.openenv",
+    "serve_openenv": "forge_agent.env.adapters.openenv",
+    "ReasoningGymEnv": "forge_agent.env.adapters.reasoning_gym",
+    "VerifiersEnv": "forge_agent.env.adapters.verifiers",
+    "TextArenaEnv": "forge_agent.env.adapters.textarena",
 }
 
 

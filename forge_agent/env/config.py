@@ -1,4 +1,5 @@
-"""`EnvConfig`: which env a run trains on, its tasks and how long its calls may take.
+"""`EnvConfig`: which env a run trains on, its tasks and how long its calls may take; and
+`CurriculumConfig`, its `env.curriculum` section (the mechanism: `forge_agent.env.curriculum`).
 
 The env layer owns it: the env workers (`EnvPool`, `EnvPoolActor`), the task stream, the
 evaluator and the agent-program path take this config, not copies of its fields.
@@ -13,9 +14,36 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from forge_agent.env.curriculum import CurriculumConfig
 from forge_agent.env.registry import is_agent_program
 from forge_agent.typed_config import check_field
+
+
+@dataclass
+class CurriculumConfig:
+    """`env.curriculum`: a difficulty ladder and online task selection (module docstring)."""
+
+    kwarg: str | None = None  # the env constructor argument the ladder raises; null: no ladder
+    levels: list[Any] = field(default_factory=list)
+    advance_at: float = 0.7  # mean group reward over `window` groups that moves up a level
+    window: int = 16  # groups at the current level in the running mean
+    select: bool = False  # skip tasks whose last group had zero variance, for `retry_after`
+    retry_after: int = 256  # task draws before a skipped task is tried again
+
+    def __post_init__(self) -> None:
+        check_field(
+            0.0 < self.advance_at <= 1.0, "advance_at", self.advance_at, "a fraction in (0, 1]"
+        )
+        check_field(self.window >= 1, "window", self.window, "an int >= 1")
+        check_field(self.retry_after >= 1, "retry_after", self.retry_after, "an int >= 1")
+        if self.kwarg is not None:
+            check_field(len(self.levels) >= 2, "levels", self.levels, "a list of >= 2 levels")
+        else:
+            allowed = "the env argument whose values `levels` lists"
+            check_field(not self.levels, "kwarg", self.kwarg, allowed)
+
+    @property
+    def ladder(self) -> bool:
+        return self.kwarg is not None
 
 
 @dataclass

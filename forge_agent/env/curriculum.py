@@ -28,14 +28,15 @@ run tasks of every level.
 
 from __future__ import annotations
 
-import dataclasses
 import inspect
 from collections import deque
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
-from forge_agent.typed_config import check_field
+from forge_agent.env.config import CurriculumConfig, EnvConfig
+from forge_agent.env.resolved import ResolvedEnv, resolve_env
+from forge_agent.env.sources import EnvSetupError
+from forge_agent.env.tasks import TaskStream, load_tasks
 
 __all__ = ["Curriculum", "CurriculumConfig", "check_curriculum"]
 
@@ -43,46 +44,16 @@ LEVEL_KEY = "curriculum_level"
 """The task field naming the ladder level a task was drawn at (set only with a ladder)."""
 
 
-@dataclass
-class CurriculumConfig:
-    """`env.curriculum`: a difficulty ladder and online task selection (module docstring)."""
-
-    kwarg: str | None = None  # the env constructor argument the ladder raises; null: no ladder
-    levels: list[Any] = field(default_factory=list)
-    advance_at: float = 0.7  # mean group reward over `window` groups that moves up a level
-    window: int = 16  # groups at the current level in the running mean
-    select: bool = False  # skip tasks whose last group had zero variance, for `retry_after`
-    retry_after: int = 256  # task draws before a skipped task is tried again
-
-    def __post_init__(self) -> None:
-        check_field(
-            0.0 < self.advance_at <= 1.0, "advance_at", self.advance_at, "a fraction in (0, 1]"
-        )
-        check_field(self.window >= 1, "window", self.window, "an int >= 1")
-        check_field(self.retry_after >= 1, "retry_after", self.retry_after, "an int >= 1")
-        if self.kwarg is not None:
-            check_field(len(self.levels) >= 2, "levels", self.levels, "a list of >= 2 levels")
-        else:
-            allowed = "the env argument whose values `levels` lists"
-            check_field(not self.levels, "kwarg", self.kwarg, allowed)
-
-    @property
-    def ladder(self) -> bool:
-        return self.kwarg is not None
-
-
-def check_curriculum(env: Any) -> None:
+def check_curriculum(env: EnvConfig | ResolvedEnv) -> None:
     """Refuse a ladder the env cannot follow, before any actor starts: a `kwarg` its
     constructor does not take, or a level it rejects (built and asked for a task at each
     level). Raises `EnvSetupError` naming the key, the env and what is allowed."""
-    from forge_agent.env.registry import env_spec
-    from forge_agent.env.sources import EnvSetupError
-    from forge_agent.env.tasks import load_tasks
-
-    cfg = env.curriculum
+    cfg = env.curriculum if isinstance(env, EnvConfig) else env.config.curriculum
     if not cfg.ladder:
         return
-    factory = env_spec(env.id).factory()
+    resolved = resolve_env(env)
+    env = resolved.config
+    factory = resolved.factory()
     params = inspect.signature(factory).parameters
     takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
     if cfg.kwarg not in params and not takes_any:
@@ -96,7 +67,7 @@ def check_curriculum(env: Any) -> None:
     for level in cfg.levels:
         kwargs = {**env.kwargs, cfg.kwarg: level}
         try:
-            load_tasks(env.id, "train", 1, env.train_seed, kwargs, env.dataset, env.fields)
+            load_tasks(resolved.spec, "train", 1, env.train_seed, kwargs, env.dataset, env.fields)
         except Exception as exc:
             raise EnvSetupError(
                 env.id,
@@ -106,14 +77,14 @@ def check_curriculum(env: Any) -> None:
 
 
 class Curriculum(Iterator[tuple[dict[str, Any], int]]):
-    """The training task stream of `env` (an `EnvConfig`) under its `env.curriculum`."""
+    """The training task stream of `env` (an `EnvConfig` or its `ResolvedEnv`) under its
+    `env.curriculum`."""
 
-    def __init__(self, env: Any) -> None:
-        from forge_agent.env.tasks import TaskStream
-
+    def __init__(self, env: ResolvedEnv | EnvConfig) -> None:
         self._make_stream = TaskStream
-        self.env = env
-        cfg: CurriculumConfig = env.curriculum
+        self.resolved = resolve_env(env)
+        self.env = self.resolved.config
+        cfg: CurriculumConfig = self.env.curriculum
         self.kwarg, self.levels = cfg.kwarg, list(cfg.levels)
         self.advance_at, self.window = cfg.advance_at, cfg.window
         self.select, self.retry_after = cfg.select, cfg.retry_after
@@ -134,11 +105,10 @@ class Curriculum(Iterator[tuple[dict[str, Any], int]]):
     def position(self) -> int:
         return self.draws
 
-    def _env_at(self, index: int) -> Any:
+    def _env_at(self, index: int) -> ResolvedEnv:
         if self.kwarg is None:
-            return self.env
-        kwargs = {**self.env.kwargs, self.kwarg: self.levels[index]}
-        return dataclasses.replace(self.env, kwargs=kwargs)
+            return self.resolved
+        return self.resolved.with_kwargs({**self.env.kwargs, self.kwarg: self.levels[index]})
 
     def __next__(self) -> tuple[dict[str, Any], int]:
         while True:

@@ -9,7 +9,7 @@ An env id resolves, in this order, to:
 3. `"package.module:Name"` itself;
 4. an OpenEnv server's URL (`http://host:port`), played through `OpenEnvAgentEnv`;
 5. `"reasoning_gym:<task>"` / `"verifiers:<module>"` / `"textarena:<game>"`: an environment of
-   those ecosystems (`ECOSYSTEMS`), through its adapter in `forge_agent.env`.
+   those ecosystems (`ECOSYSTEMS`), through its adapter in `forge_agent.env.adapters`.
 
 An entry point is a callable or a `"package.module:Name"` string imported on first use, so
 registering an env costs nothing and env workers can rebuild it in another process.
@@ -31,6 +31,7 @@ __all__ = [
     "ENTRY_POINT_GROUP",
     "EnvSpec",
     "UnknownEnvError",
+    "as_spec",
     "env_spec",
     "load_entry_point",
     "make_env",
@@ -129,10 +130,10 @@ AGENT_PREFIX = "agent:"
 
 
 ECOSYSTEMS: dict[str, tuple[str, str]] = {
-    "reasoning_gym": ("forge_agent.env.reasoning_gym_env:ReasoningGymEnv", "task"),
-    "verifiers": ("forge_agent.env.verifiers_env:VerifiersEnv", "module"),
-    "textarena": ("forge_agent.env.textarena_env:TextArenaEnv", "game"),
-    "gymnasium": ("forge_agent.env.gym_adapter:GymnasiumIdEnv", "gym_id"),
+    "reasoning_gym": ("forge_agent.env.adapters.reasoning_gym:ReasoningGymEnv", "task"),
+    "verifiers": ("forge_agent.env.adapters.verifiers:VerifiersEnv", "module"),
+    "textarena": ("forge_agent.env.adapters.textarena:TextArenaEnv", "game"),
+    "gymnasium": ("forge_agent.env.adapters.gymnasium:GymnasiumIdEnv", "gym_id"),
 }
 """Id prefix -> (the adapter's entry point, the argument the rest of the id fills)."""
 
@@ -151,7 +152,7 @@ def env_spec(env_id: str) -> EnvSpec:
         return declared[env_id]
     if env_id.startswith(("http://", "https://")):
         return EnvSpec(
-            env_id, "forge_agent.env.openenv_adapter:OpenEnvAgentEnv", {"base_url": env_id}
+            env_id, "forge_agent.env.adapters.openenv:OpenEnvAgentEnv", {"base_url": env_id}
         )
     if is_agent_program(env_id):  # an agent program on the openai client (docs/agents.md)
         program = env_id.removeprefix(AGENT_PREFIX)
@@ -169,6 +170,11 @@ def env_spec(env_id: str) -> EnvSpec:
         "'package.module:Factory' entry point, an OpenEnv server's http:// URL, "
         "'reasoning_gym:<task>', 'verifiers:<module>', 'textarena:<game>' or 'gymnasium:<id>')",
     )
+
+
+def as_spec(env: EnvSpec | str) -> EnvSpec:
+    """`env` itself when it is a spec (resolved already), else `env_spec(env)`."""
+    return env if isinstance(env, EnvSpec) else env_spec(env)
 
 
 def make_env(env_id: str, **kwargs: Any) -> AgentEnv:

@@ -21,6 +21,7 @@ from monarch.actor.concurrent import concurrent_endpoint
 
 from forge_agent.env.config import EnvConfig
 from forge_agent.env.protocol import EnvFailure
+from forge_agent.env.resolved import ResolvedEnv
 from forge_agent.env.worker import EnvLease, EnvPool
 from forge_agent.types import Message, StepResult, ToolSpec
 
@@ -32,7 +33,11 @@ class EnvPoolActor(Actor):
     `envs_per_worker` env instances at once."""
 
     def __init__(
-        self, env: EnvConfig, workers: int, per_core: int = 1, envs_per_worker: int = 1
+        self,
+        env: ResolvedEnv | EnvConfig,
+        workers: int,
+        per_core: int = 1,
+        envs_per_worker: int = 1,
     ) -> None:
         import os
 

@@ -12,7 +12,7 @@ import concurrent.futures
 from collections.abc import Coroutine, Mapping
 from typing import Any, TypeVar
 
-from forge_agent.env.registry import env_spec
+from forge_agent.env.registry import EnvSpec, as_spec
 from forge_agent.toolset import ToolSet
 from forge_agent.types import Message, SeatStart, SeatStep, ToolSpec
 
@@ -73,18 +73,19 @@ def env_demonstrations(
 
 
 def demonstrations_of(
-    env_id: str, env_kwargs: Mapping[str, Any], n: int, seed: int, demo_fraction: float
+    env_id: str | EnvSpec, env_kwargs: Mapping[str, Any], n: int, seed: int, demo_fraction: float
 ) -> list[Conversation] | None:
-    """`n` demonstrations of `env_id` (None when the env has no `demonstrations`)."""
-    return env_demonstrations(env_spec(env_id).make(**dict(env_kwargs)), n, seed, demo_fraction)
+    """`n` demonstrations of `env_id` or its spec (None when the env has no `demonstrations`)."""
+    return env_demonstrations(as_spec(env_id).make(**dict(env_kwargs)), n, seed, demo_fraction)
 
 
-def demonstrations_origin(env_id: str, env_kwargs: Mapping[str, Any]) -> tuple[str, dict]:
+def demonstrations_origin(env_id: str | EnvSpec, env_kwargs: Mapping[str, Any]) -> tuple[str, dict]:
     """The env (id, kwargs) whose demonstrations `env_id` gives: its optional
     `demonstrations_origin()` hook's answer (an OpenEnv URL: the env its server serves; an
     agent program: its `tasks_from` env), else `env_id` and `env_kwargs` themselves. The warm
     start keys its cache by it, so a URL with a random port still finds a cached warm start."""
-    spec = env_spec(env_id)
+    spec = as_spec(env_id)
+    env_id = spec.env_id
     if not callable(getattr(spec.factory(), "demonstrations_origin", None)):
         return env_id, dict(env_kwargs)  # most envs: no instance needed
     origin = spec.make(**dict(env_kwargs)).demonstrations_origin()
@@ -94,16 +95,19 @@ def demonstrations_origin(env_id: str, env_kwargs: Mapping[str, Any]) -> tuple[s
     return str(origin_id), dict(origin_kwargs or {})
 
 
-def corpus_of(env_id: str, env_kwargs: Mapping[str, Any] | None = None) -> list[str | Conversation]:
+def corpus_of(
+    env_id: str | EnvSpec, env_kwargs: Mapping[str, Any] | None = None
+) -> list[str | Conversation]:
     """Tokenizer text of `env_id`: its `corpus()` (strings and conversations), else the
     rendered reset messages and tool specs of its first training tasks."""
-    env = env_spec(env_id).make(**dict(env_kwargs or {}))
+    spec = as_spec(env_id)
+    env = spec.make(**dict(env_kwargs or {}))
     hook = getattr(env, "corpus", None)
     if callable(hook):
         return [_pair(env, item) for item in hook()]
     from forge_agent.env.tasks import load_tasks
 
-    tasks = load_tasks(env_id, "train", CORPUS_TASKS, seed=0, env_kwargs=env_kwargs)
+    tasks = load_tasks(spec, "train", CORPUS_TASKS, seed=0, env_kwargs=env_kwargs)
 
     async def resets() -> list[Conversation]:
         out = []
@@ -124,7 +128,7 @@ SCHEMA_DEMO_MAX_CALLS = 3
 
 
 def schema_demonstrations(
-    env_id: str, env_kwargs: Mapping[str, Any], n: int, seed: int
+    env_id: str | EnvSpec, env_kwargs: Mapping[str, Any], n: int, seed: int
 ) -> list[Conversation]:
     """`n` conversations of `env_id` built from its own tool schemas, for an env without
     `demonstrations()`: each resets the env on a training task, makes 1 to
@@ -141,12 +145,13 @@ def schema_demonstrations(
 
     from forge_agent.env.tasks import load_tasks
 
-    tasks = load_tasks(env_id, "train", n, seed=seed, env_kwargs=env_kwargs)
-    rng = random.Random(f"schema-demos-{env_id}-{seed}")
+    spec = as_spec(env_id)
+    tasks = load_tasks(spec, "train", n, seed=seed, env_kwargs=env_kwargs)
+    rng = random.Random(f"schema-demos-{spec.env_id}-{seed}")
 
     async def play() -> list[Conversation]:
         out: list[Conversation] = []
-        env = env_spec(env_id).make(**dict(env_kwargs))
+        env = spec.make(**dict(env_kwargs))
         try:
             for i, task in enumerate(tasks):
                 start = await env.reset(task, seed + i)

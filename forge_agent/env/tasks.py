@@ -34,7 +34,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from forge_agent.env.config import EnvConfig
-from forge_agent.env.registry import env_spec
+from forge_agent.env.registry import EnvSpec, as_spec
+from forge_agent.env.resolved import ResolvedEnv, resolve_env
 from forge_agent.env.sources import (
     HOLDOUT_FRACTION,
     Dataset,
@@ -116,14 +117,16 @@ def _as_dataset(value: Any) -> Dataset:
 
 
 def task_source(
-    env_id: str,
+    env_id: str | EnvSpec,
     env_kwargs: Mapping[str, Any] | None = None,
     dataset: str | None = None,
     fields: Mapping[str, str] | None = None,
 ) -> _GeneratedSource | _DatasetSource:
     """Where `env_id`'s tasks come from (its generator or dataset; `dataset` and `fields`
-    override the env's own dataset). Raises `EnvSetupError` when there is none."""
-    spec = env_spec(env_id)
+    override the env's own dataset); `env_id` may be its resolved `EnvSpec`. Raises
+    `EnvSetupError` when there is none."""
+    spec = as_spec(env_id)
+    env_id = spec.env_id
     factory = spec.factory()
     kwargs = dict(env_kwargs or {})
     try:
@@ -185,7 +188,7 @@ def _nonempty_block(source: Any, split: Split, index: int, seed: int) -> tuple[i
 
 # ---------------------------------------------------------------------------- public API
 def load_tasks(
-    env_id: str,
+    env_id: str | EnvSpec,
     split: Split,
     n: int,
     seed: int,
@@ -197,6 +200,7 @@ def load_tasks(
 
     Generated envs give exactly `n` tasks (the first `n` a `TaskStream` with this seed yields,
     for "train"). Datasets give `min(n, len(split))` tasks in a seeded shuffle, without repeats.
+    `env_id` may be its resolved `EnvSpec`.
     `env_kwargs` are the env's constructor arguments (the calculator reads `difficulty`);
     `dataset` (a hub dataset or a local file) and `fields` (task field -> column) override
     the env's own dataset.
@@ -216,26 +220,30 @@ def load_tasks(
     return tasks[:n]
 
 
-def eval_tasks(env: EnvConfig, n: int) -> list[dict[str, Any]]:
+def eval_tasks(env: EnvConfig | ResolvedEnv, n: int) -> list[dict[str, Any]]:
     """`n` held-out tasks of `env` (never in its training stream), from `env.eval_seed`."""
-    return load_tasks(env.id, "eval", n, env.eval_seed, env.kwargs, env.dataset, env.fields)
+    resolved = resolve_env(env)
+    cfg = resolved.config
+    return load_tasks(resolved.spec, "eval", n, cfg.eval_seed, cfg.kwargs, cfg.dataset, cfg.fields)
 
 
 class TaskStream(Iterator[tuple[dict[str, Any], int]]):
     """An endless, deterministic stream of `(task, env_seed)` training pairs of `env` (an
-    `EnvConfig`: its id, kwargs, dataset and `train_seed`; an env id alone: no kwargs).
+    `EnvConfig` or its `ResolvedEnv`: its id, kwargs, dataset and `train_seed`; an env id
+    alone: no kwargs).
 
     Datasets: epoch after epoch over the train split, each epoch in its own seeded shuffle.
     Generated envs: fresh train tasks, one generator seed after another. `position` counts the
     pairs yielded; `state()` / `load_state(state)` resume at the same position.
     """
 
-    def __init__(self, env: EnvConfig | str) -> None:
-        env = EnvConfig(env, kwargs={}) if isinstance(env, str) else env
-        self.env_id = env.id
-        self.seed = env.train_seed
-        self.dataset = env.dataset
-        self._source = task_source(env.id, env.kwargs, env.dataset, env.fields)
+    def __init__(self, env: ResolvedEnv | EnvConfig | str) -> None:
+        resolved = resolve_env(env)
+        cfg = resolved.config
+        self.env_id = cfg.id
+        self.seed = cfg.train_seed
+        self.dataset = cfg.dataset
+        self._source = task_source(resolved.spec, cfg.kwargs, cfg.dataset, cfg.fields)
         self.position = 0
         self._block_index = 0
         self._offset = 0

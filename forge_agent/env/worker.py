@@ -39,7 +39,8 @@ from typing import Any, Self
 
 from forge_agent.env.config import EnvConfig
 from forge_agent.env.protocol import EnvFailure
-from forge_agent.env.registry import EnvSpec, env_spec
+from forge_agent.env.registry import EnvSpec, as_spec
+from forge_agent.env.resolved import ResolvedEnv, resolve_env
 from forge_agent.types import Message, SeatStart, Status, StepResult, ToolSpec
 
 __all__ = ["EnvLease", "EnvPool", "EnvWorker"]
@@ -61,7 +62,7 @@ class EnvWorker:
     ) -> None:
         if slots < 1:
             raise ValueError(f"EnvWorker slots must be at least 1, got {slots}")
-        self.spec = env_spec(spec) if isinstance(spec, str) else spec
+        self.spec = as_spec(spec)
         self.env_kwargs = dict(env_kwargs or {})
         self.slots = slots
         self.busy: set[int] = set()  # slots lent to episodes
@@ -326,21 +327,23 @@ class EnvPool:
     lent one per episode.
 
     Args:
-        env: the run's `EnvConfig` (its id, constructor kwargs (must pickle) and the deadlines
-            of reset, step and close: `ENV_TIMEOUT` past them), or an env id alone (no kwargs,
-            default deadlines).
+        env: the run's `ResolvedEnv` or `EnvConfig` (its id, constructor kwargs (must pickle)
+            and the deadlines of reset, step and close: `ENV_TIMEOUT` past them), or an env id
+            alone (no kwargs, default deadlines).
         size: the most env instances alive (and episodes running) at once.
         envs_per_worker: env instances one worker process serves at once (each on its own
             thread there); the pool runs `ceil(size / envs_per_worker)` workers.
     """
 
-    def __init__(self, env: EnvConfig | str, size: int = 8, envs_per_worker: int = 1) -> None:
+    def __init__(
+        self, env: ResolvedEnv | EnvConfig | str, size: int = 8, envs_per_worker: int = 1
+    ) -> None:
         if size < 1:
             raise ValueError(f"EnvPool size must be at least 1, got {size}")
         if envs_per_worker < 1:
             raise ValueError(f"EnvPool envs_per_worker must be at least 1, got {envs_per_worker}")
-        self.env = EnvConfig(env, kwargs={}) if isinstance(env, str) else env
-        self.spec = env_spec(self.env.id)
+        resolved = resolve_env(env)
+        self.env, self.spec = resolved.config, resolved.spec
         self.size = size
         self.envs_per_worker = min(envs_per_worker, size)
         self.num_workers = math.ceil(size / self.envs_per_worker)

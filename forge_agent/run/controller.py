@@ -23,6 +23,7 @@ from typing import Any
 from forge_agent.algorithms.advantages import compute_advantages
 from forge_agent.algorithms.replay import ReplayBuffer, ZeroSignalWatch, check_token_lags
 from forge_agent.env.curriculum import Curriculum
+from forge_agent.env.resolved import ResolvedEnv
 from forge_agent.env.tasks import eval_tasks
 from forge_agent.models.hub import parameter_count
 from forge_agent.observability.loop_timing import LoopTiming
@@ -30,8 +31,9 @@ from forge_agent.observability.metrics import MetricLogger, record
 from forge_agent.observability.step_profile import PhaseClock
 from forge_agent.run import outputs
 from forge_agent.run.config import AgentConfig
+from forge_agent.run.loop_result import LoopClock, LoopResult
 from forge_agent.run.recovery import Recovery
-from forge_agent.run.rollouts import Engines, build_engines, evaluate_policy, record_episode
+from forge_agent.run.rollouts import Engines, build_run_engines, evaluate_policy, record_episode
 from forge_agent.run.services import Services
 from forge_agent.run.setup_checks import check_start_signal
 from forge_agent.run.signals import cancel_on_signals, python_handlers
@@ -75,19 +77,20 @@ class Controller:
         cfg = self.cfg
         meshes = await resolve_host_meshes(cfg.hosts)  # first: it picks Monarch's transport
         self.out = outputs.prepare_output_dir(cfg)
-        check_run_choices(cfg)  # a curriculum or credit the env cannot follow fails here
+        self.env = env = ResolvedEnv.of(cfg.env)  # the one lookup of env.id: an unknown id fails
+        check_run_choices(cfg, env)  # a curriculum or credit the env cannot follow fails here
         check_colocation_device(cfg.services.colocate)  # this machine: sleep mode needs CUDA
-        self.tasks = Curriculum(cfg.env)  # so do a bad env, dataset or task
-        self.eval_tasks = eval_tasks(cfg.env, cfg.eval.num_tasks) if cfg.eval.every else []
+        self.tasks = Curriculum(env)  # so do a bad env, dataset or task
+        self.eval_tasks = eval_tasks(env, cfg.eval.num_tasks) if cfg.eval.every else []
         with python_handlers():  # the warm start blocks this thread for minutes
             self.policy_path = policy_model(cfg)
         print(f"[setup] policy: {self.policy_path}", flush=True)
         self.services = Services(
-            cfg, self.policy_path, self._trainer_restarted, self._generator_restarted
+            cfg, self.policy_path, self._trainer_restarted, self._generator_restarted, env=env
         )
         generator = await self.services.start(meshes)
-        self.engines = await build_engines(
-            cfg, self.services, self.policy_path, int(generator["max_model_len"]),
+        self.engines = await build_run_engines(
+            cfg, env, self.services, self.policy_path, int(generator["max_model_len"]),
             wrap=self._wrap_generate, wrap_envs=self.profile.timed_envs,
         )  # fmt: skip
         self.traces = TraceWriter(self.out / "traces.jsonl", keep=cfg.metrics.traces_last)
@@ -106,64 +109,82 @@ class Controller:
         """The training loop. Consumes batches of fresh scored groups from the replay buffer;
         produces policy versions (trainer step, then weight store -> every generator); waits on
         the buffer, the trainer and the weight sync. Returns the summary (summary.json)."""
-        cfg, services, gps = self.cfg, self.services, self.cfg.training.groups_per_step
-        started, busy_at_start = time.monotonic(), await services.generators.busy_seconds()
-        self.timing = LoopTiming()  # the loop's clock: setup (warm start, actors) is not in it
-        if cfg.eval.every:
-            await self._evaluate()
-            self.metrics.flush(self.step, progress=False)  # at its own step, not on step 1's
-            if self.step == 0:  # no tool call / no reward at all: stop now, saying why
-                params = parameter_count(self.policy_path)
-                check_start_signal(self.evals[0], cfg, params, errors=self.eval_errors)
+        cfg, gps = self.cfg, self.cfg.training.groups_per_step
+        clock = await LoopClock.start(self.services.generators)
+        self.timing = clock.timing  # the loop's clock: setup (warm start, actors) is not in it
+        await self._evaluate_before_training()
         self.profile.start()
         rollouts = asyncio.create_task(self._rollout_loop())
         try:
             while self.step < cfg.training.steps:
                 groups = await self.buffer.take_while(rollouts, gps, self.version)
-                batch = [t for g in groups for t in g.trajectories]
-                if not batch:  # no dynamic sampling, and every group of the step was dropped
-                    self.counts["steps_without_kept_groups"] += 1
-                    await self.buffer.reopen()
+                stepped = await self._train_step(groups)
+                if stepped is None:  # no kept group, or the trainer went back to a checkpoint
                     continue
-                record("train/groups", sum(1 for g in groups if g.trajectories), "last")
-                lags = check_token_lags(batch, self.version, cfg.training.max_policy_lag)
-                if cfg.training.max_policy_lag == 0:
-                    self.rollouts_open.clear()  # on-policy: no rollouts while the policy changes
-                try:
-                    with self.timing.measure("trainer_busy"), self.profile.phase("train"):
-                        await services.generators.sleep()  # colocated: the trainer's GPU
-                        metrics = await services.train_step(batch)
-                    self.step += 1
-                    self.version = int(metrics.get("train/policy_version", self.version + 1))
-                    await self.buffer.set_version(self.version)
-                    await services.generators.wake_up(["weights"])  # colocated: no KV cache yet
-                    if self.step % cfg.training.sync_interval == 0:
-                        await self._sync_weights(self.version)
-                except ServiceRestarted as exc:  # the trainer went back to its checkpoint
-                    if exc.service != services.trainer.name:
-                        raise
-                    self.counts["batches_lost_to_trainer_restart"] += 1
-                    continue
-                finally:
-                    await services.generators.wake_up(["weights", "kv_cache"])  # what sleeps
-                    self.rollouts_open.set()
-                last = self.step == cfg.training.steps
-                if cfg.eval.every and (self.step % cfg.eval.every == 0 or last):
-                    with self.profile.phase("eval"):
-                        await self._evaluate()
-                if cfg.checkpoint.every and (self.step % cfg.checkpoint.every == 0 or last):
-                    try:
-                        with self.profile.phase("checkpoint"):
-                            await self.recovery.save(self.step)
-                    except ServiceRestarted:  # died while saving: back to the last complete one
-                        self.counts["checkpoints_lost_to_trainer_restart"] += 1
-                        continue
-                outputs.log_step(self, metrics, lags)
+                if await self._evaluate_and_checkpoint():
+                    outputs.log_step(self, *stepped)
         finally:
             rollouts.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await rollouts
-        return await self._summary(time.monotonic() - started, busy_at_start)
+        result = await self._loop_result(clock)
+        summary = outputs.run_summary(result, self.policy_path, self.resumed_from)
+        outputs.write_summary(self.out, summary)
+        return summary
+
+    async def _train_step(self, groups: list[Group]) -> tuple[dict[str, float], list[int]] | None:
+        """One trainer step on the groups' trajectories, then the weight sync every
+        `training.sync_interval` steps; (the trainer's metrics, the trained tokens' policy
+        lags). None when no step was taken: every group of the step was dropped (no dynamic
+        sampling), or the trainer restarted and went back to its checkpoint (the batch is
+        lost, and counted)."""
+        cfg, services = self.cfg, self.services
+        batch = [t for g in groups for t in g.trajectories]
+        if not batch:
+            self.counts["steps_without_kept_groups"] += 1
+            await self.buffer.reopen()
+            return None
+        record("train/groups", sum(1 for g in groups if g.trajectories), "last")
+        lags = check_token_lags(batch, self.version, cfg.training.max_policy_lag)
+        if cfg.training.max_policy_lag == 0:
+            self.rollouts_open.clear()  # on-policy: no rollouts while the policy changes
+        try:
+            with self.timing.measure("trainer_busy"), self.profile.phase("train"):
+                await services.generators.sleep()  # colocated: the trainer's GPU
+                metrics = await services.train_step(batch)
+            self.step += 1
+            self.version = int(metrics.get("train/policy_version", self.version + 1))
+            await self.buffer.set_version(self.version)
+            await services.generators.wake_up(["weights"])  # colocated: no KV cache yet
+            if self.step % cfg.training.sync_interval == 0:
+                await self._sync_weights(self.version)
+        except ServiceRestarted as exc:  # the trainer went back to its checkpoint
+            if exc.service != services.trainer.name:
+                raise
+            self.counts["batches_lost_to_trainer_restart"] += 1
+            return None
+        finally:
+            await services.generators.wake_up(["weights", "kv_cache"])  # what sleeps
+            self.rollouts_open.set()
+        return metrics, lags
+
+    async def _evaluate_and_checkpoint(self) -> bool:
+        """The held-out evaluation and the checkpoint due after this step (`eval.every`,
+        `checkpoint.every`, and both after the last step). False when the trainer died while
+        saving: it went back to the last complete checkpoint, so the step is not logged."""
+        cfg = self.cfg
+        last = self.step == cfg.training.steps
+        if cfg.eval.every and (self.step % cfg.eval.every == 0 or last):
+            with self.profile.phase("eval"):
+                await self._evaluate()
+        if cfg.checkpoint.every and (self.step % cfg.checkpoint.every == 0 or last):
+            try:
+                with self.profile.phase("checkpoint"):
+                    await self.recovery.save(self.step)
+            except ServiceRestarted:  # died while saving: back to the last complete one
+                self.counts["checkpoints_lost_to_trainer_restart"] += 1
+                return False
+        return True
 
     async def _sync_weights(self, version: int) -> None:
         """Trainer -> weight store -> every generator replica (fan-out), bounded in time.
@@ -252,6 +273,18 @@ class Controller:
             record(name, value, "last")
 
     # ------------------------------------------------------------------ evaluation
+    async def _evaluate_before_training(self) -> None:
+        """The step's held-out evaluation before the first step (`eval.every` > 0); at step 0,
+        a run whose policy makes no tool call or earns no reward at all stops here, saying
+        why (`check_start_signal`)."""
+        if not self.cfg.eval.every:
+            return
+        await self._evaluate()
+        self.metrics.flush(self.step, progress=False)  # at its own step, not on step 1's
+        if self.step == 0:
+            params = parameter_count(self.policy_path)
+            check_start_signal(self.evals[0], self.cfg, params, errors=self.eval_errors)
+
     async def _evaluate(self) -> None:
         """Held-out tasks at `eval.temperature`, no training groups started meanwhile."""
         self.rollouts_open.clear()
@@ -302,11 +335,25 @@ class Controller:
             await self.services.generators.update(self.version, only=generator)
 
     # ------------------------------------------------------------------ bookkeeping
-    async def _summary(self, wall_s: float, busy_at_start: float) -> dict[str, Any]:
-        busy = await self.services.generators.busy_seconds() - busy_at_start
-        summary = outputs.run_summary(self, wall_s, busy)
-        outputs.write_summary(self.out, summary)
-        return summary
+    async def _loop_result(self, clock: LoopClock) -> LoopResult:
+        """What the loop measured: steps, time, evals, counts (replay evictions and each
+        service's restarts included), restart causes and the curriculum's progress."""
+        wall_s, timing = await clock.stop()
+        services = self.services.supervised
+        self.counts["replay_evicted"] = self.buffer.evicted
+        for service in services:
+            self.counts[f"restarts/{service.name}"] = service.restarts
+        return LoopResult(
+            steps=self.step,
+            policy_version=self.version,
+            wall_s=wall_s,
+            timing=timing,
+            profile=self.profile.summary(),
+            evals=self.evals,
+            counts=dict(self.counts),
+            restarts={s.name: s.causes for s in services if s.causes},
+            curriculum=self.tasks.summary(),
+        )
 
     async def shutdown(self) -> None:
         """Stop everything this controller started (actors, workers, sandboxes) and write the

@@ -4,6 +4,7 @@ prepare_output_dir(cfg)          make the folder, clear a previous run's outputs
                                  resuming, write config.yaml
 plot_curves_safely(out)          curves.png from metrics.jsonl so far (never fails the run)
 write_trace_page(out, ...)       traces.html from the last traces
+run_summary(result, ...)         summary.json's content, from what the loop returned
 write_summary(out, summary)      summary.json
 """
 
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from forge_agent.run.config import AgentConfig, dump_yaml
+from forge_agent.run.loop_result import LoopResult
 
 logger = logging.getLogger(__name__)
 
@@ -68,29 +70,24 @@ def write_summary(out: Path, summary: dict[str, Any]) -> None:
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
 
 
-def run_summary(controller: Any, wall_s: float, generator_busy_s: float) -> dict[str, Any]:
-    """summary.json's content for a finished `Controller` (steps, wall time, where the time
-    went, evals, counts, restarts, the policy folder, where it resumed from).
-    `generator_busy_s`: the replicas' busy seconds over the run, evaluation included."""
-    services = controller.services.supervised
-    counts = controller.counts
-    counts["replay_evicted"] = controller.buffer.evicted
-    generator_busy_s -= controller.timing.seconds["generator_busy_eval"]  # the loop's only
-    for service in services:
-        counts[f"restarts/{service.name}"] = service.restarts
-    generators = len(controller.services.generators)
+def run_summary(
+    result: LoopResult, policy_path: Any, resumed_from: dict[str, Any] | None
+) -> dict[str, Any]:
+    """summary.json's content: what the training loop measured (`result`: steps, wall time,
+    where the time went, evals, counts, restarts, the curriculum), the policy folder and where
+    the run resumed from."""
     return {
-        "steps": controller.step,
-        "policy_version": controller.version,
-        "wall_s": wall_s,
-        "timing": controller.timing.fractions(generator_busy_s, generators),
-        "profile": controller.profile.summary(),
-        "evals": controller.evals,
-        "counts": dict(counts),
-        "restarts": {s.name: s.causes for s in services if s.causes},
-        "policy_path": str(controller.policy_path),
-        "resumed_from": controller.resumed_from,
-        "curriculum": controller.tasks.summary(),
+        "steps": result.steps,
+        "policy_version": result.policy_version,
+        "wall_s": result.wall_s,
+        "timing": result.timing,
+        "profile": result.profile,
+        "evals": result.evals,
+        "counts": result.counts,
+        "restarts": result.restarts,
+        "policy_path": str(policy_path),
+        "resumed_from": resumed_from,
+        "curriculum": result.curriculum,
     }
 
 

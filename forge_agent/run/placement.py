@@ -25,6 +25,7 @@ from forge_agent.typed_config import check_field as _check
 
 if TYPE_CHECKING:
     from forge_agent.env.config import EnvConfig
+    from forge_agent.env.resolved import ResolvedEnv
 
 
 @dataclass
@@ -281,8 +282,8 @@ class Placement:
             "job; cross-host weights need the trainer on a `workers` mesh or on this host"
         )
 
-    async def env_pool(self, env: EnvConfig) -> Any:
-        """The run's env workers (``env``: the run's ``EnvConfig``): an ``EnvPool`` of
+    async def env_pool(self, env: ResolvedEnv | EnvConfig) -> Any:
+        """The run's env workers (``env``: the run's env, resolved): an ``EnvPool`` of
         subprocesses of this process, or, with ``hosts.services.env`` naming a host mesh, a
         pool inside an ``EnvPoolActor`` on that mesh's first host (``RemoteEnvs``)."""
         w = self.cfg.env

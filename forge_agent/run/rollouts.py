@@ -1,12 +1,17 @@
 """The run's rollout engines (one for training, one for held-out evaluation) and what each
 finished episode records.
 
-    engines = await build_engines(cfg, generate, envs, renderer, max_model_len)
+    env = ResolvedEnv.of(cfg.env)               # once, at setup
+    engines = await build_engines(cfg, env, generate, envs, renderer, max_model_len)
+    engines = await build_run_engines(cfg, env, services, policy_path, max_model_len)  # a run
     engines.train.run_group(task, seed, G)      engines.eval for `evaluate`
     record_episode(trajectory, counts)          metrics (reward, turns, tool calls, status)
 
-An agent program (`env.id=agent:...`) talks to the policy through an OpenAI-compatible endpoint
-started here; its engines turn each program run into one episode.
+`build_engines` is the one builder of the engine stack: a run (`build_run_engines`, over its
+services), `apps.eval` (an in-process engine) and the random-policy bench (a scripted generate
+function) all build through it. An agent program (`env.id=agent:...`) talks to the policy
+through an OpenAI-compatible endpoint started here; its engines turn each program run into one
+episode.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
+from forge_agent.env.resolved import ResolvedEnv
 from forge_agent.evaluation import ScoreFn
 from forge_agent.observability.metrics import INFRA_EXCLUDED, record
 from forge_agent.rollout import ChatRenderer, RolloutEngine
@@ -44,41 +50,49 @@ class Engines:
 
 async def build_engines(
     cfg: AgentConfig,
-    services: Any,
-    policy_path: Any,
+    env: ResolvedEnv,
+    generate: Any,
+    envs: Any,
+    renderer: ChatRenderer,
     max_model_len: int,
-    wrap: Callable[[Any], Any] = lambda generate: generate,
-    wrap_envs: Callable[[Any], Any] = lambda envs: envs,
+    *,
+    agent_score: ScoreFn | None = None,
+    store: Any = None,
+    policy_path: Any = None,
+    on_eval_trajectory: Callable[[Trajectory], None] | None = None,
+    route_adapters: bool = True,
 ) -> Engines:
-    """Rollout engines over the generator replicas (a session router: each episode stays on
-    one replica) and the env workers of `services`: training episodes sample at
-    `rollout.temperature`, evaluation episodes at `eval.temperature`, both within the
-    generator's context length `max_model_len`. `wrap` / `wrap_envs` wrap the generate
-    function and the env source (step timing, fault injection in tests)."""
-    from forge_agent.models.tiny import load_tokenizer
-    from forge_agent.rewards.build import AGENT_REWARD
-    from forge_agent.rollout import SessionRouter
+    """The rollout engines of `env` (the run's env, resolved) over `generate` (a generate
+    function: the run's session router, an in-process engine, a scripted policy) and `envs`
+    (its env source): training episodes sample at `rollout.temperature`, evaluation episodes
+    at `eval.temperature`, both within the generator's context length `max_model_len`.
 
-    generate = wrap(SessionRouter(list(services.generators)))
-    envs = wrap_envs(services.pool)
-    renderer = ChatRenderer(load_tokenizer(policy_path), cfg.renderer)
+    An agent program (`env.id=agent:...`) gets an OpenAI-compatible endpoint over `generate`;
+    its eval episodes are scored by `agent_score` (default: its reward function through the
+    run's rubric, here: `agent_rubric_score`). `store` / `policy_path`: what snapshot and
+    scripted seats read (multi-seat envs). `on_eval_trajectory`: called with each eval episode.
+    `route_adapters`: episodes name the LoRA adapter of `trainer.lora.route` (a run's
+    generators serve one per name; a single model evaluated alone does not).
+    """
     configs = [cfg.rollout, replace(cfg.rollout, temperature=cfg.eval.temperature)]
-    if cfg.env.is_agent_program:
+    if env.config.is_agent_program:
         from forge_agent.endpoint.agents import start_agent_engines
 
         endpoint, (train, evaluate) = await start_agent_engines(
             generate, envs, renderer, max_model_len, configs
         )
-        score = functools.partial(services.score, components=[AGENT_REWARD])
-        return Engines(train, evaluate, endpoint, _agent_outcome(score))
-    route = cfg.trainer.lora.route if cfg.trainer.lora is not None else None
-    players = seat_players(cfg, getattr(services, "store", None), policy_path, renderer)
+        evaluate.on_trajectory = on_eval_trajectory
+        return Engines(train, evaluate, endpoint, agent_score or agent_rubric_score(cfg))
+    lora = cfg.trainer.lora
+    route = lora.route if lora is not None and route_adapters else None
+    players = seat_players(cfg, store, policy_path, renderer, env)
     train, evaluate = (
         RolloutEngine(
             generate,
             envs,
             renderer,
             c,
+            on_trajectory=on_eval_trajectory if c is configs[1] else None,
             max_model_len=max_model_len,
             adapter_field=route,
             players=players,
@@ -88,13 +102,61 @@ async def build_engines(
     return Engines(train, evaluate)
 
 
-def seat_players(cfg: AgentConfig, store: Any, policy_path: Any, renderer: Any) -> dict | None:
+async def build_run_engines(
+    cfg: AgentConfig,
+    env: ResolvedEnv,
+    services: Any,
+    policy_path: Any,
+    max_model_len: int,
+    wrap: Callable[[Any], Any] = lambda generate: generate,
+    wrap_envs: Callable[[Any], Any] = lambda envs: envs,
+) -> Engines:
+    """`build_engines` over a run's services: the generator replicas behind a session router
+    (each episode stays on one replica), the env workers, the weight store (snapshot seats)
+    and, for an agent program's eval episodes, the reward actors. `wrap` / `wrap_envs` wrap the
+    generate function and the env source (step timing, fault injection in tests)."""
+    from forge_agent.models.tiny import load_tokenizer
+    from forge_agent.rewards.build import AGENT_REWARD
+    from forge_agent.rollout import SessionRouter
+
+    return await build_engines(
+        cfg,
+        env,
+        wrap(SessionRouter(list(services.generators))),
+        wrap_envs(services.pool),
+        ChatRenderer(load_tokenizer(policy_path), cfg.renderer),
+        max_model_len,
+        agent_score=_agent_outcome(functools.partial(services.score, components=[AGENT_REWARD])),
+        store=getattr(services, "store", None),
+        policy_path=policy_path,
+    )
+
+
+def agent_rubric_score(cfg: AgentConfig) -> ScoreFn:
+    """An agent program's eval scoring without reward actors: the run's rubric
+    (`build_rubric`, as the reward actors build it) with its `agent_reward` component only."""
+    from forge_agent.rewards.build import AGENT_REWARD, build_rubric
+
+    rubric = build_rubric(
+        dict(cfg.rewards.components), cfg.rollout.max_total_tokens, cfg.env.agent_reward
+    )
+
+    async def score(trajectories: list[Trajectory]) -> list[Trajectory]:
+        await rubric.score_all(trajectories, apply=True, only=[AGENT_REWARD])
+        return trajectories
+
+    return score
+
+
+def seat_players(
+    cfg: AgentConfig, store: Any, policy_path: Any, renderer: Any, env: ResolvedEnv | None = None
+) -> dict | None:
     """Who plays each seat of a multi-seat env (`env.seats`); None for one-seat envs.
-    Snapshot seats read `store` (the run's weight store)."""
+    Snapshot seats read `store` (the run's weight store); `env`: `cfg.env` resolved."""
     from forge_agent.rollout.players import build_players
     from forge_agent.run.setup_checks import check_env_seats
 
-    specs = check_env_seats(cfg)
+    specs = check_env_seats(cfg, env)
     if not specs:
         return None
     return build_players(

@@ -32,6 +32,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any, Literal
 
+from forge_agent.env.resolved import ResolvedEnv
 from forge_agent.rewards.build import build_rubric
 from forge_agent.run.config import AgentConfig
 from forge_agent.run.supervision import Service, ServiceRestarted, install_fault_hook
@@ -124,8 +125,10 @@ class Services:
         policy_path: Path | str,
         on_trainer_restart: RestartHook,
         on_generator_restart: RestartHook,
+        env: ResolvedEnv | None = None,
     ) -> None:
         self.cfg = cfg
+        self.env = env if env is not None else ResolvedEnv.of(cfg.env)  # the env workers' env
         self.policy_path = str(policy_path)
         self.on_trainer_restart = on_trainer_restart
         self.on_generator_restart = on_generator_restart
@@ -183,7 +186,7 @@ class Services:
         self.rewards = supervised(
             "reward", self._spawn_reward, deadlines={"score": sup.reward_deadline_s}
         )
-        self.pool = await self.placement.env_pool(cfg.env)  # env workers, on the env's host
+        self.pool = await self.placement.env_pool(self.env)  # env workers, on the env's host
         started = time.monotonic()
         await asyncio.gather(*(s.start() for s in self.supervised))
         logger.info("actors ready in %.1fs: %s", time.monotonic() - started, self.generator_info)

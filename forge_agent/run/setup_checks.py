@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from forge_agent.env.registry import env_spec
+from forge_agent.env.registry import EnvSpec, as_spec
+from forge_agent.env.resolved import ResolvedEnv, resolve_env
 from forge_agent.env.sources import EnvSetupError
 from forge_agent.errors import SetupError
 
@@ -60,13 +61,14 @@ class SetupReport:
         ]
 
 
-def build_env(env_id: str, env_kwargs: Mapping[str, Any]) -> Any:
-    """An instance of `env_id` built with `env_kwargs`, in this process.
+def build_env(env_id: str | EnvSpec, env_kwargs: Mapping[str, Any]) -> Any:
+    """An instance of `env_id` (or of its resolved spec) built with `env_kwargs`, here.
 
     A constructor that refuses the arguments (`TypeError`, `ValueError`, `KeyError`: most often
     `env.kwargs` meant for another env) raises `EnvSetupError` naming the env and the kwargs.
     """
-    spec = env_spec(env_id)
+    spec = as_spec(env_id)
+    env_id = spec.env_id
     spec.factory()  # an env module that does not import fails here, named
     kwargs = dict(env_kwargs)
     try:
@@ -92,11 +94,12 @@ def check_setup(cfg: Any) -> SetupReport:
     """
     from forge_agent.env.tasks import load_tasks, task_source
 
-    env = cfg.env
-    build_env(env.id, env.kwargs)  # only to check the constructor: nothing is started
-    source = task_source(env.id, dict(env.kwargs), env.dataset, env.fields)
+    resolved = resolve_env(cfg.env)
+    env, spec = resolved.config, resolved.spec
+    build_env(spec, env.kwargs)  # only to check the constructor: nothing is started
+    source = task_source(spec, dict(env.kwargs), env.dataset, env.fields)
     train = load_tasks(
-        env.id,
+        spec,
         "train",
         PROMPT_SAMPLE,
         env.train_seed,
@@ -105,7 +108,7 @@ def check_setup(cfg: Any) -> SetupReport:
         fields=env.fields,
     )
     evals = load_tasks(
-        env.id,
+        spec,
         "eval",
         cfg.eval.num_tasks,
         env.eval_seed,
@@ -113,7 +116,7 @@ def check_setup(cfg: Any) -> SetupReport:
         dataset=env.dataset,
         fields=env.fields,
     )
-    check_run_choices(cfg)
+    check_run_choices(cfg, resolved)
     model = None
     if cfg.model.name != "tiny":
         from forge_agent.models.hub import resolve_model
@@ -245,15 +248,18 @@ def check_prompt_lengths(
     return prompt_length_warning(lengths, max_total_tokens, f"{env_id} tasks")
 
 
-def check_run_choices(cfg: Any) -> None:
+def check_run_choices(cfg: Any, resolved: ResolvedEnv | None = None) -> None:
     """Choices the env must support, refused before any actor starts: `advantages.turn_credit:
     gigpo` needs an env with `state_key()`; `env.curriculum` needs a kwarg the env takes and
-    levels it accepts (`forge_agent.env.curriculum.check_curriculum`)."""
+    levels it accepts (`forge_agent.env.curriculum.check_curriculum`). `resolved`: `cfg.env`
+    resolved (None: resolved here)."""
     from forge_agent.env.curriculum import check_curriculum
 
     env = cfg.env
+    if resolved is None and not env.is_agent_program:
+        resolved = _resolve_or_none(env)
     if cfg.advantages.turn_credit == "gigpo" and not env.is_agent_program:
-        built = build_env(env.id, env.kwargs)
+        built = build_env(resolved.spec if resolved else env.id, env.kwargs)
         if not callable(getattr(built, "state_key", None)):
             raise EnvSetupError(
                 env.id,
@@ -262,22 +268,31 @@ def check_run_choices(cfg: Any) -> None:
                 "state they start from; give the env a `state_key(self) -> str`, or set "
                 "advantages.turn_credit to none or discounted",
             )
-    check_curriculum(env)
-    check_env_seats(cfg)
-    check_timeout_layers(env)
+    check_curriculum(resolved or env)
+    check_env_seats(cfg, resolved)
+    check_timeout_layers(resolved or env)
+
+
+def _resolve_or_none(env: Any) -> ResolvedEnv | None:
+    """`env` resolved, or None when its id is unknown (the check that needs it names it)."""
+    try:
+        return resolve_env(env)
+    except EnvSetupError:
+        return None
 
 
 def check_timeout_layers(env: Any) -> None:
     """Timeouts in layers, tool < grader < step: a tool call that runs past its deadline comes
     back to the policy as an error observation, graded code that loops fails its tests, both
     inside `env.step_timeout_s` (a step past it is the policy's `policy_timeout`). Reads the env
-    class's `tool_timeout_s` and `grader_timeout_s`; refuses a config that inverts them."""
-    from forge_agent.env.registry import env_spec
-
+    class's `tool_timeout_s` and `grader_timeout_s`; refuses a config that inverts them.
+    `env`: an `EnvConfig` or its `ResolvedEnv`."""
+    resolved = env if isinstance(env, ResolvedEnv) else None
+    env = resolved.config if resolved is not None else env
     if env.is_agent_program:
         return
     try:
-        env_class = env_spec(env.id).factory()
+        env_class = (resolved or resolve_env(env)).factory()
     except Exception:  # an env that cannot load fails later, naming itself
         return
     layers = [
@@ -312,12 +327,12 @@ def check_colocation_device(colocate: str) -> None:
         )
 
 
-def check_env_seats(cfg: Any) -> dict[str, Any]:
+def check_env_seats(cfg: Any, resolved: ResolvedEnv | None = None) -> dict[str, Any]:
     """`env.seats` against the seats the env declares (every seat has a player, none unknown,
     snapshots the weight store keeps); a multi-seat env without `env.seats` is refused too.
-    The parsed player specs ({} for a one-seat env)."""
+    The parsed player specs ({} for a one-seat env). `resolved`: `cfg.env` resolved (None:
+    resolved here)."""
     from forge_agent.env.protocol import env_seats
-    from forge_agent.env.registry import env_spec
     from forge_agent.rollout.players import check_seats
 
     env = cfg.env
@@ -325,7 +340,7 @@ def check_env_seats(cfg: Any) -> dict[str, Any]:
         declared: tuple[str, ...] = ()
     else:
         try:
-            declared = env_seats(env_spec(env.id).factory())
+            declared = env_seats((resolved or resolve_env(env)).factory())
         except Exception:  # an env that cannot load fails later, naming itself
             return {}
     if not declared and not env.seats:

@@ -294,12 +294,90 @@ def failure_reply(exc):
     return {"error": f"supervisor failed: {exc!r}", "after_code": _code_started[0]}
 
 
+class _Captured:
+    """What a run writes on stdout and stderr: at most ``keep`` bytes of each, and whether
+    more came (``truncated``); ``open_fds``: the pipes not yet at end of file."""
+
+    def __init__(self, out_r, err_r, keep):
+        self.out_r, self.err_r, self.keep = out_r, err_r, keep
+        self.buffers = {out_r: bytearray(), err_r: bytearray()}
+        self.open_fds = [out_r, err_r]
+        self.truncated = False
+
+    def take(self, fd, chunk):
+        """Keep what fits of ``chunk`` (read from ``fd``); an empty chunk closes ``fd``."""
+        if not chunk:
+            self.open_fds.remove(fd)
+            return
+        buf = self.buffers[fd]
+        room = self.keep - len(buf)
+        if room > 0:
+            buf += chunk[:room]
+        if len(chunk) > max(room, 0):
+            self.truncated = True
+
+    def drain_and_close(self):
+        """Once the run's leftovers are dead: take what they wrote, then close the pipes."""
+        for fd in (self.out_r, self.err_r):
+            while fd in self.open_fds:
+                try:
+                    ready, _, _ = select.select([fd], [], [], 0)
+                    chunk = os.read(fd, READ_CHUNK) if ready else b""
+                except OSError:
+                    chunk = b""
+                self.take(fd, chunk)
+            os.close(fd)
+
+
+def _pidfd(pid):
+    """A pidfd of ``pid`` (readable when it exits), or None where the kernel has none."""
+    if not hasattr(os, "pidfd_open"):
+        return None
+    try:
+        return os.pidfd_open(pid)
+    except OSError:
+        return None
+
+
+def _wait_capturing(pid, pidfd, captured, deadline):
+    """Read the run's output until it exits and its pipes close (or ``DRAIN_AFTER_EXIT_S``
+    after its exit, pipes held by orphans), or until ``deadline``; (its wait status or None,
+    whether the wall time ran out)."""
+    status = None
+    drain_until = None
+    while True:
+        if status is None:
+            try:
+                waited, st = os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                waited, st = pid, 0
+            if waited == pid:
+                status = st
+                drain_until = min(deadline, time.monotonic() + DRAIN_AFTER_EXIT_S)
+        now = time.monotonic()
+        if status is not None and (not captured.open_fds or now >= drain_until):
+            return status, False
+        if status is None and now >= deadline:
+            return None, True
+        until = drain_until if status is not None else deadline
+        watch = captured.open_fds + ([pidfd] if pidfd is not None and status is None else [])
+        timeout = max(0.0, until - now)
+        if pidfd is None and status is None:
+            timeout = min(timeout, 0.01)
+        try:
+            ready, _, _ = select.select(watch, [], [], timeout)
+        except InterruptedError:
+            continue
+        for fd in ready:
+            if fd != pidfd:
+                captured.take(fd, os.read(fd, READ_CHUNK))
+
+
 def handle(request):
     """Run one request and return the result dict."""
     _code_started[0] = False
     limits = request["limits"]
     oom_before = _oom_kills() if request.get("check_cgroup_oom") else None
-    keep = int(limits["output_bytes"])
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
     start = time.monotonic()
@@ -312,78 +390,17 @@ def handle(request):
         _child(request, out_w, err_w)
     os.close(out_w)
     os.close(err_w)
+    pidfd = _pidfd(pid)
+    captured = _Captured(out_r, err_r, int(limits["output_bytes"]))
     deadline = start + float(limits["wall_s"])
-    pidfd = None
-    if hasattr(os, "pidfd_open"):
-        try:
-            pidfd = os.pidfd_open(pid)
-        except OSError:
-            pidfd = None
-    buffers = {out_r: bytearray(), err_r: bytearray()}
-    open_fds = [out_r, err_r]
-    truncated = False
-    status = None
-    timed_out = False
-    drain_until = None
-    while True:
-        if status is None:
-            try:
-                waited, st = os.waitpid(pid, os.WNOHANG)
-            except ChildProcessError:
-                waited, st = pid, 0
-            if waited == pid:
-                status = st
-                drain_until = min(deadline, time.monotonic() + DRAIN_AFTER_EXIT_S)
-        now = time.monotonic()
-        if status is not None and (not open_fds or now >= drain_until):
-            break
-        if status is None and now >= deadline:
-            timed_out = True
-            break
-        until = drain_until if status is not None else deadline
-        watch = open_fds + ([pidfd] if pidfd is not None and status is None else [])
-        timeout = max(0.0, until - now)
-        if pidfd is None and status is None:
-            timeout = min(timeout, 0.01)
-        try:
-            ready, _, _ = select.select(watch, [], [], timeout)
-        except InterruptedError:
-            continue
-        for fd in ready:
-            if fd == pidfd:
-                continue
-            chunk = os.read(fd, READ_CHUNK)
-            if not chunk:
-                open_fds.remove(fd)
-                continue
-            buf = buffers[fd]
-            room = keep - len(buf)
-            if room > 0:
-                buf += chunk[:room]
-            if len(chunk) > max(room, 0):
-                truncated = True
+    status, timed_out = _wait_capturing(pid, pidfd, captured, deadline)
     _kill_leftovers(request.get("protect_pids") or ())
     if status is None:
         try:
             _, status = os.waitpid(pid, 0)
         except ChildProcessError:
             status = 9  # reaped by _kill_leftovers; it was killed there
-    for fd in (out_r, err_r):  # the leftovers are dead now: take what they wrote
-        while fd in open_fds:
-            try:
-                ready, _, _ = select.select([fd], [], [], 0)
-                chunk = os.read(fd, READ_CHUNK) if ready else b""
-            except OSError:
-                chunk = b""
-            if not chunk:
-                open_fds.remove(fd)
-                break
-            room = keep - len(buffers[fd])
-            if room > 0:
-                buffers[fd] += chunk[:room]
-            if len(chunk) > max(room, 0):
-                truncated = True
-        os.close(fd)
+    captured.drain_and_close()
     if pidfd is not None:
         os.close(pidfd)
     duration = time.monotonic() - start
@@ -391,19 +408,19 @@ def handle(request):
     sig = os.WTERMSIG(status) if os.WIFSIGNALED(status) else None
     if timed_out:
         exit_code, sig = None, signal.SIGKILL
-    err = buffers[err_r]
+    err = captured.buffers[err_r]
     memory_hint = (exit_code not in (None, 0)) and any(m in err[-4096:] for m in MEMORY_MARKERS)
     if oom_before is not None and (_oom_kills() or 0) > oom_before:
         memory_hint = True
     return {
-        "stdout": buffers[out_r],
+        "stdout": captured.buffers[out_r],
         "stderr": err,
         "exit_code": exit_code,
         "signal": sig,
         "timed_out": timed_out or sig == signal.SIGXCPU,
         "memory_error": memory_hint,
         "duration_s": duration,
-        "truncated": truncated,
+        "truncated": captured.truncated,
     }
 
 

@@ -36,7 +36,7 @@ import uuid
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
 import torch
 from monarch.actor import Actor, endpoint
@@ -50,31 +50,13 @@ from forge_agent.weights.layout import (
     pack_into,
     unpack,
 )
-
-
-class WeightStoreError(RuntimeError):
-    """A weight-store operation failed (unknown version, bad state dict, ...)."""
-
-
-class WeightStoreTimeoutError(WeightStoreError, TimeoutError):
-    """A put could not complete within the configured timeout."""
-
-
-class WeightStore(Protocol):
-    """Versioned state dicts; all methods are coroutines."""
-
-    async def put(self, version: int, state_dict: Mapping[str, torch.Tensor]) -> None: ...
-
-    async def get(
-        self, version: int | None = None, into: Mapping[str, torch.Tensor] | None = None
-    ) -> StateDict: ...
-
-    async def drop(self, version: int) -> None: ...
-
-    async def latest_version(self) -> int | None: ...
-
-    async def versions(self) -> list[int]: ...
-
+from forge_agent.weights.protocol import (
+    WeightStore,
+    WeightStoreError,
+    WeightStoreTimeoutError,
+    check_version,
+    wait_for_room,
+)
 
 # ---------------------------------------------------------------------------------------------
 # Flat-buffer layout shared by the Local and Monarch backends
@@ -102,28 +84,6 @@ def _materialize(
             dst.copy_(v)
         out[k] = dst
     return out
-
-
-def _check_version(version: int) -> None:
-    if not isinstance(version, int) or isinstance(version, bool) or version < 0:
-        raise WeightStoreError(f"policy version must be a non-negative int, got {version!r}")
-
-
-async def _wait_for_room(
-    versions: Any, max_versions: int | None, deadline: float, what: str
-) -> None:
-    """Poll `versions()` until the store has room for one more version or `deadline` passes."""
-    if max_versions is None:
-        return
-    delay = 0.005
-    while len(await versions()) >= max_versions:
-        if time.monotonic() + delay > deadline:
-            raise WeightStoreTimeoutError(
-                f"{what}: the store holds {max_versions} versions (max_versions={max_versions}, "
-                "on_full='block') and no consumer dropped one before the put timeout"
-            )
-        await asyncio.sleep(delay)
-        delay = min(delay * 2, 0.1)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -157,14 +117,14 @@ class LocalWeightStore:
         return torch.empty(nbytes, dtype=torch.uint8)
 
     async def put(self, version: int, state_dict: Mapping[str, torch.Tensor]) -> None:
-        _check_version(version)
+        check_version(version)
         deadline = time.monotonic() + self.put_timeout_s
         if version not in self._data and self.max_versions is not None:
             if self.on_full == "evict":
                 while len(self._data) >= self.max_versions:
                     await self.drop(min(self._data))
             else:
-                await _wait_for_room(self.versions, self.max_versions, deadline, f"put({version})")
+                await wait_for_room(self.versions, self.max_versions, deadline, f"put({version})")
         metas, nbytes = layout(state_dict)
         buf = self._buffer(nbytes)
         pack_into(state_dict, metas, buf)
@@ -384,7 +344,7 @@ class MonarchWeightStore:
 
     async def put(self, version: int, state_dict: Mapping[str, torch.Tensor]) -> None:
         """Write `state_dict` as `version`: one flat buffer, one commit message."""
-        _check_version(version)
+        check_version(version)
         try:
             await asyncio.wait_for(self._put(version, state_dict), self.put_timeout_s)
         except TimeoutError as e:
@@ -399,13 +359,13 @@ class MonarchWeightStore:
         deadline = time.monotonic() + self.put_timeout_s
         metas, nbytes = layout(state_dict)
         if self.on_full == "block":
-            await _wait_for_room(self.versions, self.max_versions, deadline, f"put({version})")
+            await wait_for_room(self.versions, self.max_versions, deadline, f"put({version})")
         if await self._transport() == "shm":
             slot = await self.actor.reserve.call_one(nbytes)
             try:
                 await asyncio.to_thread(pack_into, state_dict, metas, self._map(slot))
                 while not await self.actor.commit.call_one(version, metas, nbytes, slot.path):
-                    await _wait_for_room(
+                    await wait_for_room(
                         self.versions, self.max_versions, deadline, f"put({version})"
                     )
             except BaseException:
@@ -415,7 +375,7 @@ class MonarchWeightStore:
             buf = torch.empty(nbytes, dtype=torch.uint8)
             await asyncio.to_thread(pack_into, state_dict, metas, buf)
             while not await self.actor.put_message.call_one(version, metas, buf):
-                await _wait_for_room(self.versions, self.max_versions, deadline, f"put({version})")
+                await wait_for_room(self.versions, self.max_versions, deadline, f"put({version})")
 
     async def get(
         self, version: int | None = None, into: Mapping[str, torch.Tensor] | None = None

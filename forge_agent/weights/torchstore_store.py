@@ -28,11 +28,11 @@ import torch
 
 from forge_agent.weights.config import OnFull
 from forge_agent.weights.layout import StateDict
-from forge_agent.weights.store import (
+from forge_agent.weights.protocol import (
     WeightStoreError,
     WeightStoreTimeoutError,
-    _check_version,
-    _wait_for_room,
+    check_version,
+    wait_for_room,
 )
 
 MAPPING = "MAPPING"  # the key TorchStore's put_state_dict writes last
@@ -103,7 +103,7 @@ class TorchStoreWeightStore:
 
     async def put(self, version: int, state_dict: Mapping[str, torch.Tensor]) -> None:
         """Store `state_dict` as `version` (evicting or waiting for room first)."""
-        _check_version(version)
+        check_version(version)
         try:
             await asyncio.wait_for(self._put(version, state_dict), self.put_timeout_s)
         except TimeoutError as e:
@@ -121,7 +121,7 @@ class TorchStoreWeightStore:
                 for old in vs[: max(0, len(vs) - self.max_versions + 1)]:
                     await self.drop(old)
             else:
-                await _wait_for_room(self.versions, self.max_versions, deadline, "put")
+                await wait_for_room(self.versions, self.max_versions, deadline, "put")
         ts = _api()[0]
         await ts.put_state_dict(dict(state_dict), self._key(version), store_name=self.store_name)
 

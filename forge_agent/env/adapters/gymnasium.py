@@ -471,7 +471,7 @@ def register_gymnasium_envs(max_episode_steps: int = 32) -> list[str]:
         if gym_id not in gymnasium.registry:
             gymnasium.register(
                 id=gym_id,
-                entry_point="forge_agent.env.gym_adapter:AgentGymEnv",
+                entry_point="forge_agent.env.adapters.gymnasium:AgentGymEnv",
                 kwargs={"env": env_id},
                 max_episode_steps=max_episode_steps,
                 disable_env_checker=True,

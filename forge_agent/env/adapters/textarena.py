@@ -213,7 +213,7 @@ class TextArenaEnv(SeatEnv):
         return convo
 
 
-# -- scripted opponents (`env.seats.player_1=forge_agent.env.textarena_env:random_move`) -------
+# -- scripted opponents (`env.seats.player_1=forge_agent.env.adapters.textarena:random_move`) ---
 
 
 def random_move(messages: list[Message], tools: list[Any]) -> str:
