@@ -81,15 +81,6 @@ def test_the_run_config_loads_neither_torch_nor_monarch() -> None:
 REPO = ROOT.parent
 PACKAGES = ("forge_agent", "apps", "envs", "tools")
 
-# Edges of a circle that is being taken apart in another change, each `(importer, imported)`.
-# The rollout engine runs seated episodes (`run_seated_episode`) and seats reaches back into
-# the engine's privates (`_append`, `_cut`, `_finish`, `START_STATE`, `turn_sampling`); the
-# history change (issue 44) gives both one token history and one episode loop and removes
-# this edge. Empty this set when that change is merged.
-KNOWN_CYCLES_BEING_REMOVED: set[tuple[str, str]] = {
-    ("forge_agent.rollout.seats", "forge_agent.rollout.engine"),
-}
-
 
 def _module_files() -> dict[str, Path]:
     """Dotted module name -> file, for every module of the project's packages."""
@@ -164,8 +155,6 @@ def _import_graph() -> dict[str, set[str]]:
 
 def test_no_two_modules_import_each_other_in_a_circle() -> None:
     graph = _import_graph()
-    for importer, imported in KNOWN_CYCLES_BEING_REMOVED:
-        graph[importer].discard(imported)
     described = [
         " -> ".join(circle)
         + "\n    "
@@ -173,30 +162,6 @@ def test_no_two_modules_import_each_other_in_a_circle() -> None:
         for circle in _circles(graph)
     ]
     assert described == [], "modules that import each other in a circle:\n" + "\n".join(described)
-
-
-def test_every_known_circle_edge_still_closes_a_circle() -> None:
-    """An edge of KNOWN_CYCLES_BEING_REMOVED that no longer closes a circle (it is gone, or
-    the way back is) must leave the allow-list."""
-    graph = _import_graph()
-
-    def reaches(start: str, goal: str) -> bool:
-        seen, todo = set(), [start]
-        while todo:
-            node = todo.pop()
-            if node == goal:
-                return True
-            if node not in seen:
-                seen.add(node)
-                todo.extend(graph.get(node, ()))
-        return False
-
-    stale = [
-        (a, b)
-        for a, b in sorted(KNOWN_CYCLES_BEING_REMOVED)
-        if b not in graph.get(a, ()) or not reaches(b, a)
-    ]
-    assert stale == [], f"remove these edges from KNOWN_CYCLES_BEING_REMOVED: {stale}"
 
 
 def test_the_circle_finder_sees_a_function_local_import(tmp_path: Path) -> None:

@@ -609,7 +609,7 @@ def test_a_verifiers_tool_that_hangs_is_a_timed_out_call_not_a_hung_step(monkeyp
     # the step timeout: `policy_timeout` at best, the tool's bound never applied).
     import time
 
-    from forge_agent.env.verifiers_env import VerifiersEnv
+    from forge_agent.env.adapters.verifiers import VerifiersEnv
 
     monkeypatch.setattr(VerifiersEnv, "tool_timeout_s", 3.0, raising=False)
     spin = json.dumps({"code": "while True:\n    pass"})

@@ -1,11 +1,11 @@
 """A forked sandbox: run a function of a warm Python process in a child cut off from the host.
 
 For code that exists only as a Python callable of an interpreter the bubblewrap sandbox cannot
-start: a verifiers environment's tool (`forge_agent.env.verifiers_tools`). Its interpreter and
-packages live in the project's Python (here under ``/root``, a folder the sandbox user may not
-enter; bwrap runs as that user and cannot bind it, not even through a descriptor: bwrap 0.8
-resolves ``--ro-bind-fd`` by path). So a warm process imports the code once, and each call
-forks a child that, before the function runs:
+start: a verifiers environment's tool (`forge_agent.env.adapters.verifiers_tools`). Its
+interpreter and packages live in the project's Python (here under ``/root``, a folder the
+sandbox user may not enter; bwrap runs as that user and cannot bind it, not even through a
+descriptor: bwrap 0.8 resolves ``--ro-bind-fd`` by path). So a warm process imports the code
+once, and each call forks a child that, before the function runs:
 
 - enters new PID, network and mount namespaces: no network (not even loopback), a `/proc` of
   its own (host processes are invisible), every process it starts dies with it;

@@ -16,8 +16,8 @@ API, `verifiers.legacy`). What maps to what:
   forge-agent (the new env messages), and the policy's next assistant message is the answer
   to that request. So multi-turn and tool environments play exactly as under verifiers.
 - tools: its tool definitions become `ToolSpec`s; verifiers' `env_response` answers the calls
-  through `forge_agent.env.verifiers_tools.ToolGuard`: arguments checked against the schema,
-  each call run in a forked sandbox of a tool server (no network, the sandbox user, rlimits,
+  through `forge_agent.env.adapters.verifiers_tools.ToolGuard`: arguments checked against the
+  schema, each call run in a forked sandbox of a tool server (no network, the sandbox user, rlimits,
   `tool_timeout_s`), a failed call an error observation that no rubric pays for
   (environments whose tools need Prime's remote sandboxes cannot run here).
 - reward: at the end of the rollout its rubric scores it (`rubric.score_rollout`, with its
@@ -39,18 +39,15 @@ import difflib
 import functools
 import importlib.util
 import json
-import signal
-import threading
 import time
 import uuid
 import weakref
-from collections.abc import Iterator
 from typing import Any
 
+from forge_agent.env.adapters.verifiers_tools import ToolGuard, capped_metrics, signal_handlers_kept
 from forge_agent.env.protocol import Env
 from forge_agent.env.registry import UnknownEnvError
 from forge_agent.env.sources import Dataset, EnvSetupError
-from forge_agent.env.verifiers_tools import ToolGuard, capped_metrics
 from forge_agent.types import Message, StepResult, ToolSpec
 
 __all__ = ["PIP_INSTALL", "VerifiersEnv"]
@@ -121,31 +118,6 @@ def _reward_weights(rubric: Any) -> dict[str, float]:
             name = getattr(func, "__name__", repr(func))
             weights[name] = weights.get(name, 0.0) + float(weight)
     return weights
-
-
-_SIGNAL_LOCK = threading.Lock()
-
-
-@contextlib.contextmanager
-def _signal_handlers_kept() -> Iterator[None]:
-    """Build a verifiers environment without letting it take the process's signals.
-
-    verifiers' `Environment` installs SIGINT and SIGTERM handlers when it is built (teardown,
-    then exit 143). In an env worker those signals belong to the worker, and off the main
-    thread (where env workers build envs) `signal.signal` raises. So while the environment is
-    built, `signal.signal` leaves the handlers as they are (under a lock: one build at a time
-    in a process). Its teardown still runs at exit (it registers an `atexit` hook too).
-    """
-
-    def keep(signum: int, handler: Any) -> Any:
-        return signal.getsignal(signum)
-
-    with _SIGNAL_LOCK:
-        original, signal.signal = signal.signal, keep
-        try:
-            yield
-        finally:
-            signal.signal = original
 
 
 @functools.cache
@@ -230,7 +202,7 @@ class VerifiersEnv(Env):
                 + " (install the environment's package, or put your module on PYTHONPATH)",
             )
         try:
-            with _signal_handlers_kept():
+            with signal_handlers_kept():
                 self.vf_env = vf.load_environment(module, **env_args)
         except Exception as exc:
             cause = exc.__cause__ or exc

@@ -8,8 +8,8 @@ verifiers runs a tool call as ``tool_map[name](**arguments)`` in its own process
    integer 5. Expected: lookup(word: string)``), not an exception inside the tool.
 2. **Run sandboxed:** a verifiers tool is a Python callable of the project's interpreter,
    which bubblewrap cannot start (see `forge_agent.sandbox.forked`). A tool server process
-   (``python -m forge_agent.env.verifiers_tools``) loads the environment once, and runs each
-   call in a forked sandbox: no network, the sandbox user, private ``/tmp``, rlimits, killed
+   (``python -m forge_agent.env.adapters.verifiers_tools``) loads the environment once, and runs
+   each call in a forked sandbox: no network, the sandbox user, private ``/tmp``, rlimits, killed
    at `Limits.wall_s` (`VerifiersEnv.tool_timeout_s`, below the step timeout). A call that
    times out, runs out of memory or raises is an error observation. Environments that
    override verifiers' `call_tool` (a `StatefulToolEnv`, whose tools take the episode's state
@@ -24,14 +24,17 @@ verifiers runs a tool call as ``tool_map[name](**arguments)`` in its own process
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import functools
 import inspect
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 from forge_agent.errors import InfraError
@@ -167,7 +170,7 @@ class ToolGuard:
             return self._server
         env = {k: v for k, v in os.environ.items() if not any(m in k for m in _SECRET_MARKERS)}
         env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
-        argv = [sys.executable, "-m", "forge_agent.env.verifiers_tools", self.module]
+        argv = [sys.executable, "-m", "forge_agent.env.adapters.verifiers_tools", self.module]
         self._server = subprocess.Popen(
             [*argv, json.dumps(self.env_args)],
             stdin=subprocess.PIPE,
@@ -242,6 +245,31 @@ def _content(value: Any) -> Any:
     return value if is_valid_tool_content_parts(value) else str(value)
 
 
+_SIGNAL_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def signal_handlers_kept() -> Iterator[None]:
+    """Build a verifiers environment without letting it take the process's signals.
+
+    verifiers' `Environment` installs SIGINT and SIGTERM handlers when it is built (teardown,
+    then exit 143). In an env worker those signals belong to the worker, and off the main
+    thread (where env workers build envs) `signal.signal` raises. So while the environment is
+    built, `signal.signal` leaves the handlers as they are (under a lock: one build at a time
+    in a process). Its teardown still runs at exit (it registers an `atexit` hook too).
+    """
+
+    def keep(signum: int, handler: Any) -> Any:
+        return signal.getsignal(signum)
+
+    with _SIGNAL_LOCK:
+        original, signal.signal = signal.signal, keep
+        try:
+            yield
+        finally:
+            signal.signal = original
+
+
 def _call(fn: Any, args: dict[str, Any]) -> Any:
     result = fn(**args)
     if inspect.isawaitable(result):
@@ -251,7 +279,6 @@ def _call(fn: Any, args: dict[str, Any]) -> Any:
 
 def serve(module: str, env_args: dict[str, Any]) -> None:
     """Load the environment, then answer JSON-line calls on stdin, each in a forked sandbox."""
-    from forge_agent.env.verifiers_env import _signal_handlers_kept
     from forge_agent.sandbox.base import SandboxError
     from forge_agent.sandbox.forked import run_forked
 
@@ -259,7 +286,7 @@ def serve(module: str, env_args: dict[str, Any]) -> None:
     os.dup2(2, 1)  # what loading prints goes to stderr, not into the replies
     import verifiers
 
-    with _signal_handlers_kept():
+    with signal_handlers_kept():
         tools = verifiers.load_environment(module, **env_args).tool_map
     out.write(json.dumps({"ready": sorted(tools)}) + "\n")
     out.flush()
