@@ -58,3 +58,14 @@ def test_check_does_not_play_an_agent_program():
     )
     (line,) = check_episode_lines(cfg, [{"task_id": "t0"}], [])
     assert "not played by --check" in line and "agent program" in line
+
+
+def test_check_plays_a_seated_game_with_every_seat_answering():
+    cfg = load_config(
+        "apps/agent/tictactoe.yaml",
+        ["env.id=textarena:ConnectFour-v0", "env.kwargs={board_only: true}"],
+    )
+    task = {"task_id": "c4", "seed": 0}
+    (line,) = check_episode_lines(cfg, [task], [])
+    # the scripted answer is no move: the game's invalid-move rule ends it, player_0 losing
+    assert line.startswith("episode (train, task c4): ok, reward -1 after 2 turn(s)")

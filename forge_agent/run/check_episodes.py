@@ -8,8 +8,9 @@ The answer is a plain message (`CHECK_ANSWER`), so the env's reset, its step and
 on a real task; an env that wants more turns gets the same answer again, up to
 `rollout.max_turns`. A failure is named with the status a run would give it (the rule of blame,
 docs/rewards.md) and the exception's text, so a judge that raises on every answer shows here,
-not after the warm start. A seated game (a reset that returns a `SeatStart`) and an agent
-program (it runs against the policy's endpoint) are not played.
+not after the warm start. A seated game (a reset that returns a `SeatStart`) is played with
+every seat answering the same (its reward is the first seat's); an agent program (it runs
+against the policy's endpoint) is not played.
 """
 
 from __future__ import annotations
@@ -43,8 +44,6 @@ class CheckedEpisode:
         head = f"episode ({self.split}, task {self.task_id}): {self.status}"
         if self.error:
             return f"{head}: {self.error}"
-        if self.status == "seated game":
-            return f"{head} (not played by --check)"
         reward = "none" if self.reward is None else f"{self.reward:g}"
         return f"{head}, reward {reward} after {self.turns} turn(s) (reset, step and judge ran)"
 
@@ -66,7 +65,7 @@ async def play_check_episode(
             status = status if status.is_infra_failure else Status.ENV_ERROR  # a reset
             return CheckedEpisode(split, task_id, status.value, error=f"reset: {exc}")
         if isinstance(start, SeatStart):
-            return CheckedEpisode(split, task_id, "seated game")
+            return await _play_seated(env, start, split, task_id, max_turns)
         reward = 0.0
         for turn in range(1, max_turns + 1):
             try:
@@ -78,6 +77,28 @@ async def play_check_episode(
             if result.done:
                 return CheckedEpisode(split, task_id, Status.OK.value, reward, turn)
         return CheckedEpisode(split, task_id, Status.TRUNCATED_TURNS.value, reward, max_turns)
+
+
+async def _play_seated(
+    env: Any, start: SeatStart, split: str, task_id: str, max_turns: int
+) -> CheckedEpisode:
+    """A seated game with every seat answering `CHECK_ANSWER`; its reward is the first
+    seat's (the game usually ends on invalid moves: reset and step ran)."""
+    from forge_agent.env.protocol import step_failure
+
+    answer: Message = {"role": "assistant", "content": CHECK_ANSWER}
+    first = next(iter(start.seats))
+    reward, moves = 0.0, 0
+    for moves in range(1, max_turns * len(start.seats) + 1):
+        try:
+            result = await env.step(answer)
+        except Exception as exc:
+            status, failure = step_failure(exc, env)
+            return CheckedEpisode(split, task_id, status.value, failure, moves, f"step: {exc}")
+        reward += sum(float(v) for v in result.rewards.get(first, {}).values())
+        if result.done:
+            return CheckedEpisode(split, task_id, Status.OK.value, reward, moves)
+    return CheckedEpisode(split, task_id, Status.TRUNCATED_TURNS.value, reward, moves)
 
 
 def check_episode_lines(
