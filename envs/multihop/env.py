@@ -12,8 +12,8 @@ needs `hops + 1` dependent calls (look up r417, which names r052, look up r052, 
 a lookup shows a record's reference; the table also holds distractor records that no chain
 visits. With `notes` > 0 every record also carries that many words of notes (the long tool
 outputs of a long-horizon task: a transcript outgrows the context unless old outputs are
-dropped, `rollout.context`). Rewards: `{"correct": 1.0 or 0.0}` for the final answer (the code, as digits);
-info: `outcome` ("correct" | "wrong" | "no_answer"), `lookups`, `expected`.
+dropped, `rollout.context`). Rewards: `{"correct": 1.0 or 0.0}` for the final answer (the code,
+as digits); info: `outcome` ("correct" | "wrong" | "no_answer"), `lookups`, `expected`.
 `state_key()` is the set of records looked up so far (GiGPO's step-level groups).
 """
 
@@ -37,10 +37,13 @@ SYSTEM_PROMPT = (
 )
 
 _CODE = re.compile(r"\d{4}")
-_NOTE_WORDS = (
-    "archived ledger entry filed under the regional index with cross references pending "
-    "review by the records office and marked for retention until the next audit cycle"
-).split()
+# fmt: off
+_NOTE_WORDS = (  # the vocabulary of a record's notes
+    "archived", "ledger", "entry", "filed", "under", "the", "regional", "index", "with",
+    "cross", "references", "pending", "review", "by", "the", "records", "office", "and",
+    "marked", "for", "retention", "until", "the", "next", "audit", "cycle",
+)
+# fmt: on
 
 
 def record_text(key: str, record: dict[str, str], notes: int = 0) -> str:
