@@ -20,7 +20,6 @@ NOT_YET_SPLIT = {
     "apps/bench/vs_trl.py",  # module, and trl_train
     "apps/bench/async_train.py",  # main
     "apps/bench/weight_sync.py",  # bench_engine
-    "forge_agent/algorithms/losses.py",  # policy_loss
 }
 
 
