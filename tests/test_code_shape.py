@@ -18,7 +18,6 @@ NOT_YET_SPLIT = {
     "forge_agent/sandbox/supervisor.py",  # module: one file, it runs inside the sandbox as is
     "forge_agent/sandbox/base.py",  # module
     "apps/bench/vs_trl.py",  # module, and trl_train
-    "apps/bench/weight_sync.py",  # bench_engine
 }
 
 
