@@ -17,7 +17,6 @@ NOT_YET_SPLIT = {
     "forge_agent/sandbox/bwrap.py",  # module
     "forge_agent/sandbox/supervisor.py",  # module: one file, it runs inside the sandbox as is
     "forge_agent/sandbox/base.py",  # module
-    "apps/bench/vs_trl.py",  # module, and trl_train
 }
 
 
