@@ -53,6 +53,70 @@ def run_one(config: str | None, overrides: list[str], lag: int, out: Path) -> di
     return {"lag": lag, **summary}
 
 
+def summary_row(run: dict[str, Any], target: float) -> dict[str, Any]:
+    """One side's table row: loop time, time to `target`, final reward, busy/idle fractions."""
+    seconds, step = time_to_target(run["evals"], target)
+    timing = run["timing"]
+    return {
+        "mode": "sync (lag 0)" if run["lag"] == 0 else f"async (lag {run['lag']})",
+        "lag": run["lag"],
+        "steps": run["steps"],
+        "train_loop_s": timing["train_loop_s"],
+        "s_per_step": timing["train_loop_s"] / max(run["steps"], 1),
+        "time_to_target_s": seconds,
+        "step_at_target": step,
+        "final_reward": run["evals"][-1].get("eval/reward/mean") if run["evals"] else None,
+        "generator_busy_frac": timing["generator_busy_frac"],
+        "trainer_idle_frac": timing["trainer_idle_frac"],
+        "evicted_groups": run["counts"].get("replay_evicted", 0),
+    }
+
+
+def async_over_sync(sync: dict[str, Any], lagged: dict[str, Any]) -> dict[str, float | None]:
+    """Speed-ups of the async side: per step, and to the target (None if a side missed it)."""
+    reached = sync["time_to_target_s"] and lagged["time_to_target_s"]
+    return {
+        "speedup_s_per_step": sync["s_per_step"] / lagged["s_per_step"],
+        "speedup_time_to_target": (
+            sync["time_to_target_s"] / lagged["time_to_target_s"] if reached else None
+        ),
+    }
+
+
+def reward_by_step(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Held-out reward of each side at each evaluated step: `{"step", "lag0", "lag<N>"}` rows."""
+    by_step: dict[int, dict[str, Any]] = {}
+    for r in runs:
+        for e in r["evals"]:
+            by_step.setdefault(int(e["step"]), {"step": int(e["step"])})[f"lag{r['lag']}"] = e.get(
+                "eval/reward/mean"
+            )
+    return [by_step[s] for s in sorted(by_step)]
+
+
+def print_tables(
+    rows: list[dict[str, Any]], curve: list[dict[str, Any]], target: float, lag: int
+) -> None:
+    """The side-by-side table and the reward curve."""
+    print_table(
+        rows,
+        [
+            ("mode", "mode", ""),
+            ("steps", "steps", "d"),
+            ("train_loop_s", "loop s", ".1f"),
+            ("s_per_step", "s/step", ".2f"),
+            ("time_to_target_s", f"s to {target}", ".1f"),
+            ("step_at_target", "step", ""),
+            ("final_reward", "final reward", ".3f"),
+            ("generator_busy_frac", "gen busy", ".2f"),
+            ("trainer_idle_frac", "trainer idle", ".2f"),
+        ],
+    )
+    print_table(
+        curve, [("step", "step", "d"), ("lag0", "sync", ".3f"), (f"lag{lag}", "async", ".3f")]
+    )
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", default=None, help="a run YAML (default: the CPU default)")
@@ -72,58 +136,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ]
     with tempfile.TemporaryDirectory(prefix="async_bench_") as tmp:
         runs = [run_one(args.config, overrides, lag, Path(tmp)) for lag in (0, args.lag)]
-    rows = []
-    for r in runs:
-        seconds, step = time_to_target(r["evals"], args.target)
-        timing = r["timing"]
-        rows.append(
-            {
-                "mode": "sync (lag 0)" if r["lag"] == 0 else f"async (lag {r['lag']})",
-                "lag": r["lag"],
-                "steps": r["steps"],
-                "train_loop_s": timing["train_loop_s"],
-                "s_per_step": timing["train_loop_s"] / max(r["steps"], 1),
-                "time_to_target_s": seconds,
-                "step_at_target": step,
-                "final_reward": r["evals"][-1].get("eval/reward/mean") if r["evals"] else None,
-                "generator_busy_frac": timing["generator_busy_frac"],
-                "trainer_idle_frac": timing["trainer_idle_frac"],
-                "evicted_groups": r["counts"].get("replay_evicted", 0),
-            }
-        )
-    sync, lagged = rows
-    ratios = {
-        "speedup_s_per_step": sync["s_per_step"] / lagged["s_per_step"],
-        "speedup_time_to_target": (
-            sync["time_to_target_s"] / lagged["time_to_target_s"]
-            if sync["time_to_target_s"] and lagged["time_to_target_s"]
-            else None
-        ),
-    }
-    by_step: dict[int, dict[str, Any]] = {}
-    for r in runs:
-        for e in r["evals"]:
-            by_step.setdefault(int(e["step"]), {"step": int(e["step"])})[f"lag{r['lag']}"] = e.get(
-                "eval/reward/mean"
-            )
-    curve = [by_step[s] for s in sorted(by_step)]
-    print_table(
-        rows,
-        [
-            ("mode", "mode", ""),
-            ("steps", "steps", "d"),
-            ("train_loop_s", "loop s", ".1f"),
-            ("s_per_step", "s/step", ".2f"),
-            ("time_to_target_s", f"s to {args.target}", ".1f"),
-            ("step_at_target", "step", ""),
-            ("final_reward", "final reward", ".3f"),
-            ("generator_busy_frac", "gen busy", ".2f"),
-            ("trainer_idle_frac", "trainer idle", ".2f"),
-        ],
-    )
-    print_table(
-        curve, [("step", "step", "d"), ("lag0", "sync", ".3f"), (f"lag{args.lag}", "async", ".3f")]
-    )
+    rows = [summary_row(r, args.target) for r in runs]
+    ratios = async_over_sync(*rows)
+    curve = reward_by_step(runs)
+    print_tables(rows, curve, args.target, args.lag)
     print(f"async / sync: {ratios}")
     report = {
         "benchmark": "async_train",

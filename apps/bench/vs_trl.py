@@ -15,8 +15,8 @@ torch and transformers are reused, nothing in the main environment changes). Its
 tool loop is TRL's own: `GRPOTrainer(tools=[calculator])` with
 `max_tool_calling_iterations = max_turns - 1` and `generation_kwargs.max_new_tokens` per turn
 (generation through `model.generate`, TRL's default without a vLLM server). Two adjustments make
-TRL render exactly forge-agent's tokens (a test holds them to it,
-tests/test_vs_trl_template.py): the tool's JSON schema is forge-agent's (`trl_chat_template`
+TRL render exactly forge-agent's tokens (`apps.bench.trl_grpo`, the TRL side; a test holds them
+to it, tests/test_vs_trl_template.py): the tool's JSON schema is forge-agent's (`trl_chat_template`
 writes `additionalProperties: false` and no return type, `trl_tool` gives the docstring
 forge-agent's one-paragraph-per-line description), and the tokenizer gets TRL's Qwen3
 `response_template` so TRL parses tool calls.
@@ -63,9 +63,16 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
+
+from apps.bench.trl_grpo import (  # noqa: F401  (the TRL side, its helpers re-exported)
+    judge_reward,
+    tool_suffix_ids,
+    trl_chat_template,
+    trl_tool,
+    trl_train,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 TRL_VERSION = "1.16.0"
@@ -98,192 +105,6 @@ SCENARIOS: dict[str, list[str]] = {  # forge-agent overrides; the TRL side reads
         "generator.cpu_kv_cache_gb=0.5",  # 16 KB of KV a token: 32k tokens, as the default's
     ],
 }
-
-# --- what makes TRL render forge-agent's tokens (importable without TRL) -------------------
-
-_TOOL_JSON = "{{ tool | tojson }}"
-_TOOL_JSON_FORGE = (
-    '{{ {"type": tool.type, "function": {"name": tool.function.name, '
-    '"description": tool.function.description, "parameters": {"type": '
-    'tool.function.parameters.type, "properties": tool.function.parameters.properties, '
-    '"required": tool.function.parameters.required, "additionalProperties": false}}} '
-    "| tojson }}"
-)
-
-
-def trl_chat_template(template: str) -> str:
-    """The project's chat template with each tool written as forge-agent's `tool_spec` writes
-    it (transformers' `get_json_schema` adds a return type and no `additionalProperties`)."""
-    if _TOOL_JSON not in template:
-        raise ValueError(f"chat template has no {_TOOL_JSON!r} to rewrite")
-    return template.replace(_TOOL_JSON, _TOOL_JSON_FORGE)
-
-
-def trl_tool(fn: Any, max_tokens: int | None = None, tokenizer: Any = None) -> Any:
-    """`fn` as a TRL tool: same name and behaviour, a docstring from which transformers'
-    `get_json_schema` reads forge-agent's schema of `fn`, no return annotation, and its output
-    cut to `max_tokens` as forge-agent's rollout engine cuts tool messages."""
-    from forge_agent.tool_schema import tool_spec
-
-    spec = tool_spec(fn)["function"]
-    params = spec["parameters"]["properties"]
-    if list(params) != ["expression"] or params["expression"]["type"] != "string":
-        raise ValueError(f"trl_tool wraps one-string-argument tools; {spec['name']} has {params}")
-
-    def tool(expression: str):  # no return annotation: no "return" in the schema
-        out = str(fn(expression))
-        if max_tokens is not None and tokenizer is not None:
-            out = _truncate(tokenizer, out, max_tokens)
-        return out
-
-    tool.__name__ = tool.__qualname__ = spec["name"]
-    tool.__doc__ = (
-        f"{spec['description']}\n\nArgs:\n    expression: {params['expression']['description']}"
-    )
-    return tool
-
-
-def _truncate(tokenizer: Any, text: str, max_tokens: int) -> str:
-    """forge_agent.rollout.renderer.ChatRenderer.truncate_text, on a tokenizer."""
-    ids = tokenizer.encode(text, add_special_tokens=False)
-    if len(ids) <= max_tokens:
-        return text
-    kept = tokenizer.decode(ids[:max_tokens])
-    return f"{kept}\n...[truncated {len(ids) - max_tokens} tokens]"
-
-
-def tool_suffix_ids(tokenizer: Any, tool_messages: list[dict[str, Any]]) -> list[int]:
-    """The tokens TRL 1.16 appends after a completion that called tools: its
-    `GRPOTrainer._get_tool_suffix_ids` (a dummy conversation rendered with and without the tool
-    messages, the prefix cut after its last EOS), restated here so the test needs no TRL."""
-    calls = [{"type": "function", "function": {"name": tool_messages[0]["name"], "arguments": {}}}]
-    dummy = [
-        {"role": "user", "content": "dummy"},
-        {"role": "assistant", "content": "", "tool_calls": calls},
-    ]
-    prefix = tokenizer.apply_chat_template(dummy, tokenize=True, return_dict=False)
-    full = tokenizer.apply_chat_template(
-        dummy + tool_messages, add_generation_prompt=True, tokenize=True, return_dict=False
-    )
-    eos = [i for i, t in enumerate(prefix) if t == tokenizer.eos_token_id]
-    if eos:
-        prefix = prefix[: eos[-1] + 1]
-    if full[: len(prefix)] != prefix:
-        raise ValueError("the EOS-trimmed dummy prefix is not a prefix of the full render")
-    return list(full[len(prefix) :])
-
-
-def judge_reward(completion: list[dict[str, Any]], answer: str) -> float:
-    """The calculator env's judge on a TRL completion: 1.0 when its last message is an
-    assistant answer (no tool calls) the env would mark correct."""
-    from envs.calculator.env import extract_answer
-
-    last = completion[-1] if completion else {}
-    if last.get("role") != "assistant" or last.get("tool_calls"):
-        return 0.0  # ran out of turns (or tokens) while still calling tools: no answer
-    given = extract_answer(last.get("content") or "")
-    return float(given is not None and int(given) == int(answer))
-
-
-# --- the TRL side (runs inside the venv) ----------------------------------------------------
-
-
-def trl_train(args: argparse.Namespace) -> None:
-    """One TRL GRPO run: writes `timing.json` (per-step wall clock) and checkpoints."""
-    import torch
-    from datasets import Dataset
-    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
-    from trl import GRPOConfig, GRPOTrainer
-    from trl.chat_template_utils import qwen3_template
-
-    from envs.calculator.env import SYSTEM_PROMPT, CalculatorEnv
-    from forge_agent.env.tasks import load_tasks
-
-    cfg = json.loads(args.trl_run)
-    out = Path(cfg["out"])
-    torch.manual_seed(cfg["seed"])
-    tok = AutoTokenizer.from_pretrained(cfg["model"])
-    tok.chat_template = trl_chat_template(tok.chat_template)
-    tok.response_template = qwen3_template
-    model = AutoModelForCausalLM.from_pretrained(cfg["model"], dtype=torch.float32)
-    groups = cfg["groups_per_step"]
-    tasks = load_tasks("calculator", "train", cfg["steps"] * groups, cfg["train_seed"], cfg["env"])
-    rows = [
-        {
-            "prompt": [
-                {"role": "system", "content": SYSTEM_PROMPT},
-                {"role": "user", "content": t["prompt"]},
-            ],
-            "answer": str(t["answer"]),
-        }
-        for t in tasks
-    ]
-
-    def correct(completions: list, answer: list, **_: Any) -> list[float]:
-        return [judge_reward(c, a) for c, a in zip(completions, answer, strict=True)]
-
-    class Clock(TrainerCallback):
-        def __init__(self) -> None:
-            self.t0 = 0.0
-            self.steps: list[tuple[int, float]] = []
-
-        def on_train_begin(self, *a: Any, **k: Any) -> None:
-            self.t0 = time.perf_counter()
-
-        def on_step_end(self, args: Any, state: Any, *a: Any, **k: Any) -> None:
-            self.steps.append((state.global_step, time.perf_counter() - self.t0))
-
-    clock = Clock()
-    group = cfg["group_size"]
-    gconf = GRPOConfig(
-        output_dir=str(out),
-        max_steps=cfg["steps"],
-        per_device_train_batch_size=groups * group,
-        num_generations=group,
-        gradient_accumulation_steps=1,
-        learning_rate=cfg["lr"],
-        lr_scheduler_type="constant",
-        warmup_steps=0,
-        weight_decay=0.0,
-        max_grad_norm=cfg["max_grad_norm"],
-        epsilon=cfg["clip_low"],
-        epsilon_high=cfg["clip_high"],
-        beta=0.0,
-        loss_type="dapo",
-        scale_rewards="group",
-        mask_truncated_completions=True,
-        temperature=cfg["temperature"],
-        top_p=1.0,
-        max_completion_length=cfg["max_total_tokens"] - cfg["prompt_tokens"],
-        max_tool_calling_iterations=cfg["max_turns"] - 1,
-        generation_kwargs={"max_new_tokens": cfg["max_new_tokens"]},
-        shuffle_dataset=False,
-        logging_steps=1,
-        save_strategy="steps",
-        save_steps=cfg["eval_every"],
-        save_only_model=True,
-        report_to="none",
-        use_cpu=True,
-        bf16=False,
-        seed=cfg["seed"],
-        dataloader_num_workers=0,
-    )
-    tool = trl_tool(CalculatorEnv(**cfg["env"]).tool, cfg["tool_output_tokens"], tok)
-    trainer = GRPOTrainer(
-        model=model,
-        reward_funcs=[correct],
-        args=gconf,
-        train_dataset=Dataset.from_list(rows),
-        processing_class=tok,
-        tools=[tool],
-        callbacks=[clock],
-    )
-    trainer.train()
-    logs = trainer.state.log_history
-    history = [{k: v for k, v in h.items() if isinstance(v, int | float)} for h in logs]
-    (out / "timing.json").write_text(
-        json.dumps({"steps": clock.steps, "log_history": history}, indent=1)
-    )
 
 
 def ensure_venv() -> Path:
@@ -424,6 +245,33 @@ def time_to(curve: list[tuple[int, float, float]], target: float) -> float | Non
     return next((t for _, t, r in curve if r >= target), None)
 
 
+def summary_rows(results: dict[str, list[dict]], sides: list[str], target: float) -> list[dict]:
+    """One row per scenario and side: medians over its runs (train loop, step, time to
+    `target`, final reward, peak PSS), each run's loop seconds and reward curve."""
+    rows = []
+    for name, runs in results.items():
+        for side in sides:
+            mine = [r for r in runs if r["side"] == side]
+            ttt = [time_to(r["curve"], target) for r in mine]
+            rows.append(
+                {
+                    "name": f"{name} {side}",
+                    "loop": statistics.median(r["train_loop_s"] for r in mine),
+                    "step": statistics.median(r["step_s_median"] for r in mine),
+                    "ttt": statistics.median(x for x in ttt if x is not None)
+                    if any(x is not None for x in ttt)
+                    else None,
+                    "last": statistics.median(r["curve"][-1][2] for r in mine),
+                    "pss": statistics.median(r["peak_pss_gb"] for r in mine),
+                    "runs": ", ".join(f"{r['train_loop_s']:.0f}" for r in mine),
+                    "rewards": " / ".join(
+                        ",".join(f"{c[2]:.2f}" for c in r["curve"]) for r in mine
+                    ),
+                }
+            )
+    return rows
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--trl-run", default=None, help=argparse.SUPPRESS)
@@ -436,8 +284,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", default="bench_results/vs_trl.json")
     parser.add_argument("overrides", nargs="*", help="config overrides for both sides")
     args = parser.parse_args(argv)
-    if args.trl_run is not None:
-        trl_train(args)
+    if args.trl_run is not None:  # inside the venv: the TRL side of one round
+        trl_train(json.loads(args.trl_run))
         return
     from forge_agent.bench_util import print_table, write_json
     from forge_agent.run.config import load_config
@@ -459,27 +307,7 @@ def main(argv: list[str] | None = None) -> None:
                 label = f"{name}-trl-{i}"
                 runs.append(trl_run(python, label, out_dir, cfg, overrides, args.interval, policy))
             write_json(args.out, {"benchmark": "vs_trl", "results": results})
-    rows = []
-    for name, runs in results.items():
-        for side in args.sides:
-            mine = [r for r in runs if r["side"] == side]
-            ttt = [time_to(r["curve"], args.target) for r in mine]
-            rows.append(
-                {
-                    "name": f"{name} {side}",
-                    "loop": statistics.median(r["train_loop_s"] for r in mine),
-                    "step": statistics.median(r["step_s_median"] for r in mine),
-                    "ttt": statistics.median(x for x in ttt if x is not None)
-                    if any(x is not None for x in ttt)
-                    else None,
-                    "last": statistics.median(r["curve"][-1][2] for r in mine),
-                    "pss": statistics.median(r["peak_pss_gb"] for r in mine),
-                    "runs": ", ".join(f"{r['train_loop_s']:.0f}" for r in mine),
-                    "rewards": " / ".join(
-                        ",".join(f"{c[2]:.2f}" for c in r["curve"]) for r in mine
-                    ),
-                }
-            )
+    rows = summary_rows(results, args.sides, args.target)
     print_table(
         rows,
         [

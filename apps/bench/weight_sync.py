@@ -238,6 +238,89 @@ async def bench_models(stores: dict, consumer, repeats: int) -> list[dict]:
     return rows
 
 
+def save_qwen3_model(hidden: int, layers: int, folder: Path) -> dict[str, torch.Tensor]:
+    """A Qwen3 model of `layers` x `hidden` (float32) and the tiny tokenizer, saved to `folder`
+    for vLLM to load; returns a copy of its state dict, the weights the store will sync."""
+    from forge_agent.models.tiny import TinyModelConfig, build_model, ensure_tiny_model
+    from forge_agent.models.tiny import load_tokenizer as tiny_tokenizer
+
+    tokenizer = tiny_tokenizer(ensure_tiny_model())
+    shape = TinyModelConfig(
+        hidden_size=hidden,
+        num_layers=layers,
+        num_heads=8,
+        num_kv_heads=4,
+        head_dim=hidden // 8,
+        intermediate_size=3 * hidden,
+        max_position_embeddings=512,
+    )
+    model = build_model(shape, len(tokenizer))
+    model.save_pretrained(folder, safe_serialization=True)
+    tokenizer.save_pretrained(folder)
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+async def time_engine_syncs(engine, store, sd: dict, repeats: int) -> dict[str, list]:
+    """`repeats` syncs of `sd` into `engine` by each path, after one warm-up round: the seconds
+    of each `put` and of each `before` / `after` reload, and the phases inside vLLM's worker of
+    each (`<path>_worker`, from `engine.last_reload`)."""
+    version = 0
+    times: dict[str, list] = {"put": [], "before": [], "after": []}
+    times |= {"before_worker": [], "after_worker": []}
+    for i in range(repeats + 1):
+        for path in ("before", "after"):
+            version += 1
+            t0 = time.perf_counter()
+            await store.put(version, sd)
+            t1 = time.perf_counter()
+            if path == "before":
+                await engine.update_weights(version, await store.get(version))
+            else:
+                await engine.update_weights_shared(await store.shared_view(version))
+            if i:  # the first round warms pages and the engine up
+                times["put"].append(t1 - t0)
+                times[path].append(time.perf_counter() - t1)
+                times[f"{path}_worker"].append(engine.last_reload[0])
+    return times
+
+
+def engine_row(sd: dict, times: dict[str, list], memcpy_s: float) -> dict:
+    """Medians of `times`, beside one flat memcpy of the same bytes, and the speed-up."""
+    row = {
+        "size_mb": nbytes(sd) / 2**20,
+        "tensors": len(sd),
+        "put_s": statistics.median(times["put"]),
+        "before_s": statistics.median(times["before"]),
+        "after_s": statistics.median(times["after"]),
+        "memcpy_s": memcpy_s,
+    }
+    for path in ("before", "after"):  # where the time goes inside the worker
+        rows = times[f"{path}_worker"]
+        keys = ("read_s", "reload_s", "reprepare_s")
+        row[f"{path}_worker"] = {k: statistics.median(r[k] for r in rows) for k in keys}
+    row["before_vs_memcpy"] = memcpy_s / row["before_s"]
+    row["after_vs_memcpy"] = memcpy_s / row["after_s"]
+    row["speedup"] = row["before_s"] / row["after_s"]
+    return row
+
+
+def print_engine_row(row: dict) -> None:
+    print(
+        f"engine sync, {row['size_mb']:.0f} MB in {row['tensors']} tensors: before "
+        f"{row['before_s']:.3f}s ({row['before_vs_memcpy']:.2f}x memcpy) | after "
+        f"{row['after_s']:.3f}s ({row['after_vs_memcpy']:.2f}x memcpy) | memcpy "
+        f"{row['memcpy_s']:.4f}s | put {row['put_s']:.3f}s | speedup {row['speedup']:.2f}x",
+        flush=True,
+    )
+    w = row["after_worker"]
+    print(
+        f"  after, inside vLLM's worker: read {w['read_s']:.4f}s | reload_weights "
+        f"{w['reload_s']:.4f}s | re-prepare embeddings {w['reprepare_s']:.4f}s | rest (RPC, "
+        f"gate, prefix-cache reset) {row['after_s'] - sum(w.values()):.4f}s",
+        flush=True,
+    )
+
+
 async def bench_engine(store, hidden: int, layers: int, repeats: int) -> dict:
     """End-to-end sync from the weight store into a running vLLM engine (this process), for a
     Qwen3 model of `layers` x `hidden` (float32):
@@ -253,78 +336,20 @@ async def bench_engine(store, hidden: int, layers: int, repeats: int) -> dict:
     import tempfile
 
     from forge_agent.generator.engine import GeneratorConfig, VLLMEngine
-    from forge_agent.models.tiny import TinyModelConfig, build_model, ensure_tiny_model
-    from forge_agent.models.tiny import load_tokenizer as tiny_tokenizer
 
-    tokenizer = tiny_tokenizer(ensure_tiny_model())
-    shape = TinyModelConfig(
-        hidden_size=hidden,
-        num_layers=layers,
-        num_heads=8,
-        num_kv_heads=4,
-        head_dim=hidden // 8,
-        intermediate_size=3 * hidden,
-        max_position_embeddings=512,
-    )
-    model = build_model(shape, len(tokenizer))
     folder = Path(tempfile.mkdtemp(prefix="bench-weight-sync-"))
-    model.save_pretrained(folder, safe_serialization=True)
-    tokenizer.save_pretrained(folder)
-    sd = {k: v.detach().clone() for k, v in model.state_dict().items()}
-    n = nbytes(sd)
+    sd = save_qwen3_model(hidden, layers, folder)
     engine = VLLMEngine(GeneratorConfig(max_model_len=256, max_num_seqs=4), str(folder))
     await engine.start()
-    version, puts, before, after = 0, [], [], []
-    phases: dict[str, list[dict]] = {"before": [], "after": []}  # inside vLLM's worker
     try:
-        for i in range(repeats + 1):
-            for path in ("before", "after"):
-                version += 1
-                t0 = time.perf_counter()
-                await store.put(version, sd)
-                t1 = time.perf_counter()
-                if path == "before":
-                    await engine.update_weights(version, await store.get(version))
-                else:
-                    await engine.update_weights_shared(await store.shared_view(version))
-                if i:  # the first round warms pages and the engine up
-                    puts.append(t1 - t0)
-                    (before if path == "before" else after).append(time.perf_counter() - t1)
-                    phases[path].append(engine.last_reload[0])
+        times = await time_engine_syncs(engine, store, sd, repeats)
         probe = await engine.generate(list(range(1, 9)))
         assert probe.token_ids, "the engine stopped generating after the reloads"
     finally:
         await engine.shutdown()
         shutil.rmtree(folder, ignore_errors=True)
-    memcpy_s = bench_memcpy(n, repeats)["total_s"]
-    row = {
-        "size_mb": n / 2**20,
-        "tensors": len(sd),
-        "put_s": statistics.median(puts),
-        "before_s": statistics.median(before),
-        "after_s": statistics.median(after),
-        "memcpy_s": memcpy_s,
-    }
-    for path, rows in phases.items():  # where the time goes inside the worker
-        keys = ("read_s", "reload_s", "reprepare_s")
-        row[f"{path}_worker"] = {k: statistics.median(r[k] for r in rows) for k in keys}
-    row["before_vs_memcpy"] = memcpy_s / row["before_s"]
-    row["after_vs_memcpy"] = memcpy_s / row["after_s"]
-    row["speedup"] = row["before_s"] / row["after_s"]
-    print(
-        f"engine sync, {row['size_mb']:.0f} MB in {row['tensors']} tensors: before "
-        f"{row['before_s']:.3f}s ({row['before_vs_memcpy']:.2f}x memcpy) | after "
-        f"{row['after_s']:.3f}s ({row['after_vs_memcpy']:.2f}x memcpy) | memcpy "
-        f"{memcpy_s:.4f}s | put {row['put_s']:.3f}s | speedup {row['speedup']:.2f}x",
-        flush=True,
-    )
-    w = row["after_worker"]
-    print(
-        f"  after, inside vLLM's worker: read {w['read_s']:.4f}s | reload_weights "
-        f"{w['reload_s']:.4f}s | re-prepare embeddings {w['reprepare_s']:.4f}s | rest (RPC, "
-        f"gate, prefix-cache reset) {row['after_s'] - sum(w.values()):.4f}s",
-        flush=True,
-    )
+    row = engine_row(sd, times, bench_memcpy(nbytes(sd), repeats)["total_s"])
+    print_engine_row(row)
     return row
 
 

@@ -351,6 +351,70 @@ def aggregate(
 # ---------------------------------------------------------------------------------------------
 
 
+def importance_correction(
+    cfg: LossConfig,
+    logp: torch.Tensor,
+    sampler_logp: torch.Tensor,
+    mask: torch.Tensor,
+    old_logp: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor | None, Metrics]:
+    """The sampler/trainer correction `cfg.correction` selects: `(logp_old, w, metrics)`.
+
+    With no correction the ratio is taken against the sampler, logp_old = `sampler_logp`, and
+    w = None. With one, logp_old = the trainer's logprob under the sampling policy (`old_logp`,
+    default `logp.detach()`) and w_t is the TIS, MIS or IcePop weight of pi_trainer / pi_sampler
+    (see `truncated_importance_weights`, `masked_importance_sampling`, `icepop_weights`).
+    The metrics always carry the sampler mismatch, `sampler_ratio/*`. Shapes: `[B, T]`.
+    """
+    metrics: Metrics = {}
+    if cfg.correction == "none":
+        ratio_ref, w = sampler_logp, None
+    else:
+        ratio_ref = logp.detach() if old_logp is None else old_logp
+        if cfg.tis_cap is not None:
+            w, metrics = truncated_importance_weights(ratio_ref, sampler_logp, mask, cfg.tis_cap)
+        elif cfg.mis_cap is not None:
+            w, metrics = masked_importance_sampling(ratio_ref, sampler_logp, mask, cfg.mis_cap)
+        else:
+            assert cfg.icepop_bounds is not None
+            w, metrics = icepop_weights(ratio_ref, sampler_logp, mask, *cfg.icepop_bounds)
+    _, m = token_log_ratio(logp.detach(), sampler_logp, mask)
+    return ratio_ref, w, {**metrics, **{f"sampler_{k}": v for k, v in m.items()}}
+
+
+def policy_objective(
+    cfg: LossConfig,
+    logp: torch.Tensor,
+    logp_old: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+) -> tuple[torch.Tensor, Metrics]:
+    """The per-token policy loss `[B, T]` of `cfg`: the ratio at `cfg.ratio_level` (token,
+    PPO; or sequence, GSPO) fed to `cfg.policy_loss` (`ppo_clip_loss`, `cispo_loss` or
+    `reinforce_loss`). Shapes: `[B, T]`; `advantages` `[B]` or `[B, T]`."""
+    if cfg.ratio_level == "token":
+        log_ratio, metrics = token_log_ratio(logp, logp_old, mask)
+    elif cfg.ratio_level == "sequence":
+        log_ratio, metrics = sequence_log_ratio(logp, logp_old, mask)
+    else:
+        raise ValueError(f"unknown ratio_level {cfg.ratio_level!r}; expected 'token'/'sequence'")
+    if cfg.policy_loss == "ppo_clip":
+        per_token, m = ppo_clip_loss(
+            log_ratio, advantages, mask, cfg.clip_eps_low, cfg.clip_eps_high, cfg.dual_clip_c
+        )
+    elif cfg.policy_loss == "cispo":
+        per_token, m = cispo_loss(
+            logp, log_ratio, advantages, mask, cfg.clip_eps_low, cfg.clip_eps_high
+        )
+    elif cfg.policy_loss == "reinforce":
+        per_token, m = reinforce_loss(log_ratio, advantages, mask)
+    else:
+        raise ValueError(
+            f"unknown policy_loss {cfg.policy_loss!r}; expected 'ppo_clip', 'cispo', 'reinforce'"
+        )
+    return per_token, {**metrics, **m}
+
+
 def policy_loss(
     cfg: LossConfig,
     logp: torch.Tensor,
@@ -377,44 +441,9 @@ def policy_loss(
     """
     mask = mask.to(logp.dtype)
     metrics: Metrics = cfg.as_metrics()
-    if cfg.correction != "none":
-        ratio_ref = logp.detach() if old_logp is None else old_logp
-        if cfg.tis_cap is not None:
-            w, m = truncated_importance_weights(ratio_ref, sampler_logp, mask, cfg.tis_cap)
-        elif cfg.mis_cap is not None:
-            w, m = masked_importance_sampling(ratio_ref, sampler_logp, mask, cfg.mis_cap)
-        else:
-            assert cfg.icepop_bounds is not None
-            w, m = icepop_weights(ratio_ref, sampler_logp, mask, *cfg.icepop_bounds)
-        metrics.update(m)
-    else:
-        ratio_ref, w = sampler_logp, None
-    # sampler/trainer mismatch is always reported against the sampler
-    _, m = token_log_ratio(logp.detach(), sampler_logp, mask)
-    metrics.update({f"sampler_{k}": v for k, v in m.items()})
-
-    if cfg.ratio_level == "token":
-        log_ratio, m = token_log_ratio(logp, ratio_ref, mask)
-    elif cfg.ratio_level == "sequence":
-        log_ratio, m = sequence_log_ratio(logp, ratio_ref, mask)
-    else:
-        raise ValueError(f"unknown ratio_level {cfg.ratio_level!r}; expected 'token'/'sequence'")
+    ratio_ref, w, m = importance_correction(cfg, logp, sampler_logp, mask, old_logp)
     metrics.update(m)
-
-    if cfg.policy_loss == "ppo_clip":
-        per_token, m = ppo_clip_loss(
-            log_ratio, advantages, mask, cfg.clip_eps_low, cfg.clip_eps_high, cfg.dual_clip_c
-        )
-    elif cfg.policy_loss == "cispo":
-        per_token, m = cispo_loss(
-            logp, log_ratio, advantages, mask, cfg.clip_eps_low, cfg.clip_eps_high
-        )
-    elif cfg.policy_loss == "reinforce":
-        per_token, m = reinforce_loss(log_ratio, advantages, mask)
-    else:
-        raise ValueError(
-            f"unknown policy_loss {cfg.policy_loss!r}; expected 'ppo_clip', 'cispo', 'reinforce'"
-        )
+    per_token, m = policy_objective(cfg, logp, ratio_ref, advantages, mask)
     metrics.update(m)
     if w is not None:
         per_token = per_token * w

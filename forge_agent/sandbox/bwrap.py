@@ -51,11 +51,11 @@ from forge_agent.sandbox.base import (
 from forge_agent.sandbox.cgroups import SandboxCgroup
 from forge_agent.sandbox.seccomp import bwrap_filter
 from forge_agent.sandbox.spawned import renew_process_tree
+from forge_agent.sandbox.supervisor_host import SUPERVISOR_SOURCE, hardening_problem
 from forge_agent.sandbox.workspace import Workspace
 
 __all__ = ["BubblewrapSandbox", "BubblewrapSession"]
 
-SUPERVISOR_SOURCE = (Path(__file__).parent / "supervisor.py").read_text()
 SANDBOX_ID = 65534
 """uid and gid inside the sandbox (and on the host when the host process is root)."""
 
@@ -517,21 +517,6 @@ def _end_process(proc: subprocess.Popen[bytes]) -> None:
         if stream is not None:
             with contextlib.suppress(OSError):
                 stream.close()
-
-
-def hardening_problem(found: object) -> str | None:
-    """Why a supervisor's `hardening()` report is not good enough, or None when it is."""
-    if not isinstance(found, dict):
-        return f"no hardening report (got {found!r})"
-    if found.get("seccomp") != 2:
-        return f"no seccomp filter (Seccomp: {found.get('seccomp')})"
-    if found.get("filter_denies") is not True:
-        return "the seccomp filter does not deny process_vm_readv"
-    if found.get("no_new_privs") != 1:
-        return f"no_new_privs is not set ({found.get('no_new_privs')})"
-    if found.get("dumpable") != 0:
-        return f"the supervisor is dumpable (PR_GET_DUMPABLE: {found.get('dumpable')})"
-    return None
 
 
 def _dead_sandbox(note: str, duration: float) -> RunResult:

@@ -1,19 +1,16 @@
 """The supervisor that runs *inside* a sandbox (stdlib only; any Python >= 3.8).
 
-The host passes this file's source to the sandbox's interpreter (``python3 -c SOURCE MODE``).
-For each request it forks a child that applies the rlimits, changes to the workspace and either
-runs Python source in-process (the interpreter is already warm, so this costs a fork, not an
-interpreter start) or execs a command. The supervisor reads the child's stdout/stderr
-incrementally (keeping at most ``output_bytes`` of each), enforces the wall time, and afterwards
-kills every process the run left behind (``setsid`` daemons included), so nothing runs between
-requests.
+The host passes its source to the sandbox's interpreter (``python3 -c SOURCE MODE``, or as a
+file under Docker): this file after `forge_agent.sandbox.supervised_run`, which runs each request
+in a forked child (`handle`), as one text without the import line below
+(`supervisor_host.SUPERVISOR_SOURCE`). This half holds the modes, the replies and the hardening.
 
-Modes:
 Replies are one JSON line; the run's stdout and stderr go in it as base64 of their raw bytes
 (``stdout_b64``, ``stderr_b64``), so a reply is at most 4/3 of twice ``output_bytes`` plus a
 few hundred bytes whatever the output holds (JSON's own escapes take up to 6 bytes per byte),
 and it is written in pieces, never joined into one string (`reply_pieces`).
 
+Modes:
 - ``serve``: one JSON request per line on fd 0, one JSON result per line on fd 1. Under
   bubblewrap it runs as PID 1 of the sandbox's PID namespace (``--as-pid-1``), so the code it
   runs cannot kill it (the kernel drops SIGKILL sent to a namespace's init from inside), and
@@ -37,202 +34,17 @@ did not take effect.
 import binascii
 import json
 import os
-import resource
-import select
 import signal
 import sys
-import time
 
-READ_CHUNK = 65536
-DRAIN_AFTER_EXIT_S = 0.05  # how long pipes held open by orphans may delay the answer
-MEMORY_MARKERS = (b"MemoryError", b"Cannot allocate memory", b"std::bad_alloc", b"Out of memory")
-
-
-def _limit(kind, soft, hard=None):
-    hard = soft if hard is None else hard
-    try:
-        resource.setrlimit(kind, (soft, hard))
-    except (ValueError, OSError):
-        _, current_hard = resource.getrlimit(kind)
-        if current_hard != resource.RLIM_INFINITY:
-            soft, hard = min(soft, current_hard), min(hard, current_hard)
-        resource.setrlimit(kind, (soft, hard))
-
-
-def _apply_limits(limits):
-    """The rlimits of a `Limits` dict, applied to this process (inherited by what it execs)."""
-    mb = 1024 * 1024
-    cpu = max(1, int(limits["cpu_s"] + 0.999))
-    _limit(resource.RLIMIT_CPU, cpu, cpu + 1)
-    _limit(resource.RLIMIT_AS, int(limits["memory_mb"]) * mb)
-    _limit(resource.RLIMIT_FSIZE, int(limits["file_size_mb"]) * mb)
-    _limit(resource.RLIMIT_NPROC, int(limits["max_procs"]))
-    _limit(resource.RLIMIT_NOFILE, 1024)
-    _limit(resource.RLIMIT_CORE, 0)
-
-
-def _child(request, out_w, err_w):
-    """Runs in the forked child: never returns."""
-    code = 1
-    try:
-        limits = request["limits"]
-        null = os.open("/dev/null", os.O_RDONLY)
-        os.dup2(null, 0)
-        os.dup2(out_w, 1)
-        os.dup2(err_w, 2)
-        os.closerange(3, 65536)
-        try:  # prefer the run over the supervisor when memory runs out
-            with open("/proc/self/oom_score_adj", "w") as f:
-                f.write("1000")
-        except OSError:
-            pass
-        os.chdir(request.get("cwd") or "/")
-        _apply_limits(limits)
-        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        argv = request.get("argv")
-        if argv:
-            signal.signal(signal.SIGPIPE, signal.SIG_DFL)
-            signal.signal(signal.SIGXFSZ, signal.SIG_DFL)
-            try:
-                os.execvp(argv[0], argv)
-            except OSError as exc:
-                os.write(2, f"cannot run {argv[0]!r}: {exc.strerror}\n".encode())
-                os._exit(127)
-        code = _run_python(request["code"])
-    except BaseException as exc:
-        try:  # noqa: SIM105 - no contextlib import in the sandbox
-            os.write(2, f"[sandbox] child setup failed: {exc!r}\n".encode())
-        except OSError:
-            pass
-    os._exit(code)
-
-
-def _run_python(source):
-    """Run `source` like ``python3 -c source`` and return the exit status."""
-    # Import nothing new here: every import would be paid again by every forked run.
-    import atexit
-    import io
-
-    sys.stdin = io.TextIOWrapper(io.FileIO(0, "r", closefd=False), encoding="utf-8")
-    sys.stdout = io.TextIOWrapper(
-        io.FileIO(1, "w", closefd=False),
-        encoding="utf-8",
-        errors="backslashreplace",
-        line_buffering=False,
-    )
-    sys.stderr = io.TextIOWrapper(
-        io.FileIO(2, "w", closefd=False),
-        encoding="utf-8",
-        errors="backslashreplace",
-        line_buffering=True,
-    )
-    sys.argv = ["-c"]
-    main = type(sys)("__main__")
-    main.__builtins__ = __builtins__
-    sys.modules["__main__"] = main
-    status = 0
-    try:
-        exec(compile(source, "<string>", "exec"), main.__dict__)
-    except SystemExit as exc:
-        status = _exit_status(exc.code)
-    except BaseException:
-        _print_exception()
-        status = 1
-    try:  # what interpreter shutdown would do: join threads, run atexit hooks, flush
-        if "threading" in sys.modules:
-            sys.modules["threading"]._shutdown()
-        atexit._run_exitfuncs()
-    except BaseException:
-        _print_exception()
-    for stream in (sys.stdout, sys.stderr):
-        try:  # noqa: SIM105 - no contextlib import in the sandbox
-            stream.flush()
-        except BaseException:
-            pass
-    return status
-
-
-def _print_exception():
-    """Print the current exception like the interpreter, without the supervisor's own frame."""
-    import traceback
-
-    kind, value, tb = sys.exc_info()
-    if tb is not None and tb.tb_frame.f_code.co_name == "_run_python":
-        tb = tb.tb_next
-    traceback.print_exception(kind, value, tb)
-
-
-def _exit_status(code):
-    if code is None:
-        return 0
-    if isinstance(code, int):
-        return code & 0xFF
-    try:  # noqa: SIM105 - no contextlib import in the sandbox
-        sys.stderr.write(str(code) + "\n")
-    except BaseException:
-        pass
-    return 1
-
-
-def _kill_leftovers(protect):
-    """SIGKILL every process this user can signal, except `protect`; reap our children."""
-    me = os.getpid()
-    if me == 1:  # PID-namespace init: kill(-1) reaches everything but us, atomically
-        try:  # noqa: SIM105 - no contextlib import in the sandbox
-            os.kill(-1, signal.SIGKILL)
-        except OSError:
-            pass
-    else:
-        spare = set(protect) | {1, me}
-        for _ in range(50):
-            found = False
-            for name in os.listdir("/proc"):
-                if name.isdigit() and int(name) not in spare:
-                    try:
-                        os.kill(int(name), signal.SIGKILL)
-                        found = True
-                    except OSError:
-                        pass
-            if not found:
-                break
-    while True:
-        try:
-            os.waitpid(-1, 0)
-        except ChildProcessError:
-            break
-        except InterruptedError:
-            continue
-
-
-def _oom_kills():
-    """The OOM-kill counter of our memory cgroup, if visible (Docker), else None."""
-    for path in ("/sys/fs/cgroup/memory.events", "/sys/fs/cgroup/memory/memory.oom_control"):
-        try:
-            with open(path) as f:
-                for line in f:
-                    key, _, value = line.partition(" ")
-                    if key == "oom_kill":
-                        return int(value)
-        except (OSError, ValueError):
-            continue
-    return None
-
-
-def _prctl(option, value=0):
-    """prctl(2) through ctypes; returns its result, or -1 where ctypes cannot load."""
-    try:
-        import ctypes
-
-        return int(ctypes.CDLL(None).prctl(option, value, 0, 0, 0))
-    except Exception:
-        return -1
+from forge_agent.sandbox.supervised_run import apply_limits, failure_reply, handle, prctl  # host
 
 
 def _set_dumpable(flag):
     """PR_SET_DUMPABLE: a non-dumpable supervisor cannot be ptraced, nor its /proc/PID/mem or
     /proc/PID/fd opened, by code of the same uid. Returns True when it took effect."""
-    _prctl(4, int(flag))
-    return _prctl(3) == int(flag)
+    prctl(4, int(flag))
+    return prctl(3) == int(flag)
 
 
 def _filter_denies_process_vm():
@@ -255,7 +67,7 @@ def hardening():
     found = {
         "seccomp": -1,
         "no_new_privs": -1,
-        "dumpable": _prctl(3),
+        "dumpable": prctl(3),
         "filter_denies": _filter_denies_process_vm(),
     }
     try:
@@ -283,145 +95,6 @@ def _use_workspace_path():
     sys.dont_write_bytecode = True
     sys.path[:] = [p for p in sys.path if p != ""]
     sys.path.insert(0, "")
-
-
-_code_started = [False]  # set once a request's child was forked (see `failure_reply`)
-
-
-def failure_reply(exc):
-    """The reply when running a request raised: ``after_code`` says the code had started, so
-    the failure may be its doing (it shares our uid) and counts as the code's failure."""
-    return {"error": f"supervisor failed: {exc!r}", "after_code": _code_started[0]}
-
-
-class _Captured:
-    """What a run writes on stdout and stderr: at most ``keep`` bytes of each, and whether
-    more came (``truncated``); ``open_fds``: the pipes not yet at end of file."""
-
-    def __init__(self, out_r, err_r, keep):
-        self.out_r, self.err_r, self.keep = out_r, err_r, keep
-        self.buffers = {out_r: bytearray(), err_r: bytearray()}
-        self.open_fds = [out_r, err_r]
-        self.truncated = False
-
-    def take(self, fd, chunk):
-        """Keep what fits of ``chunk`` (read from ``fd``); an empty chunk closes ``fd``."""
-        if not chunk:
-            self.open_fds.remove(fd)
-            return
-        buf = self.buffers[fd]
-        room = self.keep - len(buf)
-        if room > 0:
-            buf += chunk[:room]
-        if len(chunk) > max(room, 0):
-            self.truncated = True
-
-    def drain_and_close(self):
-        """Once the run's leftovers are dead: take what they wrote, then close the pipes."""
-        for fd in (self.out_r, self.err_r):
-            while fd in self.open_fds:
-                try:
-                    ready, _, _ = select.select([fd], [], [], 0)
-                    chunk = os.read(fd, READ_CHUNK) if ready else b""
-                except OSError:
-                    chunk = b""
-                self.take(fd, chunk)
-            os.close(fd)
-
-
-def _pidfd(pid):
-    """A pidfd of ``pid`` (readable when it exits), or None where the kernel has none."""
-    if not hasattr(os, "pidfd_open"):
-        return None
-    try:
-        return os.pidfd_open(pid)
-    except OSError:
-        return None
-
-
-def _wait_capturing(pid, pidfd, captured, deadline):
-    """Read the run's output until it exits and its pipes close (or ``DRAIN_AFTER_EXIT_S``
-    after its exit, pipes held by orphans), or until ``deadline``; (its wait status or None,
-    whether the wall time ran out)."""
-    status = None
-    drain_until = None
-    while True:
-        if status is None:
-            try:
-                waited, st = os.waitpid(pid, os.WNOHANG)
-            except ChildProcessError:
-                waited, st = pid, 0
-            if waited == pid:
-                status = st
-                drain_until = min(deadline, time.monotonic() + DRAIN_AFTER_EXIT_S)
-        now = time.monotonic()
-        if status is not None and (not captured.open_fds or now >= drain_until):
-            return status, False
-        if status is None and now >= deadline:
-            return None, True
-        until = drain_until if status is not None else deadline
-        watch = captured.open_fds + ([pidfd] if pidfd is not None and status is None else [])
-        timeout = max(0.0, until - now)
-        if pidfd is None and status is None:
-            timeout = min(timeout, 0.01)
-        try:
-            ready, _, _ = select.select(watch, [], [], timeout)
-        except InterruptedError:
-            continue
-        for fd in ready:
-            if fd != pidfd:
-                captured.take(fd, os.read(fd, READ_CHUNK))
-
-
-def handle(request):
-    """Run one request and return the result dict."""
-    _code_started[0] = False
-    limits = request["limits"]
-    oom_before = _oom_kills() if request.get("check_cgroup_oom") else None
-    out_r, out_w = os.pipe()
-    err_r, err_w = os.pipe()
-    start = time.monotonic()
-    pid = os.fork()
-    _code_started[0] = True
-    if pid == 0:
-        os.close(out_r)
-        os.close(err_r)
-        _prctl(4, 1)  # the run is an ordinary (dumpable) process; the supervisor is not
-        _child(request, out_w, err_w)
-    os.close(out_w)
-    os.close(err_w)
-    pidfd = _pidfd(pid)
-    captured = _Captured(out_r, err_r, int(limits["output_bytes"]))
-    deadline = start + float(limits["wall_s"])
-    status, timed_out = _wait_capturing(pid, pidfd, captured, deadline)
-    _kill_leftovers(request.get("protect_pids") or ())
-    if status is None:
-        try:
-            _, status = os.waitpid(pid, 0)
-        except ChildProcessError:
-            status = 9  # reaped by _kill_leftovers; it was killed there
-    captured.drain_and_close()
-    if pidfd is not None:
-        os.close(pidfd)
-    duration = time.monotonic() - start
-    exit_code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else None
-    sig = os.WTERMSIG(status) if os.WIFSIGNALED(status) else None
-    if timed_out:
-        exit_code, sig = None, signal.SIGKILL
-    err = captured.buffers[err_r]
-    memory_hint = (exit_code not in (None, 0)) and any(m in err[-4096:] for m in MEMORY_MARKERS)
-    if oom_before is not None and (_oom_kills() or 0) > oom_before:
-        memory_hint = True
-    return {
-        "stdout": captured.buffers[out_r],
-        "stderr": err,
-        "exit_code": exit_code,
-        "signal": sig,
-        "timed_out": timed_out or sig == signal.SIGXCPU,
-        "memory_error": memory_hint,
-        "duration_s": duration,
-        "truncated": captured.truncated,
-    }
 
 
 def reply_pieces(reply):
@@ -506,7 +179,7 @@ def oneshot(path, reply_path=None):
 def keepalive():
     found = hardening()
     found["undumpable"] = _set_dumpable(False)
-    found["dumpable"] = _prctl(3)
+    found["dumpable"] = prctl(3)
     sys.stdout.write(json.dumps({"ready": True, "pid": os.getpid(), "hardening": found}) + "\n")
     sys.stdout.flush()
     signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGCHLD])
@@ -525,7 +198,7 @@ def exec_limited(limits_json, argv):
     """Apply the rlimits of `limits_json`, then become `argv` (a long-lived process whose
     stdin/stdout the host keeps, e.g. a tool server). Nothing is killed after it: it lives
     until the host ends it."""
-    _apply_limits(json.loads(limits_json))
+    apply_limits(json.loads(limits_json))
     for sig in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGCHLD):
         signal.signal(sig, signal.SIG_DFL)
     try:

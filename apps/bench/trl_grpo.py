@@ -1,0 +1,219 @@
+"""The TRL side of `apps.bench.vs_trl`: TRL's `GRPOTrainer` on forge-agent's calculator task.
+
+Two parts. What makes TRL render exactly forge-agent's tokens, importable without TRL (a test
+holds them to it, tests/test_vs_trl_template.py): the tool's JSON schema is forge-agent's
+(`trl_chat_template` writes `additionalProperties: false` and no return type, `trl_tool` gives
+the docstring forge-agent's one-paragraph-per-line description and cuts the tool's output as
+forge-agent's rollout engine does), `tool_suffix_ids` restates the tokens TRL appends after a
+tool call, and `judge_reward` is the calculator env's judge on a TRL completion. And the run
+itself, `trl_train`, which runs inside the bench's TRL venv (`vs_trl.ensure_venv`), started as
+`python -m apps.bench.vs_trl --trl-run <spec JSON>` by `vs_trl.trl_run`.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+_TOOL_JSON = "{{ tool | tojson }}"
+_TOOL_JSON_FORGE = (
+    '{{ {"type": tool.type, "function": {"name": tool.function.name, '
+    '"description": tool.function.description, "parameters": {"type": '
+    'tool.function.parameters.type, "properties": tool.function.parameters.properties, '
+    '"required": tool.function.parameters.required, "additionalProperties": false}}} '
+    "| tojson }}"
+)
+
+
+def trl_chat_template(template: str) -> str:
+    """The project's chat template with each tool written as forge-agent's `tool_spec` writes
+    it (transformers' `get_json_schema` adds a return type and no `additionalProperties`)."""
+    if _TOOL_JSON not in template:
+        raise ValueError(f"chat template has no {_TOOL_JSON!r} to rewrite")
+    return template.replace(_TOOL_JSON, _TOOL_JSON_FORGE)
+
+
+def trl_tool(fn: Any, max_tokens: int | None = None, tokenizer: Any = None) -> Any:
+    """`fn` as a TRL tool: same name and behaviour, a docstring from which transformers'
+    `get_json_schema` reads forge-agent's schema of `fn`, no return annotation, and its output
+    cut to `max_tokens` as forge-agent's rollout engine cuts tool messages."""
+    from forge_agent.tool_schema import tool_spec
+
+    spec = tool_spec(fn)["function"]
+    params = spec["parameters"]["properties"]
+    if list(params) != ["expression"] or params["expression"]["type"] != "string":
+        raise ValueError(f"trl_tool wraps one-string-argument tools; {spec['name']} has {params}")
+
+    def tool(expression: str):  # no return annotation: no "return" in the schema
+        out = str(fn(expression))
+        if max_tokens is not None and tokenizer is not None:
+            out = _truncate(tokenizer, out, max_tokens)
+        return out
+
+    tool.__name__ = tool.__qualname__ = spec["name"]
+    tool.__doc__ = (
+        f"{spec['description']}\n\nArgs:\n    expression: {params['expression']['description']}"
+    )
+    return tool
+
+
+def _truncate(tokenizer: Any, text: str, max_tokens: int) -> str:
+    """forge_agent.rollout.renderer.ChatRenderer.truncate_text, on a tokenizer."""
+    ids = tokenizer.encode(text, add_special_tokens=False)
+    if len(ids) <= max_tokens:
+        return text
+    kept = tokenizer.decode(ids[:max_tokens])
+    return f"{kept}\n...[truncated {len(ids) - max_tokens} tokens]"
+
+
+def tool_suffix_ids(tokenizer: Any, tool_messages: list[dict[str, Any]]) -> list[int]:
+    """The tokens TRL 1.16 appends after a completion that called tools: its
+    `GRPOTrainer._get_tool_suffix_ids` (a dummy conversation rendered with and without the tool
+    messages, the prefix cut after its last EOS), restated here so the test needs no TRL."""
+    calls = [{"type": "function", "function": {"name": tool_messages[0]["name"], "arguments": {}}}]
+    dummy = [
+        {"role": "user", "content": "dummy"},
+        {"role": "assistant", "content": "", "tool_calls": calls},
+    ]
+    prefix = tokenizer.apply_chat_template(dummy, tokenize=True, return_dict=False)
+    full = tokenizer.apply_chat_template(
+        dummy + tool_messages, add_generation_prompt=True, tokenize=True, return_dict=False
+    )
+    eos = [i for i, t in enumerate(prefix) if t == tokenizer.eos_token_id]
+    if eos:
+        prefix = prefix[: eos[-1] + 1]
+    if full[: len(prefix)] != prefix:
+        raise ValueError("the EOS-trimmed dummy prefix is not a prefix of the full render")
+    return list(full[len(prefix) :])
+
+
+def judge_reward(completion: list[dict[str, Any]], answer: str) -> float:
+    """The calculator env's judge on a TRL completion: 1.0 when its last message is an
+    assistant answer (no tool calls) the env would mark correct."""
+    from envs.calculator.env import extract_answer
+
+    last = completion[-1] if completion else {}
+    if last.get("role") != "assistant" or last.get("tool_calls"):
+        return 0.0  # ran out of turns (or tokens) while still calling tools: no answer
+    given = extract_answer(last.get("content") or "")
+    return float(given is not None and int(given) == int(answer))
+
+
+# --- the run (inside the venv) ------------------------------------------------------------
+
+
+def trl_rows(spec: dict[str, Any]) -> list[dict[str, Any]]:
+    """The run's dataset: the first `steps x groups_per_step` tasks of forge-agent's calculator
+    training stream, as TRL conversational rows (`prompt` messages, `answer`)."""
+    from envs.calculator.env import SYSTEM_PROMPT
+    from forge_agent.env.tasks import load_tasks
+
+    n = spec["steps"] * spec["groups_per_step"]
+    tasks = load_tasks("calculator", "train", n, spec["train_seed"], spec["env"])
+    return [
+        {
+            "prompt": [
+                {"role": "system", "content": SYSTEM_PROMPT},
+                {"role": "user", "content": t["prompt"]},
+            ],
+            "answer": str(t["answer"]),
+        }
+        for t in tasks
+    ]
+
+
+def grpo_config(spec: dict[str, Any]) -> Any:
+    """TRL's `GRPOConfig` for forge-agent's default recipe: one batch of `groups_per_step` groups
+    a step, clip 0.2 / 0.28 with the token-mean "dapo" loss, no KL, constant learning rate,
+    the same turn / token limits, a checkpoint every `eval_every` steps, on the CPU."""
+    from trl import GRPOConfig
+
+    groups, group = spec["groups_per_step"], spec["group_size"]
+    return GRPOConfig(
+        output_dir=str(Path(spec["out"])),
+        max_steps=spec["steps"],
+        per_device_train_batch_size=groups * group,
+        num_generations=group,
+        gradient_accumulation_steps=1,
+        learning_rate=spec["lr"],
+        lr_scheduler_type="constant",
+        warmup_steps=0,
+        weight_decay=0.0,
+        max_grad_norm=spec["max_grad_norm"],
+        epsilon=spec["clip_low"],
+        epsilon_high=spec["clip_high"],
+        beta=0.0,
+        loss_type="dapo",
+        scale_rewards="group",
+        mask_truncated_completions=True,
+        temperature=spec["temperature"],
+        top_p=1.0,
+        max_completion_length=spec["max_total_tokens"] - spec["prompt_tokens"],
+        max_tool_calling_iterations=spec["max_turns"] - 1,
+        generation_kwargs={"max_new_tokens": spec["max_new_tokens"]},
+        shuffle_dataset=False,
+        logging_steps=1,
+        save_strategy="steps",
+        save_steps=spec["eval_every"],
+        save_only_model=True,
+        report_to="none",
+        use_cpu=True,
+        bf16=False,
+        seed=spec["seed"],
+        dataloader_num_workers=0,
+    )
+
+
+def trl_train(spec: dict[str, Any]) -> None:
+    """One TRL GRPO run of `spec` (what `vs_trl.trl_run` sends): writes `timing.json` (per-step
+    wall clock, TRL's log history) and checkpoints into `spec["out"]`."""
+    import torch
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+    from trl import GRPOTrainer
+    from trl.chat_template_utils import qwen3_template
+
+    from envs.calculator.env import CalculatorEnv
+
+    out = Path(spec["out"])
+    torch.manual_seed(spec["seed"])
+    tok = AutoTokenizer.from_pretrained(spec["model"])
+    tok.chat_template = trl_chat_template(tok.chat_template)
+    tok.response_template = qwen3_template
+    model = AutoModelForCausalLM.from_pretrained(spec["model"], dtype=torch.float32)
+    rows = trl_rows(spec)
+
+    def correct(completions: list, answer: list, **_: Any) -> list[float]:
+        return [judge_reward(c, a) for c, a in zip(completions, answer, strict=True)]
+
+    class Clock(TrainerCallback):
+        def __init__(self) -> None:
+            self.t0 = 0.0
+            self.steps: list[tuple[int, float]] = []
+
+        def on_train_begin(self, *a: Any, **k: Any) -> None:
+            self.t0 = time.perf_counter()
+
+        def on_step_end(self, args: Any, state: Any, *a: Any, **k: Any) -> None:
+            self.steps.append((state.global_step, time.perf_counter() - self.t0))
+
+    clock = Clock()
+    gconf = grpo_config(spec)
+    tool = trl_tool(CalculatorEnv(**spec["env"]).tool, spec["tool_output_tokens"], tok)
+    trainer = GRPOTrainer(
+        model=model,
+        reward_funcs=[correct],
+        args=gconf,
+        train_dataset=Dataset.from_list(rows),
+        processing_class=tok,
+        tools=[tool],
+        callbacks=[clock],
+    )
+    trainer.train()
+    logs = trainer.state.log_history
+    history = [{k: v for k, v in h.items() if isinstance(v, int | float)} for h in logs]
+    (out / "timing.json").write_text(
+        json.dumps({"steps": clock.steps, "log_history": history}, indent=1)
+    )
