@@ -402,8 +402,8 @@ def demo_fit_warnings(policy: Path, rollout: Any) -> list[str]:
     """What of the warm start's demonstrations the rollout limits cut off: a turn longer than
     `rollout.max_new_tokens_per_turn` or an episode longer than `rollout.max_total_tokens`
     (the policy is taught calls it is then never let finish: they end `truncated_length` and
-    RL sees only the episodes that skip them). [] when they fit or the folder predates the
-    record."""
+    RL sees only the episodes that skip them; with a `rollout.context` strategy an episode is
+    compacted, not cut). [] when they fit or the folder predates the record."""
     path = Path(policy) / DEMO_LENGTHS_FILE
     if not path.exists():
         return []
@@ -414,6 +414,8 @@ def demo_fit_warnings(policy: Path, rollout: Any) -> list[str]:
         ("max_total_tokens", lengths["episode_tokens"], "episode"),
     ):
         limit = getattr(rollout, key)
+        if key == "max_total_tokens" and rollout.context.strategy != "keep":
+            continue  # a context strategy compacts an episode past the limit instead of cutting
         if measured > limit:
             out.append(
                 f"rollout.{key}={limit} is shorter than the warm start's longest demonstrated "

@@ -9,6 +9,7 @@ import json
 
 
 def test_sql_mcp_demonstrations_need_longer_turns_than_the_default(tiny_tokenizer, tmp_path):
+    from forge_agent.rollout.context import ContextConfig
     from forge_agent.rollout.engine import RolloutConfig
     from forge_agent.rollout.renderer import ChatRenderer
     from forge_agent.warm_start import (
@@ -32,4 +33,10 @@ def test_sql_mcp_demonstrations_need_longer_turns_than_the_default(tiny_tokenize
     assert demo_fit_warnings(tmp_path, RolloutConfig(max_new_tokens_per_turn=96)) == []
     short = RolloutConfig(max_new_tokens_per_turn=96, max_total_tokens=128)
     assert "rollout.max_total_tokens=128" in demo_fit_warnings(tmp_path, short)[0]
+    compacted = RolloutConfig(
+        max_new_tokens_per_turn=96,
+        max_total_tokens=128,
+        context=ContextConfig(strategy="drop_tool_outputs"),
+    )
+    assert demo_fit_warnings(tmp_path, compacted) == []  # compacted past the limit, not cut
     assert demo_fit_warnings(tmp_path / "no-record", RolloutConfig()) == []  # older folders

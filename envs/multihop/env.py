@@ -47,12 +47,12 @@ _NOTE_WORDS = (  # the vocabulary of a record's notes
 
 
 def record_text(key: str, record: dict[str, str], notes: int = 0) -> str:
-    """What `lookup` shows of one record: key, next reference and code, then `notes` words
-    of notes (the same for the same key)."""
+    """What `lookup` shows of one record: `notes` words of notes (the same for the same key),
+    then its key, next reference and code (last, where the reply ends, as without notes)."""
     text = f"{key}: next={record['next']} code={record['code']}"
     if notes:
         rng = random.Random(f"notes-{key}")
-        text += " notes: " + " ".join(rng.choice(_NOTE_WORDS) for _ in range(notes))
+        text = "notes: " + " ".join(rng.choice(_NOTE_WORDS) for _ in range(notes)) + "\n" + text
     return text
 
 
