@@ -11,13 +11,6 @@ FOLDERS = ("forge_agent", "apps", "envs", "tools")
 MAX_MODULE_LINES = 500
 MAX_FUNCTION_LINES = 80
 
-# Not split yet: the rest of issue 44's size list. Each entry leaves when its file is split
-# by concept; `test_every_entry_not_yet_split_is_still_too_long` makes sure it does.
-NOT_YET_SPLIT = {
-    "forge_agent/sandbox/bwrap.py",  # module
-    "forge_agent/sandbox/base.py",  # module
-}
-
 
 def _sources() -> list[Path]:
     skip = REPO / "envs" / "repo_tasks" / "tasks"  # task repositories: data, not project code
@@ -45,19 +38,8 @@ def _too_long(path: Path) -> list[str]:
 
 
 def test_no_module_or_function_is_too_long() -> None:
-    allowed = NOT_YET_SPLIT
-    long = [
-        f"{rel}: {what}"
-        for path in _sources()
-        if (rel := str(path.relative_to(REPO))) not in allowed
-        for what in _too_long(path)
-    ]
+    long = [f"{path.relative_to(REPO)}: {what}" for path in _sources() for what in _too_long(path)]
     assert long == [], "split these by concept:\n" + "\n".join(long)
-
-
-def test_every_entry_not_yet_split_is_still_too_long() -> None:
-    split = [rel for rel in sorted(NOT_YET_SPLIT) if not _too_long(REPO / rel)]
-    assert split == [], f"remove from NOT_YET_SPLIT, they are short now: {split}"
 
 
 def test_the_shape_check_sees_a_long_function(tmp_path: Path) -> None:

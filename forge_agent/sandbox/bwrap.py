@@ -1,14 +1,12 @@
 """Bubblewrap backend: unprivileged Linux namespaces, no daemon.
 
-Each sandbox is one ``bwrap`` process (``--unshare-all --die-with-parent --new-session
---as-pid-1``) whose PID 1 is the supervisor (`forge_agent.sandbox.supervisor`) running on the
-system Python. The sandbox sees a read-only ``/usr`` (plus the ``/bin``, ``/lib*`` links and a
-few harmless ``/etc`` files), a private ``/proc`` and ``/dev``, a size-bounded tmpfs ``/tmp``, a
-read-only root and one writable directory: the workspace, bound at ``/workspace``. Its network
-namespace is a new, empty one (no loopback to the host); ``Limits(network=True)`` is refused
-(`NETWORK_REFUSED` says why). It runs as
-uid/gid 65534; when the host process is root, bubblewrap itself is started as host uid 65534
-too, so nothing in the sandbox maps to host root and RLIMIT_NPROC is enforced.
+Each sandbox is one ``bwrap`` process whose PID 1 is the supervisor
+(`forge_agent.sandbox.supervisor`) running on the system Python. Its command line
+(`forge_agent.sandbox.bwrap_command`) says what it sees: a read-only ``/usr``, private ``/proc``,
+``/dev`` and ``/tmp``, one writable ``/workspace``, a new and empty network namespace
+(``Limits(network=True)`` is refused, `NETWORK_REFUSED` says why), uid/gid 65534. When the host
+process is root, bubblewrap itself is started as host uid 65534 too, so nothing in the sandbox
+maps to host root and RLIMIT_NPROC is enforced.
 
 A session keeps its sandbox (and so a warm interpreter) between runs: each run is one fork of the
 supervisor. A one-shot `BubblewrapSandbox.run` is a session of one run.
@@ -48,6 +46,7 @@ from forge_agent.sandbox.base import (
     result_from_reply,
     supervisor_failed_after_code,
 )
+from forge_agent.sandbox.bwrap_command import NETWORK_REFUSED, SANDBOX_ID, bwrap_command
 from forge_agent.sandbox.cgroups import SandboxCgroup
 from forge_agent.sandbox.seccomp import bwrap_filter
 from forge_agent.sandbox.spawned import renew_process_tree
@@ -56,34 +55,9 @@ from forge_agent.sandbox.workspace import Workspace
 
 __all__ = ["BubblewrapSandbox", "BubblewrapSession"]
 
-SANDBOX_ID = 65534
-"""uid and gid inside the sandbox (and on the host when the host process is root)."""
-
-ETC_FILES = (
-    "/etc/ld.so.cache",
-    "/etc/ld.so.conf",
-    "/etc/ld.so.conf.d",
-    "/etc/alternatives",
-    "/etc/localtime",
-    "/etc/passwd",
-    "/etc/group",
-    "/etc/nsswitch.conf",
-    "/etc/mime.types",
-)
-"""The only /etc entries the sandbox sees (no shadow, no ssh keys, no resolver config)."""
-
 START_TIMEOUT_S = 30.0
 BACKSTOP_GRACE_S = 2.0
 REPLY_TOO_LONG = "reply too long"
-
-NETWORK_REFUSED = (
-    "Limits(network=True) is refused on the bwrap backend: bubblewrap's only network option "
-    "(--share-net) runs the code in the host's network namespace, where it reaches every "
-    "listener on the host's 127.0.0.1 and the host's abstract unix sockets (this run's own "
-    "among them); use the docker backend (a network namespace of its own with outbound "
-    "access) for code that needs the network"
-)
-"""Why bwrap sandboxes have no network option (until one with a namespace of its own)."""
 
 
 class BubblewrapSandbox(Sandbox):
@@ -150,49 +124,18 @@ class BubblewrapSandbox(Sandbox):
         env: Mapping[str, str] | None = None,
         seccomp_fd: int | None = None,
     ) -> list[str]:
-        """The bwrap command line of one sandbox whose PID 1 is the supervisor, or (with
-        `entry`) one that runs `entry` under bubblewrap's own init, with `env` added;
-        `seccomp_fd` is a readable descriptor holding the compiled filter
-        (`seccomp.bwrap_filter`). The network namespace is always a new, empty one."""
-        if limits.network:
-            raise SandboxError(NETWORK_REFUSED)
-        args = [self.bwrap, "--unshare-all"]
-        if seccomp_fd is not None:
-            args += ["--seccomp", str(seccomp_fd)]
-        args += ["--die-with-parent", "--new-session"]
-        if entry is None:
-            args.append("--as-pid-1")
-        args += [
-            "--uid", str(SANDBOX_ID),
-            "--gid", str(SANDBOX_ID),
-            "--hostname", "sandbox",
-            "--clearenv",
-            "--setenv", "PATH", "/usr/local/bin:/usr/bin:/bin",
-            "--setenv", "HOME", WORKSPACE,
-            "--setenv", "TMPDIR", "/tmp",
-            "--setenv", "LANG", "C.UTF-8",
-            "--setenv", "PYTHONDONTWRITEBYTECODE", "1",
-            "--ro-bind", "/usr", "/usr",
-        ]  # fmt: skip
-        for key, value in (env or {}).items():
-            args += ["--setenv", key, value]
-        for top in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
-            if os.path.islink(top):
-                args += ["--symlink", os.readlink(top), top]
-            elif os.path.isdir(top):
-                args += ["--ro-bind", top, top]
-        for path in (*ETC_FILES, *self.ro_binds):
-            args += ["--ro-bind-try", path, path]
-        args += [
-            "--proc", "/proc",
-            "--dev", "/dev",
-            "--size", str(int(limits.file_size_mb) * 1024 * 1024),
-            "--tmpfs", "/tmp",
-            "--bind", workspace, WORKSPACE,
-            "--chdir", WORKSPACE,
-            "--remount-ro", "/",
-        ]  # fmt: skip
-        return args + list(entry or [self.python, "-I", "-c", SUPERVISOR_SOURCE, "serve"])
+        """The bwrap command line of one sandbox (`bwrap_command.bwrap_command` with this
+        backend's binary, interpreter and read-only binds)."""
+        return bwrap_command(
+            self.bwrap,
+            self.python,
+            workspace,
+            limits,
+            ro_binds=self.ro_binds,
+            entry=entry,
+            env=env,
+            seccomp_fd=seccomp_fd,
+        )
 
 
 class BubblewrapSession(WorkspaceSession):
@@ -470,16 +413,7 @@ class BubblewrapSession(WorkspaceSession):
             )
         else:
             note = "[sandbox] the sandbox died during the run" + (f": {detail}" if detail else "")
-        return RunResult(
-            stdout="",
-            stderr=note + "\n",
-            exit_code=None,
-            signal=signal.SIGKILL,
-            timed_out=line is None,
-            oom=oom_kill,
-            duration_s=duration,
-            truncated=False,
-        )
+        return _dead_sandbox(note, duration, timed_out=line is None, oom=oom_kill)
 
     def _read_line(self, deadline: float, max_bytes: int) -> bytes | str | None:
         """The next protocol line; None on timeout, "" on EOF, `REPLY_TOO_LONG` past
@@ -519,14 +453,17 @@ def _end_process(proc: subprocess.Popen[bytes]) -> None:
                 stream.close()
 
 
-def _dead_sandbox(note: str, duration: float) -> RunResult:
+def _dead_sandbox(
+    note: str, duration: float, *, timed_out: bool = False, oom: bool = False
+) -> RunResult:
+    """The result of a run whose sandbox was killed (or died): `note` is its stderr."""
     return RunResult(
         stdout="",
         stderr=note + "\n",
         exit_code=None,
         signal=signal.SIGKILL,
-        timed_out=False,
-        oom=False,
+        timed_out=timed_out,
+        oom=oom,
         duration_s=duration,
         truncated=False,
     )

@@ -58,7 +58,6 @@ from forge_agent.sandbox.base import (
     output_memory_mb,
     reply_max_bytes,
 )
-from forge_agent.sandbox.bwrap import hardening_problem
 from forge_agent.sandbox.docker_channel import (
     BACKSTOP_GRACE_S,
     CONTROL_DIR,
@@ -70,6 +69,7 @@ from forge_agent.sandbox.docker_channel import (
 )
 from forge_agent.sandbox.docker_local import DEFAULT_IMAGE
 from forge_agent.sandbox.seccomp import docker_profile
+from forge_agent.sandbox.supervisor_host import hardening_problem
 
 __all__ = ["DockerSandbox", "DockerSession"]
 

@@ -31,7 +31,7 @@ from forge_agent.sandbox.base import (
     result_from_reply,
     supervisor_failed_after_code,
 )
-from forge_agent.sandbox.bwrap import SUPERVISOR_SOURCE, hardening_problem
+from forge_agent.sandbox.supervisor_host import SUPERVISOR_SOURCE, hardening_problem
 from forge_agent.sandbox.tree_removal import empty_folder
 from forge_agent.sandbox.workspace import Workspace
 

@@ -19,6 +19,8 @@ Modes:
   REPLY (opened and unlinked before the code starts, so the code cannot reach it; the host
   reads it through the descriptor it kept), or to stdout without REPLY (Docker ``exec``/``run``).
   Leftovers are found by scanning /proc, sparing the PIDs listed in ``protect_pids``.
+- ``serve`` and ``oneshot`` refuse to start outside a sandbox (`refusal`): after each run they
+  SIGKILL every process they can signal, on a host every process of their user (as root: all).
 - ``keepalive``: a Docker session's PID 1: hardens itself, prints its `hardening()` as one
   JSON line, then only reaps orphans.
 - ``exec LIMITS_JSON ARGV...``: apply the rlimits, then exec ARGV in place (a long-lived process
@@ -119,7 +121,47 @@ def _write_all(fd, pieces):
             view = view[os.write(fd, view) :]
 
 
+def refusal(pid, init_argv):
+    """Why this process must not run requests, or None when it may.
+
+    A run ends by SIGKILLing every process the supervisor can signal (`_kill_leftovers`). That
+    stays inside the sandbox only when the supervisor is PID 1 of a PID namespace of its own
+    (bwrap ``--as-pid-1``, ``docker run``), or runs where PID 1 is a supervisor's keep-alive
+    (``docker exec`` into a session's container). `pid` is this process's pid, `init_argv` the
+    command line of PID 1 as this process sees it.
+    """
+    if pid == 1:
+        return None
+    if init_argv[-1:] == ["keepalive"] and any(a.endswith("supervisor.py") for a in init_argv):
+        return None
+    return (
+        f"refusing to run requests outside a sandbox: this process (pid {pid}) is not PID 1 of "
+        f"a PID namespace of its own, and PID 1 ({' '.join(init_argv)[:200]!r}) is not a "
+        "supervisor's keep-alive; after each run the supervisor SIGKILLs every process it can "
+        "signal, which here would reach processes outside any sandbox"
+    )
+
+
+def _init_argv():
+    """The command line of PID 1 as this process sees it ([] when unreadable)."""
+    try:
+        with open("/proc/1/cmdline", "rb") as f:
+            argv = f.read().decode("utf-8", "replace").split("\0")
+    except OSError:
+        return []
+    return argv[:-1] if argv[-1:] == [""] else argv
+
+
+def _refuse_outside_a_sandbox(mode):
+    """Exit (status 1, the reason on stderr) unless `refusal` allows running requests here."""
+    pid = os.getpid()
+    problem = refusal(pid, [] if pid == 1 else _init_argv())
+    if problem is not None:
+        sys.exit(f"supervisor {mode}: {problem}")
+
+
 def serve():
+    _refuse_outside_a_sandbox("serve")
     undumpable = _set_dumpable(False)
     _use_workspace_path()
     proto_in = os.fdopen(os.dup(0), "rb", buffering=0)
@@ -152,6 +194,7 @@ def serve():
 
 
 def oneshot(path, reply_path=None):
+    _refuse_outside_a_sandbox("oneshot")
     undumpable = _set_dumpable(False)
     _use_workspace_path()
     reply_fd = None

@@ -12,6 +12,8 @@
   process's janitor (`forge_agent.sandbox.janitor`) and by `sweep_stale` (folder names carry
   the owning pid; a later sandbox of any process removes the workspaces of owners that no
   longer exist).
+
+Its files, written and read from the host: `forge_agent.sandbox.workspace_files`.
 """
 
 from __future__ import annotations
