@@ -1,5 +1,6 @@
 """Fault injection for controller tests: an env whose worker dies, whose tool hangs and whose
-sandbox dies, a reward function that raises, and a generator that errors.
+sandbox dies, an env whose task server goes down for good mid-run, a reward function that
+raises, and a generator that errors.
 
 The worker's death is keyed on the task's text, chosen to hit among the first training tasks
 of seed 0 (the second task's worker dies). The hanging tool and the dying sandbox are keyed on
@@ -16,6 +17,7 @@ import zlib
 from typing import Any
 
 from envs.calculator import CalculatorEnv
+from forge_agent.errors import InfraError
 from forge_agent.sandbox import SandboxSession, make_sandbox
 from forge_agent.types import Message, StepResult, Trajectory
 from tools.calculator import calculator as exact_calculator
@@ -62,6 +64,26 @@ class FaultyCalculatorEnv(CalculatorEnv):
         if _bucket(self.task["prompt"], 5) == 3:  # the env worker is killed mid-episode
             os.kill(os.getpid(), signal.SIGKILL)
         return await super().step(assistant_message)
+
+
+class TaskServerDownEnv(CalculatorEnv):
+    """The calculator env fetching its episodes from a task server that goes down for good
+    after `fail_after` resets, counted across every env worker (one byte appended to `ledger`
+    per reset: a replaced worker keeps the count). Every later reset raises `InfraError`."""
+
+    def __init__(self, ledger: str, fail_after: int, difficulty: int = 1) -> None:
+        super().__init__(difficulty)
+        self.ledger, self.fail_after = ledger, fail_after
+
+    async def reset(self, task: dict[str, Any], seed: int | None = None) -> Any:
+        fd = os.open(self.ledger, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        try:
+            os.write(fd, b".")
+        finally:
+            os.close(fd)
+        if os.path.getsize(self.ledger) > self.fail_after:
+            raise InfraError("task server at 127.0.0.1:9 refused the connection")
+        return await super().reset(task, seed)
 
 
 def flaky_reward(traj: Trajectory) -> float:

@@ -8,6 +8,10 @@ traces.html, checkpoints/ and summary.json.
 The console shows the project's own lines (setup stages, warm start, evals, the progress bar,
 the summary); third-party logs (vLLM, torch, Triton, Monarch) go to `output_dir/run.log`.
 `--verbose` shows them on the console instead.
+
+Exit status: 0 done; 2 a bad input (one line naming it); 3 a run that failed mid-way (one line
+naming the failing part and its exception, the log, the traces and the last checkpoint; the
+traceback in run.log, or on the console with `--verbose`); 130 Ctrl-C.
 """
 
 from __future__ import annotations
@@ -15,12 +19,14 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
+import traceback
 from pathlib import Path
 from typing import Any
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the command line; returns the exit status (2 for a bad input, 130 for Ctrl-C)."""
+    """Run the command line; returns the exit status (2 for a bad input, 3 for a run that
+    failed mid-way, 130 for Ctrl-C)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if "--help" in argv or "-h" in argv:
         print(usage())
@@ -49,7 +55,7 @@ options:
                  first train and held-out task in an env worker (a scripted answer: reset,
                  step and judge run) and print how each ended, then exit (no model starts)
   --verbose      third-party logs (vLLM, torch, Monarch) on the console instead of
-                 OUTPUT_DIR/run.log, and the traceback of a setup error
+                 OUTPUT_DIR/run.log, and the traceback of a setup error or a failed run
   -h, --help     this message
   key=value      override any key below; quote values with spaces: 'env.kwargs={difficulty: 2}'
 
@@ -108,6 +114,7 @@ def _run(argv: list[str], verbose: bool, check_only: bool) -> int:
         return 0
     if lengths.startswith("warning"):  # episodes that would end prompt_too_long, unsampled
         print(lengths, file=sys.stderr, flush=True)
+    from forge_agent.errors import RunFailed, report_run_failed
     from forge_agent.observability.console import run_console
     from forge_agent.run.controller import train
 
@@ -121,6 +128,12 @@ def _run(argv: list[str], verbose: bool, check_only: bool) -> int:
         except (KeyboardInterrupt, asyncio.CancelledError):
             print("stopped: actors, env workers and sandboxes were shut down", file=sys.stderr)
             return 130
+        except RunFailed as exc:  # one line; the traceback in run.log (--verbose: here)
+            if not verbose:
+                with log.open("a") as file:
+                    traceback.print_exception(exc.__cause__ or exc, file=file)
+                exc.kept = {"log": str(log), **exc.kept}
+            return report_run_failed(exc, verbose)
     evals = summary["evals"]
     if evals:
         first, last = evals[0], evals[-1]

@@ -208,6 +208,23 @@ class ReplayBuffer:
             self.evicted_trajectories += len(dropped.trajectories)
 
 
+class NoTrainingSignal(RuntimeError):
+    """`ZeroSignalWatch`'s stop: too many groups in a row were dropped. `reasons` counts their
+    dropped trajectories by reason (`AdvantageStats.dropped`: `infra_failure`, `small_group`,
+    `truncated`, `zero_variance`)."""
+
+    def __init__(self, message: str, reasons: Mapping[str, int]) -> None:
+        super().__init__(message)
+        self.reasons = dict(reasons)
+
+    @property
+    def lost_to_failures(self) -> bool:
+        """Most dropped trajectories were lost to env, generator or reward failures."""
+        failed = self.reasons.get("infra_failure", 0) + self.reasons.get("small_group", 0)
+        others = self.reasons.get("zero_variance", 0), self.reasons.get("truncated", 0)
+        return failed > max(others)
+
+
 class ZeroSignalWatch:
     """Counts groups dropped in a row by the advantage filters: such a group carries no learning
     signal, and a run whose every group is dropped samples forever without a step. `observe`
@@ -264,7 +281,7 @@ class ZeroSignalWatch:
         self.in_a_row += 1
         self.reasons.update(dropped or {"zero_variance": len(rewards)})
         if self.in_a_row >= self.fail_after:
-            raise RuntimeError(self._message(rewards))
+            raise NoTrainingSignal(self._message(rewards), self.reasons)
         if self.in_a_row >= self._next_warning:
             self.warn(self._message(rewards))
             self._next_warning *= 2

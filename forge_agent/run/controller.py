@@ -59,6 +59,7 @@ class Controller:
         self.step = self.version = 0
         self.epoch = 0  # advances when a restarted trainer goes back to a checkpoint
         self.counts: Counter[str] = Counter()
+        self.errors: dict[str, str] = {}  # the last training episode's error text per status
         self.evals: list[dict[str, float]] = []
         self.eval_errors: dict[str, str] = {}  # the last evaluation's first error per status
         self.resumed_from: dict[str, Any] | None = None
@@ -246,7 +247,7 @@ class Controller:
             return
         for traj in scored:
             self.traces.write(traj, {"step": self.step, "policy_version": self.version})
-            record_episode(traj, self.counts)
+            record_episode(traj, self.counts, self.errors)
         for name, value in reward_metrics.items():
             record(name, value)
         self._observe_curriculum(task, scored)
@@ -369,12 +370,21 @@ class Controller:
 
 async def train(cfg: AgentConfig, generate_wrapper: GenerateWrapper | None = None) -> dict:
     """Build, run and always shut down a controller for `cfg`; Ctrl-C (SIGINT) and SIGTERM
-    stop it at any point, every actor, env worker and sandbox shut down (`run.signals`)."""
+    stop it at any point, every actor, env worker and sandbox shut down (`run.signals`).
+    A failure after setup raises `RunFailed` (`run.failures`: the part, a last checkpoint)."""
+    from forge_agent.errors import SetupError
+    from forge_agent.run.failures import run_failed
+
     controller = Controller(cfg, generate_wrapper)
     try:
         await controller.setup()
         with cancel_on_signals(asyncio.current_task()):
-            return await controller.run()
+            try:
+                return await controller.run()
+            except SetupError:  # the step-0 check: a bad input, not a failure
+                raise
+            except Exception as exc:
+                raise await run_failed(controller, exc) from exc
     finally:
         await controller.shutdown()
 

@@ -5,7 +5,7 @@ finished episode records.
     engines = await build_engines(cfg, env, generate, envs, renderer, max_model_len)
     engines = await build_run_engines(cfg, env, services, policy_path, max_model_len)  # a run
     engines.train.run_group(task, seed, G)      engines.eval for `evaluate`
-    record_episode(trajectory, counts)          metrics (reward, turns, tool calls, status)
+    record_episode(trajectory, counts, errors)  metrics (reward, turns, tool calls, status)
 
 `build_engines` is the one builder of the engine stack: a run (`build_run_engines`, over its
 services), `apps.eval` (an in-process engine) and the random-policy bench (a scripted generate
@@ -191,9 +191,14 @@ async def evaluate_policy(
     return metrics, report.first_errors
 
 
-def record_episode(traj: Trajectory, counts: Counter[str]) -> None:
-    """One finished training episode's metrics and counts."""
+def record_episode(
+    traj: Trajectory, counts: Counter[str], errors: dict[str, str] | None = None
+) -> None:
+    """One finished training episode's metrics and counts; its error text (if it failed) as
+    its status's last in `errors`."""
     counts[f"status/{traj.status.value}"] += 1
+    if errors is not None and traj.info.get("error"):
+        errors[traj.status.value] = str(traj.info["error"])[:500]
     counts["infra_excluded"] += traj.status.is_infra_failure  # left out of training
     counts["tool_errors"] += traj.tool_error_count
     if traj.info.get("reward_errors"):

@@ -1,0 +1,109 @@
+"""A run that fails mid-way, made into one `RunFailed`: the part that failed and its exception,
+a last checkpoint when the trainer is still alive, and where the traces and checkpoint are.
+
+    try:
+        await controller.run()
+    except Exception as exc:
+        raise await run_failed(controller, exc) from exc
+
+The part is, in this order: the service that recovery could not bring back (`ServiceFailed`,
+or a `ServiceRestarted` nobody handled); the env (or the generator) when the run stopped
+because its training episodes failed (`NoTrainingSignal` with most groups lost to failures),
+with the last failed episode's error; else the module the exception came from.
+"""
+
+from __future__ import annotations
+
+import traceback
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from forge_agent.algorithms.replay import NoTrainingSignal
+from forge_agent.errors import RunFailed
+from forge_agent.run.supervision import ServiceFailed, ServiceRestarted
+from forge_agent.types import INFRA_STATUSES, Status
+
+__all__ = ["failed_part", "last_checkpoint", "run_failed"]
+
+
+def failed_part(
+    exc: BaseException, env_id: str, counts: Mapping[str, int], errors: Mapping[str, str]
+) -> tuple[str, str]:
+    """(the failing part, its error) for `exc`, raised out of a run whose training episodes
+    ended with `counts` (`status/<status>` -> n) and `errors` (status -> last error text)."""
+    if isinstance(exc, ServiceFailed | ServiceRestarted):
+        return f"{exc.service} service", f"{type(exc).__name__}: {exc}"
+    if isinstance(exc, NoTrainingSignal) and exc.lost_to_failures:
+        infra = {s: counts.get(f"status/{s.value}", 0) for s in INFRA_STATUSES}
+        status = max(infra, key=lambda s: (infra[s], s.value))
+        if infra[status]:
+            part = "generator" if status is Status.GENERATOR_ERROR else f"env {env_id!r}"
+            last = errors.get(status.value, "no error text")
+            stopped = str(exc).split(". ")[0]  # the watch's first sentence: how many groups
+            return part, f"{last} ({infra[status]} training episodes ended {status}; {stopped})"
+    return f"module {_origin(exc)}", f"{type(exc).__name__}: {_first_line(exc)}"
+
+
+def _origin(exc: BaseException) -> str:
+    """`module (file:line)` of the innermost frame of `exc` in project or user code (not the
+    standard library or an installed dependency), else of its innermost frame."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    if not frames:
+        return type(exc).__module__
+    ours = [
+        f for f in frames if "site-packages" not in f.filename and "/lib/python" not in f.filename
+    ]
+    frame = (ours or frames)[-1]
+    return f"{_module_name(frame.filename)} ({Path(frame.filename).name}:{frame.lineno})"
+
+
+def _module_name(filename: str) -> str:
+    path = Path(filename).with_suffix("")
+    parts = path.parts
+    for root in ("forge_agent", "apps", "envs", "tests"):
+        if root in parts:
+            return ".".join(parts[parts.index(root) :])
+    return path.name
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else repr(exc)
+
+
+async def last_checkpoint(controller: Any, exc: BaseException) -> str:
+    """Save the controller's current step when its trainer is alive and that step has no
+    complete checkpoint yet; returns the newest checkpoint's folder, or why there is none."""
+    from forge_agent.trainer.checkpoint import complete_checkpoints
+
+    recovery = getattr(controller, "recovery", None)
+    if recovery is None:
+        return "none (the run failed while starting)"
+    saved = complete_checkpoints(recovery.folder)
+    newest = str(saved[-1]) if saved else None
+    trainer = controller.services.trainer.name
+    if isinstance(exc, ServiceFailed | ServiceRestarted) and exc.service == trainer:
+        return f"{newest} (the last complete one)" if newest else "none (the trainer is gone)"
+    if controller.step == 0:
+        return newest or "none (no step was trained)"
+    if saved and saved[-1].name == f"step_{controller.step:06d}":
+        return str(saved[-1])
+    try:
+        return str(await recovery.save(controller.step))
+    except Exception as err:  # the trainer failed too: point at the last complete one
+        return f"{newest or 'none'} (saving step {controller.step} failed: {_first_line(err)})"
+
+
+async def run_failed(controller: Any, exc: BaseException) -> RunFailed:
+    """`exc` out of `controller.run()` as a `RunFailed` (raise it `from exc`), after a last
+    checkpoint attempt; the controller is shut down afterwards (`train`'s `finally`)."""
+    part, error = failed_part(exc, controller.cfg.env.id, controller.counts, controller.errors)
+    checkpoint = await last_checkpoint(controller, exc)
+    out = getattr(controller, "out", None)
+    traces = out / "traces.jsonl" if out is not None else None
+    kept = {
+        "traces": str(traces) if traces is not None and traces.exists() else "none written",
+        "checkpoint": checkpoint,
+    }
+    return RunFailed(part, error, controller.step, kept)

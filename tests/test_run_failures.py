@@ -1,0 +1,146 @@
+"""A run that fails mid-way says so in one line: the failing part and its exception, where the
+log, the traces and the last checkpoint are, exit status 3; nothing is lost (a checkpoint at
+the failing step, traces.jsonl). One real run of `python -m apps.agent.main` whose env's task
+server goes down for good after two steps, and the part-naming rules on real exceptions."""
+
+from __future__ import annotations
+
+import io
+import os
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from forge_agent.algorithms.replay import NoTrainingSignal, ZeroSignalWatch
+from forge_agent.errors import EXIT_RUN_FAILED, RunFailed, report_run_failed
+from forge_agent.run.failures import failed_part
+from forge_agent.run.supervision import ServiceFailed
+
+ROOT = Path(__file__).resolve().parents[1]
+ENV_ID = "tests.faults:TaskServerDownEnv"
+
+
+@pytest.fixture(scope="module")
+def failed_run(policy_model_path, tmp_path_factory):
+    """Up to 20 GRPO steps of 8 episodes on an env whose resets raise `InfraError` after the
+    first 16 (two steps): no group can be trained after that, and the run stops. No checkpoint
+    cadence: a checkpoint folder can only be the last one the failure saved."""
+    tmp = tmp_path_factory.mktemp("failed_run")
+    out = tmp / "run"
+    args = [
+        f"model.name={policy_model_path}",
+        "warm_start.enabled=false",
+        f"output_dir={out}",
+        f"env.id={ENV_ID}",
+        f"env.kwargs={{ledger: {tmp / 'resets'}, fail_after: 16}}",
+        "training.steps=20",
+        "training.groups_per_step=2",
+        "training.group_size=4",
+        "rollout.max_concurrent_episodes=8",
+        "services.env.num_replicas=1",
+        "eval.every=0",
+        "checkpoint.every=0",
+        "advantages.drop_zero_variance=false",  # the first 16 episodes train, whatever they earn
+        "metrics.console=false",
+    ]
+    result = subprocess.run(
+        [sys.executable, "-m", "apps.agent.main", *args],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    return result, out
+
+
+def _failure_lines(result: subprocess.CompletedProcess) -> list[str]:
+    return [ln for ln in result.stderr.splitlines() if ln.startswith("run failed")]
+
+
+def test_a_failed_run_exits_3_with_one_line_and_no_traceback(failed_run):
+    result, _ = failed_run
+    assert result.returncode == EXIT_RUN_FAILED, result.stderr[-3000:]
+    assert len(_failure_lines(result)) == 1, result.stderr[-3000:]
+    assert "Traceback" not in result.stdout + result.stderr
+
+
+def test_the_line_names_the_env_and_its_exception(failed_run):
+    (line,) = _failure_lines(failed_run[0])
+    assert f"env {ENV_ID!r}: " in line
+    assert "task server at 127.0.0.1:9 refused the connection" in line
+    assert "training episodes ended env_error" in line
+
+
+def test_the_line_points_at_the_log_which_holds_the_traceback(failed_run):
+    (line,) = _failure_lines(failed_run[0])
+    log = failed_run[1] / "run.log"
+    assert f"log: {log}" in line
+    text = log.read_text()
+    assert "Traceback" in text and "NoTrainingSignal" in text
+
+
+def test_nothing_is_lost_a_checkpoint_at_the_failing_step_and_the_traces(failed_run):
+    (line,) = _failure_lines(failed_run[0])
+    out = failed_run[1]
+    step = int(line.removeprefix("run failed after step ").split(":")[0])
+    assert step >= 2  # the first 16 episodes trained two steps
+    checkpoint = out / "checkpoints" / f"step_{step:06d}"
+    assert f"checkpoint: {checkpoint})" in line
+    assert (checkpoint / "COMPLETE").exists()
+    traces = out / "traces.jsonl"
+    assert f"traces: {traces};" in line
+    assert "refused the connection" in traces.read_text()
+    assert (out / "traces.html").exists()  # shutdown still wrote the trace page
+
+
+def test_a_service_past_its_restarts_is_the_failing_part():
+    exc = ServiceFailed("generator0", ["process died", "process died"])
+    part, error = failed_part(exc, "calculator", Counter(), {})
+    assert part == "generator0 service"
+    assert error.startswith("ServiceFailed: generator0 failed 2 times")
+
+
+def test_groups_lost_to_generator_failures_blame_the_generator():
+    watch = ZeroSignalWatch(warn_after=100, fail_after=2)
+    watch.observe(False, [0.0], {"infra_failure": 4})
+    with pytest.raises(NoTrainingSignal) as stopped:
+        watch.observe(False, [0.0], {"infra_failure": 4})
+    counts = Counter({"status/generator_error": 8, "status/env_error": 1, "status/ok": 3})
+    errors = {"generator_error": "generate: connection reset"}
+    part, error = failed_part(stopped.value, "calculator", counts, errors)
+    assert part == "generator"
+    assert error.startswith("generate: connection reset (8 training episodes ended")
+
+
+def test_groups_with_equal_rewards_are_not_blamed_on_a_failure():
+    watch = ZeroSignalWatch(warn_after=100, fail_after=1)
+    with pytest.raises(NoTrainingSignal) as stopped:
+        watch.observe(False, [0.0, 0.0], {"zero_variance": 2})
+    part, _ = failed_part(stopped.value, "calculator", Counter({"status/env_error": 1}), {})
+    assert part.startswith("module forge_agent.algorithms.replay (replay.py:")
+
+
+def test_any_other_exception_names_the_module_and_line_it_came_from():
+    try:
+        {}["missing"]
+    except KeyError as exc:
+        part, error = failed_part(exc, "calculator", Counter(), {})
+    assert part.startswith("module tests.test_run_failures (test_run_failures.py:")
+    assert error == "KeyError: 'missing'"
+
+
+def test_verbose_prints_the_cause_s_traceback_before_the_line():
+    try:
+        raise ValueError("boom")
+    except ValueError as cause:
+        failure = RunFailed("module m", "ValueError: boom", 4, {"checkpoint": "none"})
+        failure.__cause__ = cause
+    stream = io.StringIO()
+    assert report_run_failed(failure, verbose=True, stream=stream) == 3
+    lines = stream.getvalue().splitlines()
+    assert lines[0] == "Traceback (most recent call last):" and "ValueError: boom" in lines[-2]
+    assert lines[-1] == "run failed after step 4: module m: ValueError: boom (checkpoint: none)"
