@@ -11,7 +11,8 @@ are evaluated after its run, so TRL's clock also excludes them.
 
 TRL runs in its own virtual environment, `bench_results/trl_venv` (created on first use with
 `python -m venv --system-site-packages` and `pip install trl==1.16.0`; the main environment's
-torch and transformers are reused, nothing in the main environment changes). Its multi-turn
+torch and transformers are reused, nothing in the main environment changes; the main
+environment's vLLM is hidden from it, `hide_vllm`, as TRL would import it unused). Its multi-turn
 tool loop is TRL's own: `GRPOTrainer(tools=[calculator])` with
 `max_tool_calling_iterations = max_turns - 1` and `generation_kwargs.max_new_tokens` per turn
 (generation through `model.generate`, TRL's default without a vLLM server). Two adjustments make
@@ -188,8 +189,20 @@ def judge_reward(completion: list[dict[str, Any]], answer: str) -> float:
 # --- the TRL side (runs inside the venv) ----------------------------------------------------
 
 
+def hide_vllm() -> None:
+    """Make vLLM unimportable in this (the TRL arm's) process. TRL imports vLLM whenever it is
+    installed (`trl/generation/__init__.py`: `if is_vllm_available(): ...`), although this arm
+    never uses it (`use_vllm=False`); the venv sees the main environment's vLLM through
+    `--system-site-packages`, and carried +0.30 GB of peak PSS for it (1.83 against 1.53 GB,
+    sampled every 0.5 s), which a TRL install for CPU training does not have."""
+    if "vllm" in sys.modules and sys.modules["vllm"] is not None:
+        raise RuntimeError("vLLM was imported before the TRL arm could hide it")
+    sys.modules["vllm"] = None  # importlib.util.find_spec("vllm") is None; `import vllm` fails
+
+
 def trl_train(args: argparse.Namespace) -> None:
     """One TRL GRPO run: writes `timing.json` (per-step wall clock) and checkpoints."""
+    hide_vllm()
     import torch
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
