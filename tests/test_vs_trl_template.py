@@ -102,3 +102,20 @@ def test_the_calculators_log_needs_a_positive_size_and_the_env_refuses_a_bad_one
         logging_calculator(0)
     with pytest.raises(ValueError, match="tool_log_chars"):
         CalculatorEnv(tool_log_chars=-1)
+
+
+def test_the_trl_arm_cannot_import_the_main_environment_s_vllm():
+    """TRL imports vLLM whenever `find_spec("vllm")` finds it; the arm hides it (the arm never
+    generates with vLLM, and it carried +0.30 GB of peak memory for it)."""
+    import subprocess
+    import sys
+
+    probe = (
+        "import importlib.util, sys\n"
+        "from apps.bench.vs_trl import hide_vllm\n"
+        "hide_vllm()\n"
+        "assert importlib.util.find_spec('vllm') is None\n"
+        "try:\n    import vllm\nexcept ImportError:\n    print('hidden')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert out.stdout.strip() == "hidden", out.stderr[-2000:]

@@ -13,6 +13,7 @@ itself, `trl_train`, which runs inside the bench's TRL venv (`vs_trl.ensure_venv
 from __future__ import annotations
 
 import json
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -166,9 +167,21 @@ def grpo_config(spec: dict[str, Any]) -> Any:
     )
 
 
+def hide_vllm() -> None:
+    """Make vLLM unimportable in this (the TRL arm's) process. TRL imports vLLM whenever it is
+    installed (`trl/generation/__init__.py`: `if is_vllm_available(): ...`), although this arm
+    never uses it (`use_vllm=False`); the venv sees the main environment's vLLM through
+    `--system-site-packages`, and carried +0.30 GB of peak PSS for it (1.83 against 1.53 GB,
+    sampled every 0.5 s), which a TRL install for CPU training does not have."""
+    if "vllm" in sys.modules and sys.modules["vllm"] is not None:
+        raise RuntimeError("vLLM was imported before the TRL arm could hide it")
+    sys.modules["vllm"] = None  # importlib.util.find_spec("vllm") is None; `import vllm` fails
+
+
 def trl_train(spec: dict[str, Any]) -> None:
     """One TRL GRPO run of `spec` (what `vs_trl.trl_run` sends): writes `timing.json` (per-step
     wall clock, TRL's log history) and checkpoints into `spec["out"]`."""
+    hide_vllm()
     import torch
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback

@@ -11,7 +11,8 @@ are evaluated after its run, so TRL's clock also excludes them.
 
 TRL runs in its own virtual environment, `bench_results/trl_venv` (created on first use with
 `python -m venv --system-site-packages` and `pip install trl==1.16.0`; the main environment's
-torch and transformers are reused, nothing in the main environment changes). Its multi-turn
+torch and transformers are reused, nothing in the main environment changes; the main
+environment's vLLM is hidden from it, `hide_vllm`, as TRL would import it unused). Its multi-turn
 tool loop is TRL's own: `GRPOTrainer(tools=[calculator])` with
 `max_tool_calling_iterations = max_turns - 1` and `generation_kwargs.max_new_tokens` per turn
 (generation through `model.generate`, TRL's default without a vLLM server). Two adjustments make
@@ -67,6 +68,7 @@ from pathlib import Path
 from typing import Any
 
 from apps.bench.trl_grpo import (  # noqa: F401  (the TRL side, its helpers re-exported)
+    hide_vllm,
     judge_reward,
     tool_suffix_ids,
     trl_chat_template,
