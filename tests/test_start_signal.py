@@ -49,6 +49,7 @@ def test_episodes_cut_by_tokens_name_the_token_limits(cfg) -> None:
         check_start_signal(ended("truncated_length"), cfg)
     text = str(err.value)
     assert "rollout.max_new_tokens_per_turn=48" in text and "rollout.max_total_tokens=512" in text
+    assert "rollout.context.strategy=drop_tool_outputs" in text  # or compact the transcript
 
 
 def test_a_judge_that_raises_is_named_with_its_first_exception(cfg) -> None:

@@ -385,7 +385,13 @@ def status_cause(
         "every episode before it ends; raise rollout.max_turns",
         "truncated_length": "they ran out of tokens: raise rollout.max_new_tokens_per_turn="
         f"{rollout.max_new_tokens_per_turn} (one turn) or rollout.max_total_tokens="
-        f"{rollout.max_total_tokens} (the whole episode)",
+        f"{rollout.max_total_tokens} (the whole episode)"
+        + (
+            ", or let a context strategy compact long transcripts "
+            "(rollout.context.strategy=drop_tool_outputs)"
+            if rollout.context.strategy == "keep"
+            else ""
+        ),
         "prompt_too_long": "their prompts alone fill rollout.max_total_tokens="
         f"{rollout.max_total_tokens}; raise it, or shorten the env's prompts",
         "policy_error": f"env {env!r} raised on the policy's messages (its judge, step or a "
