@@ -95,6 +95,7 @@ class EvalReport:
     tools_offered: bool = False  # some episode's env offered tools
     policy_failures: int = 0  # episodes the policy failed (scored with the failure reward)
     first_errors: dict[str, str] = field(default_factory=dict)  # status -> first error text
+    segments_per_episode: float = 1.0  # > 1: re-renders (context rewrites, bridge fallbacks)
 
     @classmethod
     def from_groups(
@@ -155,6 +156,7 @@ class EvalReport:
             num_scored=len(scored),
             tools_offered=any(t.info.get("tools_offered") for t in scored),
             first_errors=first_errors,
+            segments_per_episode=_mean([float(len(t.segment_starts)) for t in scored]) or 1.0,
         )
 
     def as_metrics(self, prefix: str = "eval/") -> dict[str, float]:
@@ -171,6 +173,7 @@ class EvalReport:
             f"{prefix}episode_tokens/mean": self.mean_episode_tokens,
             f"{prefix}sampled_tokens/mean": self.mean_sampled_tokens,
             f"{prefix}turns/mean": self.mean_turns,
+            f"{prefix}segments/mean": self.segments_per_episode,
             f"{prefix}infra_failures": float(self.infra_failures),
             f"{prefix}policy_failures": float(self.policy_failures),
             f"{prefix}episodes": float(self.num_episodes),
@@ -192,6 +195,7 @@ class EvalReport:
             ("tool calls / episode", f"{self.tool_calls_per_episode:.2f}"),
             ("turns / episode", f"{self.mean_turns:.2f}"),
             ("tokens / episode", f"{self.mean_episode_tokens:.1f}"),
+            ("segments / episode", f"{self.segments_per_episode:.2f}"),
             ("sampled tokens / episode", f"{self.mean_sampled_tokens:.1f}"),
             ("status", statuses),
             ("policy failures", f"{self.policy_failures} (scored with the failure reward)"),
