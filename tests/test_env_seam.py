@@ -10,6 +10,7 @@ import textwrap
 
 import pytest
 
+import forge_agent.env
 from forge_agent.env import (
     Dataset,
     EnvConfig,
@@ -413,3 +414,44 @@ def test_kwargs_meant_for_another_env_name_the_env_and_the_kwargs(user_package):
         TaskStream(EnvConfig("seam_user_envs:CountEnv", {"difficulty": 1}))
     text = str(err.value)
     assert "'seam_user_envs:CountEnv'" in text and "env.kwargs={'difficulty': 1}" in text
+
+
+class _TaskToolsEnv(forge_agent.env.ToolEnv):
+    """Tools built from the episode's task, as a user writes them: `get_tools` reads
+    `self.task`, which is only set by a reset."""
+
+    system_prompt = "Look the item up."
+
+    def get_tools(self):
+        prices = self.task["prices"]
+
+        def price(item: str) -> str:
+            """An item's price.
+
+            Args:
+                item: The item's name.
+            """
+            return str(prices.get(item, "unknown"))
+
+        return [price]
+
+    def default_task(self, seed: int) -> dict:
+        return {"task_id": f"t{seed}", "prompt": "Price of a mug?", "prices": {"mug": 3}}
+
+    def demonstrations(self, n: int, seed: int, demo_fraction: float) -> list[list[dict]]:
+        return [
+            [
+                {"role": "system", "content": self.system_prompt},
+                {"role": "user", "content": "Price of a mug?"},
+                {"role": "assistant", "content": "3"},
+            ]
+        ] * n
+
+
+def test_demonstrations_of_an_env_whose_tools_need_its_task_get_them_from_a_reset():
+    from forge_agent.env.seam import env_demonstrations
+
+    convos = env_demonstrations(_TaskToolsEnv(), 3, 0, 1.0)
+    assert len(convos) == 3
+    for _, tools in convos:
+        assert [t["function"]["name"] for t in tools] == ["price"]

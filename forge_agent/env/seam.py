@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-from collections.abc import Coroutine, Mapping
+import functools
+from collections.abc import Callable, Coroutine, Mapping
 from typing import Any, TypeVar
 
+from forge_agent.env.protocol import maybe_await
 from forge_agent.env.registry import EnvSpec, as_spec
 from forge_agent.toolset import ToolSet
 from forge_agent.types import Message, SeatStart, SeatStep, ToolSpec
@@ -48,17 +50,39 @@ def run_sync(coro: Coroutine[Any, Any, T]) -> T:
 
 
 def _tool_specs(env: Any) -> list[ToolSpec]:
+    """The tool schemas of `env`'s demonstrations: its `get_tools()`, or, for tools built from
+    the episode's task (`get_tools` reads `self.task`, which no task has set yet), the tools a
+    reset on the env's `default_task(0)` offers."""
     get_tools = getattr(env, "get_tools", None)
-    return ToolSet(get_tools()).specs if callable(get_tools) else []
+    if not callable(get_tools):
+        return []
+    try:
+        return ToolSet(get_tools()).specs
+    except AttributeError as exc:  # `self.task` (or what reset sets) is not there yet
+        default_task = getattr(env, "default_task", None)
+        if not callable(default_task):
+            raise
+        try:
+            _, tools = run_sync(_reset_and_close(env, default_task(0)))
+        except Exception:
+            raise exc from None
+        return list(tools)
 
 
-def _pair(env: Any, item: Any) -> Conversation | str:
+async def _reset_and_close(env: Any, task: dict[str, Any]) -> Any:
+    try:
+        return await maybe_await(env.reset(task, 0))
+    finally:
+        await maybe_await(env.close())
+
+
+def _pair(item: Any, specs: Callable[[], list[ToolSpec]]) -> Conversation | str:
     if isinstance(item, str):
         return item
     if isinstance(item, tuple):
         messages, tools = item
         return list(messages), list(tools)
-    return list(item), _tool_specs(env)
+    return list(item), specs()
 
 
 def env_demonstrations(
@@ -68,7 +92,8 @@ def env_demonstrations(
     hook = getattr(env, "demonstrations", None)
     if not callable(hook):
         return None
-    convos = [_pair(env, item) for item in hook(n, seed, demo_fraction)]
+    specs = functools.cache(lambda: _tool_specs(env))  # one lookup for every demonstration
+    convos = [_pair(item, specs) for item in hook(n, seed, demo_fraction)]
     return [c for c in convos if not isinstance(c, str)]
 
 
@@ -104,7 +129,8 @@ def corpus_of(
     env = spec.make(**dict(env_kwargs or {}))
     hook = getattr(env, "corpus", None)
     if callable(hook):
-        return [_pair(env, item) for item in hook()]
+        specs = functools.cache(lambda: _tool_specs(env))
+        return [_pair(item, specs) for item in hook()]
     from forge_agent.env.tasks import load_tasks
 
     tasks = load_tasks(spec, "train", CORPUS_TASKS, seed=0, env_kwargs=env_kwargs)
