@@ -623,3 +623,30 @@ def test_a_verifiers_tool_that_hangs_is_a_timed_out_call_not_a_hung_step(monkeyp
     assert time.monotonic() - start < 30
     assert all("timed out after 3 s" in text for text in seen), seen
     assert end.done and end.info["failed_tool_calls"] == 2
+
+
+# ---------------------------------------------------------------------------- unfinished episodes
+def test_a_game_cut_before_its_first_move_scores_its_worst_step_not_zero(tiny_tokenizer):
+    """Found by the CliffWalking trial (docs/envs.md): a turn cut at the token cap before any
+    move scored the return earned so far, 0, above every played episode (-13 at best), and
+    the policy learned to never move (held-out -108 -> -0.39). Now an unfinished episode
+    scores at most the env's failure reward, for `gymnasium:<id>` the game's worst step."""
+    from forge_agent.env.registry import make_env
+    from forge_agent.rollout import ChatRenderer, LocalEnvs, RolloutConfig, RolloutEngine
+
+    async def rambles(prompt_ids, sampling, session):  # never closes its turn
+        ids = tiny_tokenizer.encode("left " * sampling.max_tokens, add_special_tokens=False)
+        ids = ids[: sampling.max_tokens]
+        return Completion(ids, [-0.1] * len(ids), "length", policy_version=0)
+
+    engine = RolloutEngine(
+        rambles,
+        LocalEnvs(lambda: make_env("gymnasium:CliffWalking-v1")),
+        ChatRenderer(tiny_tokenizer),
+        RolloutConfig(max_turns=16, max_total_tokens=1024),
+    )
+    traj = asyncio.run(engine.run_episode({"task_id": "cliff", "seed": 0}, 0))
+    assert traj.status is Status.TRUNCATED_LENGTH
+    assert traj.reward == -100.0 and traj.reward_components["unfinished"] == -100.0
+    assert traj.info["unfinished"] == {"earned": 0.0, "scored": -100.0}
+    assert traj.turn_rewards == [-100.0]

@@ -244,11 +244,16 @@ def _shares_loop(spec: Any, kwargs: dict[str, Any]) -> bool:
         return False
 
 
-def _failure_reward(spec: Any) -> float:
-    """The env class's `failure_reward` (0.0 without one, or when it does not import: that
-    error surfaces at the first reset, naming the env)."""
+def _failure_reward(spec: Any, kwargs: dict[str, Any]) -> float:
+    """The env class's `failure_reward`, or its `failure_reward_of(**kwargs)` where the value
+    depends on the env's arguments (a Gymnasium id's worst step); 0.0 without one, or when it
+    does not import (that error surfaces at the first reset, naming the env)."""
     try:
-        return float(getattr(spec.factory(), "failure_reward", 0.0))
+        factory = spec.factory()
+        of = getattr(factory, "failure_reward_of", None)
+        if callable(of):
+            return float(of(**{**spec.kwargs, **kwargs}))
+        return float(getattr(factory, "failure_reward", 0.0))
     except Exception:
         return 0.0
 
@@ -273,7 +278,7 @@ def main() -> None:
                 spec, kwargs = args
                 if _shares_loop(spec, kwargs):
                     shared = _SharedLoop()
-                replies.send((request_id, "ok", _failure_reward(spec)))
+                replies.send((request_id, "ok", _failure_reward(spec, kwargs)))
             elif spec is None:
                 replies.send((request_id, "error", f"{command} before init", ""))
             else:

@@ -36,6 +36,7 @@ from forge_agent.rollout.game import SOLO, START_STATE, EpisodeContext, Seat, So
 from forge_agent.rollout.outcomes import (
     Stop,
     add_turn_reward,
+    cap_unfinished,
     forfeit_reward,
     lose_by_forfeit,
     status_of,
@@ -78,6 +79,8 @@ async def play(
             turns = len(s.traj.turn_spans)  # per-turn lists end with the last turn sampled
             s.traj.turn_states = s.traj.turn_states[:turns]
             s.traj.turn_rewards = (s.traj.turn_rewards + [0.0] * turns)[:turns]
+            if isinstance(env, SoloGame):
+                cap_unfinished(s.traj, env.failure_reward)
 
 
 async def _play(

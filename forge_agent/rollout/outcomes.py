@@ -95,3 +95,21 @@ def step_failed(
 def status_of(exc: BaseException) -> Status:
     status = getattr(exc, "status", None)
     return status if isinstance(status, Status) else Status.ENV_ERROR
+
+
+def cap_unfinished(traj: Trajectory, failure_reward: float) -> None:
+    """A one-seat episode cut by the rollout's limits (`truncated_length` / `truncated_turns`,
+    after at least one turn) scores no more than the env's failure reward: leaving a task
+    unfinished never pays more than failing it (docs/rewards.md). A game whose moves pay as
+    they come (a Gymnasium return, -1 a step) would otherwise pay an episode cut before its
+    first move 0, above any played one. The difference is an `unfinished` reward component at
+    the last turn; `info["unfinished"]` keeps what it had earned."""
+    if traj.status not in (Status.TRUNCATED_LENGTH, Status.TRUNCATED_TURNS) or not traj.turn_spans:
+        return
+    earned = sum(traj.reward_components.values())
+    if earned <= failure_reward:
+        return
+    cut = failure_reward - earned
+    traj.reward_components["unfinished"] = traj.reward_components.get("unfinished", 0.0) + cut
+    add_turn_reward(traj, len(traj.turn_spans) - 1, cut)
+    traj.info["unfinished"] = {"earned": earned, "scored": failure_reward}

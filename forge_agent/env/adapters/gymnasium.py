@@ -251,6 +251,10 @@ class GymnasiumIdEnv(GymnasiumAgentEnv):
       (CliffWalking: -100, FrozenLake: 0): quitting never beats playing on. An
       `unfinished_reward` in `env.kwargs` is used instead.
 
+    - Its `failure_reward` (a step that raises; and the cap of an episode cut by the rollout's
+      limits, `forge_agent.rollout.episode`) is the same smallest one-step reward: a cut or
+      failed episode never scores above the worst move of the game (CliffWalking -100).
+
     An id Gymnasium refuses is an `EnvSetupError` naming the ids it knows that are closest.
     """
 
@@ -259,6 +263,20 @@ class GymnasiumIdEnv(GymnasiumAgentEnv):
         super().__init__(gym_id, **kwargs)
         self.worst_return: float | None = None
         self._paid = 0.0
+        self.failure_reward = self.failure_reward_of(gym_id, **kwargs)
+
+    @classmethod
+    def failure_reward_of(cls, gym_id: str, **kwargs: Any) -> float:
+        """The smallest one-step reward of `gym_id`'s transition table, capped at 0.0 (0.0 for
+        a game without a table, or one whose every reward is positive)."""
+        try:
+            game = gymnasium.make(gym_id, **dict(kwargs.get("make_kwargs") or {}))
+        except Exception:
+            return 0.0
+        try:
+            return min([0.0, *_worst_step_reward(game)])
+        finally:
+            game.close()
 
     async def reset(
         self, task: dict[str, Any], seed: int | None = None
