@@ -120,8 +120,9 @@ def test_groups_with_equal_rewards_are_not_blamed_on_a_failure():
     watch = ZeroSignalWatch(warn_after=100, fail_after=1)
     with pytest.raises(NoTrainingSignal) as stopped:
         watch.observe(False, [0.0, 0.0], {"zero_variance": 2})
-    part, _ = failed_part(stopped.value, "calculator", Counter({"status/env_error": 1}), {})
-    assert part.startswith("module forge_agent.algorithms.replay (replay.py:")
+    part, error = failed_part(stopped.value, "calculator", Counter({"status/env_error": 1}), {})
+    assert part == "training on env 'calculator'"  # no module line: the rewards gave no signal
+    assert error.startswith("NoTrainingSignal: ")
 
 
 def test_any_other_exception_names_the_module_and_line_it_came_from():

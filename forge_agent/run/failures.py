@@ -42,6 +42,8 @@ def failed_part(
             last = errors.get(status.value, "no error text")
             stopped = str(exc).split(". ")[0]  # the watch's first sentence: how many groups
             return part, f"{last} ({infra[status]} training episodes ended {status}; {stopped})"
+    if isinstance(exc, NoTrainingSignal):  # the episodes ran; their rewards gave no signal
+        return f"training on env {env_id!r}", f"{type(exc).__name__}: {_first_line(exc)}"
     return f"module {_origin(exc)}", f"{type(exc).__name__}: {_first_line(exc)}"
 
 
