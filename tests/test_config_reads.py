@@ -26,8 +26,16 @@ READ_AT_BUILD = {
 # Read only off the default placement: `hosts` (every key but `kind`) is read when it names
 # other hosts, which tests/test_multihost_training.py and tests/test_hosts.py run.
 # `advantages.omega` is read with turn_credit=gigpo, which needs an env with a state key (the
-# short run's calculator has none): tests/test_turn_credit.py reads it.
-READ_OFF_THIS_PATH = ("hosts.", "advantages.omega")
+# short run's calculator has none): tests/test_turn_credit.py reads it. `rollout.context`'s
+# budget, keep_last and roles are read by a strategy other than `keep` once a prompt passes the
+# budget: tests/test_context.py reads them.
+READ_OFF_THIS_PATH = (
+    "hosts.",
+    "advantages.omega",
+    "rollout.context.budget",
+    "rollout.context.keep_last",
+    "rollout.context.roles",
+)
 
 
 def replay_actor_reads(cfg) -> None:
