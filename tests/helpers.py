@@ -105,3 +105,14 @@ def spawn_lora_generator(procs: Any, name: str, model: Any, lora: Any) -> Any:
     gen = procs.spawn(name, Generator, GeneratorConfig(max_num_seqs=8), str(model), lora=lora)
     gen.setup.call_one().get()
     return gen
+
+
+class SlotOnly:
+    """A weight source that offers only a store's device view of a version (no `get`: a
+    generator handed it cannot pull the tensors itself). Here so actors can unpickle it."""
+
+    def __init__(self, store: Any) -> None:
+        self.store = store
+
+    async def device_view(self, version: int) -> Any:
+        return await self.store.device_view(version)

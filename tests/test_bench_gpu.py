@@ -20,8 +20,10 @@ def test_the_gpu_bench_runs_every_section_on_cpu_and_writes_its_json(tmp_path):
     sections = json.loads(out.read_text())["sections"]
     engine, llm = sections["engine"], sections["llm"]
     assert engine["tokens_per_s"] > 0 and llm["tokens_per_s"] > 0, (engine, llm)
-    full, lora = sections["sync"]
-    assert full["GB"] > 0 and full["median_s"] > 0 and lora["GB"] < full["GB"] / 10
+    shared, slot, lora = sections["sync"]
+    assert "shared memory" in shared["case"] and "GPU slot" in slot["case"]
+    for full in (shared, slot):
+        assert full["GB"] > 0 and full["median_s"] > 0 and lora["GB"] < full["GB"] / 10
     steps = sections["step"]
     assert [s["step"] for s in steps] == [1, 2] and {s["colocate"] for s in steps} == {"standin"}
     for s in steps:

@@ -64,7 +64,9 @@ def test_each_colocated_step_sleeps_trains_wakes_syncs_then_generates(
     policy_model_path, tmp_path, monkeypatch
 ):
     """A two-step run of the real stack with `SleepStandin`; the driver's calls (trainer step,
-    push) and the engine's events (sleep, wake, load, request) on one clock."""
+    push) and the engine's events (sleep, wake, load, request) on one clock. The weights go
+    through the store's device transport (slots of the trainer's memory; on CPU in host shared
+    memory, the stand-in of its GPU memory), not the store's own shared memory."""
     from forge_agent.run.controller import Controller
     from forge_agent.run.services import Services
 
@@ -99,6 +101,8 @@ def test_each_colocated_step_sleeps_trains_wakes_syncs_then_generates(
             await controller.setup()
             summary = await controller.run()
             engine = await controller.services.generators[0].colocation_events.call_one()
+            store = controller.services.store
+            assert await store.device_view() is not None and await store.shared_view() is None
             return summary, engine
         finally:
             await controller.shutdown()

@@ -16,7 +16,7 @@ from forge_agent.trainer.core import Trainer, TrainerConfig
 from forge_agent.types import Trajectory
 from forge_agent.weights.layout import TIED_HEAD
 from forge_agent.weights.store import MonarchWeightStore
-from tests.helpers import spawn_test_procs
+from tests.helpers import SlotOnly, spawn_test_procs
 
 PARITY_BOUND = 1e-4  # fp32, as tests/test_weight_sync_parity.py
 
@@ -35,7 +35,7 @@ def tied_generator(tied_model_path):
     gen = procs.spawn("tied_generator", Generator, GeneratorConfig(), str(tied_model_path))
     gen.setup.call_one().get()
     store = asyncio.run(MonarchWeightStore.spawn(procs, name="ws_tied"))
-    yield gen, store
+    yield gen, store, procs
     gen.shutdown.call_one().get()
     procs.stop().get()
 
@@ -91,7 +91,7 @@ def test_a_state_dict_carrying_the_tied_head_syncs_through_the_store(
     tied_generator, tied_model_path
 ):
     """The store's shared-memory path, given the whole state dict (`lm_head.weight` too)."""
-    generator, store = tied_generator
+    generator, store, _ = tied_generator
     trainer = _trained(tied_model_path)
     assert _worst_gap(generator, trainer) > 0.1  # the engine still serves the old weights
     version = generator.version.call_one().get() + 1
@@ -104,7 +104,7 @@ def test_a_state_dict_carrying_the_tied_head_syncs_through_the_store(
 
 def test_a_state_dict_carrying_the_tied_head_syncs_directly(tied_generator, tied_model_path):
     """The direct path (a state dict handed to the generator), after a second training."""
-    generator, _ = tied_generator
+    generator, _, _ = tied_generator
     trainer = _trained(tied_model_path)
     for _ in range(3):
         trainer.train_step(_trajectories())
@@ -112,4 +112,32 @@ def test_a_state_dict_carrying_the_tied_head_syncs_directly(tied_generator, tied
     generator.update_weights.call_one(version, trainer.state_dict()).get()
     gap = _worst_gap(generator, trainer)
     print(f"tied model, direct sync: trainer vs engine max|dlogp| {gap:.2e}")
+    assert gap <= PARITY_BOUND
+
+
+def test_a_colocated_store_syncs_the_engine_from_the_trainers_slot(tied_generator, tied_model_path):
+    """The store's device transport (`services.colocate`), on CPU through its named stand-in
+    (the slot in host shared memory, not GPU memory): this process puts, the generator's vLLM
+    worker, in another process, opens the slot by its handle and loads from it."""
+    generator, _, procs = tied_generator
+    trainer = _trained(tied_model_path)
+    for _ in range(6):
+        trainer.train_step(_trajectories())
+    assert _worst_gap(generator, trainer) > 0.1  # the engine still serves the old weights
+
+    async def put(version: int) -> tuple[MonarchWeightStore, object]:
+        store = await MonarchWeightStore.spawn(procs, name="ws_tied_device", transport="device")
+        await store.put(version, trainer.state_dict())
+        return store, await store.shared_view(version)
+
+    version = generator.version.call_one().get() + 1
+    store, shared = asyncio.run(put(version))
+    try:
+        assert shared is None  # nothing in the store's shared memory: the slot is the trainer's
+        slot_only = SlotOnly(store)  # no `get`: the generator cannot pull the tensors itself
+        assert generator.update_weights.call_one(version, None, slot_only).get() == version
+        gap = _worst_gap(generator, trainer)
+    finally:
+        asyncio.run(store.close())
+    print(f"tied model, colocated store sync: trainer vs engine max|dlogp| {gap:.2e}")
     assert gap <= PARITY_BOUND

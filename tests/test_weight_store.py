@@ -1,4 +1,5 @@
-"""Versioned weight stores: in-process and the Monarch actor store (shm and message transports)."""
+"""Versioned weight stores: in-process and the Monarch actor store (shm, message and device
+transports)."""
 
 from __future__ import annotations
 
@@ -184,6 +185,73 @@ def test_monarch_shm_store_recycles_buffers_and_removes_files_on_close(store_pro
     assert transport == "shm" and host[2]
     assert 1 <= len(created) <= 2  # five puts, buffers reused
     assert left == set()
+
+
+def test_a_colocated_store_keeps_snapshots_in_slots_of_the_putting_process(store_procs):
+    """The device transport (`services.colocate`) on CPU, through its named stand-in: the slots
+    are host shared memory instead of the trainer's GPU memory; the table of versions, the
+    handles and the reads are the code a GPU runs (tests/test_colocation_cuda.py: the CUDA
+    slot opened by another process)."""
+    import pickle
+
+    from forge_agent.weights.device_slots import open_slot
+    from forge_agent.weights.layout import TensorMeta, unpack
+
+    async def run():
+        store = await MonarchWeightStore.spawn(
+            store_procs, name="ws_device", transport="device", max_versions=2
+        )
+        before = set(os.listdir("/dev/shm"))
+        for v in range(5):
+            trained = state_dict(v)
+            await store.put(v, trained)
+        trained["embed.weight"].add_(1.0)  # the next optimizer step leaves version 4 as it was
+        created = set(os.listdir("/dev/shm")) - before
+        view, shared = await store.device_view(4), await store.shared_view(4)
+        metas = [TensorMeta(n, d, tuple(sh), o, b) for n, d, sh, o, b in view.metas]
+        opened = unpack(metas, open_slot(view.handle)[: view.nbytes])
+        got3, versions = await store.get(3), await store.versions()
+        handed = pickle.loads(pickle.dumps(store))  # a generator's copy of the client
+        await store.close()
+        left = set(os.listdir("/dev/shm")) & created
+        return view, shared, opened, got3, versions, handed, created, left
+
+    view, shared, opened, got3, versions, handed, created, left = asyncio.run(run())
+    assert view.version == 4 and shared is None
+    assert_same(opened, state_dict(4))
+    assert_same(got3, state_dict(3))
+    assert versions == [3, 4]
+    assert len(created) == 2  # five puts in two slots, one per version kept
+    assert handed._slots is None  # the slots stay with the process that made them
+    assert left == set()
+
+
+def test_a_device_transport_packs_a_state_dict_on_one_device_only():
+    from forge_agent.weights.device_slots import device_of
+
+    with pytest.raises(WeightStoreError, match=r"one device.*meta"):
+        device_of({"a": torch.zeros(2), "b": torch.zeros(2, device="meta")})
+
+
+def test_stand_in_slots_of_a_dead_trainer_are_removed_by_the_next_one(tmp_path):
+    import subprocess
+    import sys
+
+    from forge_agent.weights.device_slots import DeviceSlots
+
+    gone = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    dead = tmp_path / f"forge_ds_{int(gone.stdout)}_0badf00d"
+    live = tmp_path / f"forge_ds_{os.getpid()}_0c0ffee0"
+    other = tmp_path / "forge_ws_1_keep"
+    for path in (dead, live, other):
+        path.write_bytes(b"x")
+    DeviceSlots(2, shm_dir=str(tmp_path))
+    assert not dead.exists() and live.exists() and other.exists()
 
 
 def test_monarch_blocking_put_times_out(store_procs):

@@ -7,11 +7,17 @@ engine core before anything touches CUDA):
 - `engine`: `VLLMEngine.generate` on `--prompts` prompts of `--prompt-len` random tokens,
   `--max-tokens` each (ignore_eos), all in flight: generated tokens/s.
 - `llm`: vLLM's `LLM.generate` on the same prompts with the same engine arguments.
-- `sync`: the trainer's `sync_state_dict()` (a tied LM head once) into the running engine,
-  `update_weights` (shared-memory file, reload): seconds and GB/s, median of `--repeats`;
-  then the same with LoRA (rank 16, q/k/v/o): the adapter's tensors (`update_adapter`).
+- `sync`: the trainer's `sync_state_dict()` (a tied LM head once) into the running engine
+  as a run moves it (`update_weights_shared`: the weight store's layout, packed into a slot,
+  read in place by vLLM's worker), seconds and GB/s, median of `--repeats`, two ways: the
+  store's shared memory (trainer and generator in two processes or on two GPUs: device to
+  host, host to device) and its device transport (colocated on one GPU: a slot of the
+  trainer's GPU memory opened by CUDA IPC, device to device; on CPU its host stand-in); then
+  LoRA (rank 16, q/k/v/o): the adapter's tensors (`update_adapter`). The slots are packed
+  as the store packs them, without its Monarch actor (which may not run on the GPU machine).
 - `step`: `--steps` colocated RL steps (`services.colocate`: vLLM's sleep mode on CUDA,
-  `SleepStandin` on CPU): generate, sleep(1), train, wake_up(weights), sync, wake_up(kv_cache),
+  `SleepStandin` on CPU): generate, sleep(1), train, wake_up(weights), sync (the device
+  transport, as `sync`), wake_up(kv_cache),
   each phase timed; per step the sampler's logprobs against the trainer's on the sampled
   tokens (before the step): mean |difference| and k3 = E[r - 1 - log r], r = p_trainer /
   p_sampler (Schulman 2020, "Approximating KL divergence").
@@ -127,8 +133,10 @@ async def section_sync(args: argparse.Namespace, folder: Path) -> list[dict[str,
     from forge_agent.generator.engine import VLLMEngine
     from forge_agent.trainer import Trainer, TrainerConfig
     from forge_agent.trainer.config import LoraConfig
+    from forge_agent.weights.device_slots import DeviceSlots, device_of
 
     rows = []
+    cases = {"full, store shared memory (2 processes)": "cpu", "full, GPU slot (colocated)": None}
     for lora in (None, LoraConfig(rank=16)):
         engine = VLLMEngine(generator_config(args), str(folder), lora=lora)
         await engine.start()  # before the trainer touches CUDA in this process
@@ -136,23 +144,45 @@ async def section_sync(args: argparse.Namespace, folder: Path) -> list[dict[str,
             trainer = Trainer(TrainerConfig(lora=lora), str(folder))
             state = trainer.sync_state_dict()
             nbytes = sum(v.numel() * v.element_size() for v in state.values())
-            update = engine.update_adapter if lora else engine.update_weights
-            times = []
-            for version in range(1, args.repeats + 2):
-                t0 = time.perf_counter()
-                await update(version, state)
-                times.append(time.perf_counter() - t0)
-            median = statistics.median(times[1:])
-            reload = engine.last_reload[0] if engine.last_reload else {}
-            rows.append({
-                "case": "LoRA adapter (rank 16)" if lora else "full (tied head once)",
-                "tensors": len(state), "GB": nbytes / 1e9, "first_s": times[0],
-                "median_s": median, "GB_per_s": nbytes / 1e9 / median,
-                "reload_s": reload.get("reload_s"),
-            })  # fmt: skip
+            for case, where in ({"LoRA adapter (rank 16)": None} if lora else cases).items():
+                slots, times = DeviceSlots(1), []
+                device = device_of(state) if where is None else where
+                for version in range(len(rows) * 100 + 1, len(rows) * 100 + args.repeats + 2):
+                    t0 = time.perf_counter()
+                    if lora:
+                        await engine.update_adapter(version, state)
+                    else:
+                        await engine.update_weights_shared(slot_view(state, version, slots, device))
+                    times.append(time.perf_counter() - t0)
+                slots.close()
+                median = statistics.median(times[1:])
+                reload = engine.last_reload[0] if engine.last_reload else {}
+                rows.append({
+                    "case": case, "tensors": len(state), "GB": nbytes / 1e9, "first_s": times[0],
+                    "median_s": median, "GB_per_s": nbytes / 1e9 / median,
+                    "reload_s": reload.get("reload_s"),
+                })  # fmt: skip
         finally:
             await engine.shutdown()
     return rows
+
+
+def slot_view(state: dict, version: int, slots: Any, device: Any) -> Any:
+    """`state` packed into a slot on `device` as the weight store packs a version (the GPU's
+    memory: the device transport; "cpu": host shared memory, as the store's own), and the
+    view vLLM's worker reads it by (`VLLMEngine.update_weights_shared`)."""
+    import torch
+
+    from forge_agent.weights.device_slots import DeviceView
+    from forge_agent.weights.layout import layout, pack_into
+
+    metas, nbytes = layout(state)
+    buf, handle = slots.slot_for(version, nbytes, torch.device(device), kept=set())
+    pack_into(state, metas, buf)
+    if any(v.is_cuda for v in state.values()):
+        torch.cuda.synchronize()
+    table = [(m.name, m.dtype, list(m.shape), m.offset, m.nbytes) for m in metas]
+    return DeviceView(version, handle, nbytes, table)
 
 
 def _trajectory(prompt: list[int], completion: Any, advantage: float):
@@ -186,12 +216,13 @@ async def section_step(args: argparse.Namespace, folder: Path) -> list[dict[str,
     from forge_agent.generator.config import on_cpu
     from forge_agent.generator.engine import VLLMEngine
     from forge_agent.trainer import Trainer, TrainerConfig
+    from forge_agent.weights.device_slots import DeviceSlots, device_of
 
     mode = "standin" if on_cpu() else "sleep"
     engine = VLLMEngine(generator_config(args), str(folder), colocate=mode)
     await engine.start()  # before the trainer touches CUDA in this process
     trainer = Trainer(TrainerConfig(lr=1e-5), str(folder))
-    rows = []
+    rows, slots = [], DeviceSlots(1)
     try:
         for step in range(1, args.steps + 1):
             phases = Phases()
@@ -211,7 +242,8 @@ async def section_step(args: argparse.Namespace, folder: Path) -> list[dict[str,
             phases.done("train")
             await engine.wake_up(["weights"])
             phases.done("wake_weights")
-            await engine.update_weights(step, trainer.sync_state_dict())
+            state = trainer.sync_state_dict()
+            await engine.update_weights_shared(slot_view(state, step, slots, device_of(state)))
             phases.done("sync")
             await engine.wake_up(["kv_cache"])
             phases.done("wake_kv_cache")
@@ -219,6 +251,7 @@ async def section_step(args: argparse.Namespace, folder: Path) -> list[dict[str,
             step_s = sum(v for k, v in took.items() if k != "trainer_logprobs")
             rows.append({"step": step, "colocate": mode, "step_s": step_s, **gap, **took})
     finally:
+        slots.close()
         await engine.shutdown()
     return rows
 

@@ -83,7 +83,8 @@ class Generator(Actor):
         new weights (`resume_in_flight`, partial rollouts); see `VLLMEngine.update_weights`.
 
         A source on this host that offers `shared_view` (the Monarch weight store) is read in
-        place by vLLM's workers, from shared memory; otherwise the state dict is pulled here.
+        place by vLLM's workers, from shared memory (colocated on one GPU: `device_view`, from
+        the trainer's device memory); otherwise the state dict is pulled here.
         An engine serving LoRA takes adapter tensors (`VLLMEngine.update_adapter`).
         """
         engine = self._engine()
@@ -98,7 +99,7 @@ class Generator(Actor):
         if state_dict is None:
             if source is None:
                 raise ValueError("update_weights needs a state_dict or a source to pull from")
-            view = await source.shared_view(version) if hasattr(source, "shared_view") else None
+            view = await _view_in_place(source, version)
             if view is not None:
                 version = await self._engine().update_weights_shared(
                     view, abort_in_flight, resume_in_flight, rollback
@@ -151,3 +152,12 @@ class Generator(Actor):
         if self.engine is not None:
             await self.engine.shutdown()
             self.engine = None
+
+
+async def _view_in_place(source: StateDictSource, version: int) -> Any:
+    """Where the store holds `version` for vLLM's workers to read in place: a slot of the
+    trainer's device memory (colocated), shared memory on this host, or None (pull it here)."""
+    for where in ("device_view", "shared_view"):
+        if hasattr(source, where) and (view := await getattr(source, where)(version)):
+            return view
+    return None

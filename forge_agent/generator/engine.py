@@ -51,6 +51,7 @@ from forge_agent.generator.weight_files import (
 )
 from forge_agent.trainer.config import LoraConfig
 from forge_agent.types import Completion
+from forge_agent.weights.device_slots import DeviceView
 from forge_agent.weights.layout import tied_names
 
 logger = logging.getLogger(__name__)
@@ -298,9 +299,8 @@ class VLLMEngine:
         self.validate_shapes({k: tuple(v.shape) for k, v in state_dict.items()})
 
     def validate_shapes(self, shapes: dict[str, tuple[int, ...]]) -> None:
-        """Check tensor names and shapes against the model's Hugging Face checkpoint layout
-        (a tied LM head, `lm_head.weight` of a model that ties its embeddings, is accepted and
-        not loaded: the engine loads the embedding once)."""
+        """Check tensor names and shapes against the model's Hugging Face checkpoint layout (a
+        tied `lm_head.weight` is accepted and not loaded: the engine loads the embedding once)."""
         shapes = {k: v for k, v in shapes.items() if k not in self._tied}
         check_shapes(shapes, self._hf_shapes)
 
@@ -318,8 +318,7 @@ class VLLMEngine:
         `abort_in_flight`: end them with `finish_reason="abort"`. `resume_in_flight`: interrupt
         them and continue them on the new weights (partial rollouts; no drain-and-wait).
         The state dict travels to vLLM's workers as a safetensors file in shared memory (a
-        weight store on this host skips that copy: `update_weights_shared`); colocated on one
-        GPU (`colocate` sleep) CUDA tensors go as CUDA IPC handles, loaded in device memory.
+        store skips that copy: `update_weights_shared`); colocated, CUDA tensors by CUDA IPC.
         `version` must be newer than the current one unless `rollback` (a trainer restarted
         from a checkpoint takes the generators back to that policy)."""
         self._check_newer(version, rollback)
@@ -349,17 +348,19 @@ class VLLMEngine:
         resume_in_flight: bool = False,
         rollback: bool = False,
     ) -> int:
-        """Reload weights in place from a weight store's shared-memory version (`SharedView`):
-        vLLM's workers map the store's file and read it once (no copy here, no second file)."""
+        """Reload weights in place from a store's version where it lies, read once by vLLM's
+        workers: a `SharedView` (its shared-memory file mapped) or a `DeviceView` (colocated:
+        its slot of the trainer's device memory, opened by CUDA IPC)."""
         self._check_newer(view.version, rollback)
         self.validate_shapes({m[0]: tuple(m[2]) for m in view.metas})
         metas = [list(m) for m in view.metas if m[0] not in self._tied]
+        on_device = isinstance(view, DeviceView)
+        rpc = "forge_reload_device" if on_device else "forge_reload_weights_shared"
+        where = view.handle if on_device else view.path
 
         async def reload() -> None:
-            args = (view.path, view.nbytes, metas)
-            self.last_reload = await self._llm.collective_rpc(
-                "forge_reload_weights_shared", args=args
-            )
+            args = (where, view.nbytes, metas)
+            self.last_reload = await self._llm.collective_rpc(rpc, args=args)
 
         return await self._swap(view.version, reload, abort_in_flight, resume_in_flight)
 

@@ -50,6 +50,21 @@ class WeightSyncExtension:
         weights = map_shared_view(path, nbytes, metas)
         return self._forge_load(weights, time.perf_counter() - started)
 
+    def forge_reload_device(self, handle: bytes, nbytes: int, metas: list) -> dict[str, float]:
+        """Load a weight-store version from its slot in the trainer's device memory (the
+        store's device transport, colocated on one GPU): the slot opened by its CUDA IPC handle
+        (`weights.device_slots.open_slot`; on CPU its host stand-in), the tensors views of it,
+        copied once into the model's parameters, device to device."""
+        import time
+
+        from forge_agent.weights.device_slots import open_slot
+        from forge_agent.weights.layout import TensorMeta, unpack
+
+        started = time.perf_counter()
+        buf = open_slot(handle)[:nbytes]
+        weights = unpack([TensorMeta(n, d, tuple(s), o, b) for n, d, s, o, b in metas], buf)
+        return self._forge_load(weights, time.perf_counter() - started)
+
     def forge_reload_ipc(self, payload: bytes) -> dict[str, float]:
         """Load tensors shared by CUDA IPC (`weight_files.cuda_ipc_payload`, from a process on
         this GPU: colocated) in place, from device memory: no host copy. Each handle is

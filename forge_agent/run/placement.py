@@ -227,14 +227,17 @@ class Placement:
         from forge_agent.weights.store import make_weight_store
 
         trainer, gen = self.mesh_of("trainer"), self.mesh_of("generator")
+        # colocated: versions in slots of the trainer's device memory (`weights.device_slots`)
+        transport = "auto" if self.cfg.colocate == "off" else "device"
         if trainer == gen == LOCAL:
             # all on this host: the store actor lives in this (the controller's) process; it
             # only keeps a table of shared-memory files, not worth a process of its own
             from monarch.actor import this_proc
 
-            return await make_weight_store(cfg, this_proc())
+            return await make_weight_store(cfg, this_proc(), transport)
         if trainer == gen and self.host_count("generator") == 1:
-            return await make_weight_store(cfg, self.spawn("store", 1, service="trainer"))
+            procs = self.spawn("store", 1, service="trainer")
+            return await make_weight_store(cfg, procs, transport)
         if cfg.backend == "torchstore":
             # TorchStore moves each tensor as a Monarch message (RDMA where Monarch has it),
             # so any host reaches its storage volume, on the trainer's host, without a relay

@@ -13,9 +13,11 @@ Backends (`make_weight_store(WeightStoreConfig(backend=...))`, chosen by config 
   never one message per tensor. When the store actor runs on the caller's host the buffer lives
   in shared memory (`/dev/shm`): the trainer writes it once, the consumer reads it once, and
   only a file name travels through Monarch ("shm" transport). Across hosts the buffer is sent
-  as one Monarch message ("message" transport). Buffers of dropped versions are recycled,
-  because on these machines faulting in fresh pages (~0.3 GB/s) costs far more than copying
-  into mapped ones (~5 GB/s).
+  as one Monarch message ("message" transport). Colocated on one GPU (`services.colocate`) the
+  buffer is a slot in the trainer's device memory and a CUDA IPC handle travels ("device"
+  transport, `forge_agent/weights/device_slots.py`; on CPU its named host stand-in). Buffers
+  of dropped versions are recycled, because on these machines faulting in fresh pages
+  (~0.3 GB/s) costs far more than copying into mapped ones (~5 GB/s).
 - `TorchStoreWeightStore` (`forge_agent/weights/torchstore_store.py`): the real TorchStore
   package (`torchstore` 0.1.2, adapted to Monarch 0.7 by `weights/torchstore_compat.py`).
 
@@ -42,6 +44,7 @@ import torch
 from monarch.actor import Actor, endpoint
 
 from forge_agent.weights.config import OnFull, WeightStoreConfig
+from forge_agent.weights.device_slots import DeviceSlots, DeviceView, device_of, open_slot
 from forge_agent.weights.layout import (
     SharedView,
     StateDict,
@@ -164,6 +167,7 @@ class _Entry:
     nbytes: int
     slot: _ShmSlot | None = None  # shm transport
     data: torch.Tensor | None = None  # message transport
+    device: bytes | None = None  # device transport: the slot's handle (`DeviceSlots`)
 
 
 class WeightStoreActor(Actor):
@@ -233,6 +237,21 @@ class WeightStoreActor(Actor):
             self._recycle(slot)
 
     @endpoint
+    async def make_room(self, version: int) -> list[int] | None:
+        """Room for `version` (evicting the oldest when `on_full="evict"`): the versions kept,
+        or None when full. The device transport reuses the slots of versions not kept."""
+        return sorted(self._entries) if self._has_room(version) else None
+
+    @endpoint
+    async def commit_device(self, version: int, metas: list, nbytes: int, handle: bytes) -> bool:
+        """Publish a version packed into a slot of the trainer's device memory; False: full."""
+        if not self._has_room(version):
+            return False
+        self._drop(version)
+        self._entries[version] = _Entry(metas, nbytes, device=handle)
+        return True
+
+    @endpoint
     async def put_message(self, version: int, metas: list[TensorMeta], data: torch.Tensor) -> bool:
         """Store a version sent as one flat uint8 tensor; False when full."""
         if not self._has_room(version):
@@ -287,12 +306,13 @@ def _unlink(path: str) -> None:
 
 class MonarchWeightStore:
     """Client of a `WeightStoreActor` (picklable: it can be handed to trainer and generator
-    actors). `transport="auto"` uses shared memory when the store runs on this host."""
+    actors). `transport="auto"` uses shared memory when the store runs on this host;
+    `"device"` (colocated on one GPU) slots in the putting process's device memory."""
 
     def __init__(
         self,
         actor: Any,
-        transport: Literal["auto", "shm", "message"] = "auto",
+        transport: Literal["auto", "shm", "message", "device"] = "auto",
         max_versions: int | None = 2,
         on_full: OnFull = "evict",
         put_timeout_s: float = 60.0,
@@ -301,6 +321,7 @@ class MonarchWeightStore:
         self.max_versions, self.on_full, self.put_timeout_s = max_versions, on_full, put_timeout_s
         self._maps: OrderedDict[str, torch.Tensor] = OrderedDict()  # path -> mapped buffer
         self._resolved: str | None = None
+        self._slots: DeviceSlots | None = None  # the device transport's, in the putting process
 
     @classmethod
     async def spawn(
@@ -314,7 +335,7 @@ class MonarchWeightStore:
         return store
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_maps": OrderedDict(), "_resolved": None}
+        return {**self.__dict__, "_maps": OrderedDict(), "_resolved": None, "_slots": None}
 
     async def _transport(self) -> str:
         if self._resolved is None:
@@ -360,7 +381,10 @@ class MonarchWeightStore:
         metas, nbytes = layout(state_dict)
         if self.on_full == "block":
             await wait_for_room(self.versions, self.max_versions, deadline, f"put({version})")
-        if await self._transport() == "shm":
+        transport = await self._transport()
+        if transport == "device":
+            await self._put_device(version, state_dict, metas, nbytes, deadline)
+        elif transport == "shm":
             slot = await self.actor.reserve.call_one(nbytes)
             try:
                 await asyncio.to_thread(pack_into, state_dict, metas, self._map(slot))
@@ -377,13 +401,34 @@ class MonarchWeightStore:
             while not await self.actor.put_message.call_one(version, metas, buf):
                 await wait_for_room(self.versions, self.max_versions, deadline, f"put({version})")
 
+    async def _put_device(
+        self, version: int, state_dict: Mapping[str, torch.Tensor], metas, nbytes, deadline
+    ) -> None:
+        """Pack `state_dict` into a slot on its own device and publish the slot's handle."""
+        device = device_of(dict(state_dict))
+        while (kept := await self.actor.make_room.call_one(version)) is None:
+            await wait_for_room(self.versions, self.max_versions, deadline, f"put({version})")
+        if self._slots is None:
+            self._slots = DeviceSlots(self.max_versions or 2)
+        buf, handle = self._slots.slot_for(version, nbytes, device, set(kept))
+        await asyncio.to_thread(pack_into, state_dict, metas, buf)
+        if device.type == "cuda":
+            torch.cuda.current_stream(device).synchronize()  # packed before a reader opens it
+        while not await self.actor.commit_device.call_one(version, metas, nbytes, handle):
+            await wait_for_room(self.versions, self.max_versions, deadline, f"put({version})")
+
     async def get(
         self, version: int | None = None, into: Mapping[str, torch.Tensor] | None = None
     ) -> StateDict:
         """Fetch `version` (latest when None): copied into `into`'s tensors in place when
         given (the fast path: no allocation), else into fresh tensors."""
         v, entry = await self.actor.get.call_one(version)
-        buf = self._map(entry.slot)[: entry.nbytes] if entry.slot is not None else entry.data
+        if entry.device is not None:
+            buf = open_slot(entry.device)[: entry.nbytes]
+        elif entry.slot is not None:
+            buf = self._map(entry.slot)[: entry.nbytes]
+        else:
+            buf = entry.data
         return await asyncio.to_thread(_materialize, unpack(entry.metas, buf), into, v)
 
     async def shared_view(self, version: int | None = None) -> SharedView | None:
@@ -397,20 +442,36 @@ class MonarchWeightStore:
         metas = [(m.name, m.dtype, list(m.shape), m.offset, m.nbytes) for m in entry.metas]
         return SharedView(v, entry.slot.path, entry.nbytes, metas)
 
+    async def device_view(self, version: int | None = None) -> DeviceView | None:
+        """`version` (latest when None) as a slot of the trainer's device memory, for vLLM's
+        worker on the same GPU to open in place; None unless the device transport put it."""
+        if await self._transport() != "device":
+            return None
+        v, entry = await self.actor.get.call_one(version)
+        if entry.device is None:
+            return None
+        metas = [(m.name, m.dtype, list(m.shape), m.offset, m.nbytes) for m in entry.metas]
+        return DeviceView(v, entry.device, entry.nbytes, metas)
+
     async def drop(self, version: int) -> None:
         await self.actor.drop.call_one(version)
 
     async def close(self) -> None:
         self._maps.clear()
         await self.actor.close.call_one()
+        if self._slots is not None:
+            self._slots.close()
 
 
 # ---------------------------------------------------------------------------------------------
 
 
-async def make_weight_store(cfg: WeightStoreConfig, procs: Any = None) -> WeightStore:
+async def make_weight_store(
+    cfg: WeightStoreConfig, procs: Any = None, transport: str = "auto"
+) -> WeightStore:
     """Build the weight store ``cfg.backend`` names (``procs``: a one-proc mesh for "monarch",
-    where "torchstore" puts its storage volume too; a new proc of this host when None)."""
+    where "torchstore" puts its storage volume too; a new proc of this host when None;
+    ``transport``: the "monarch" client's, `MonarchWeightStore`)."""
     kwargs = dict(max_versions=cfg.max_versions, on_full=cfg.on_full)
     kwargs["put_timeout_s"] = cfg.put_timeout_s
     if cfg.backend == "local":
@@ -418,7 +479,7 @@ async def make_weight_store(cfg: WeightStoreConfig, procs: Any = None) -> Weight
     if cfg.backend == "monarch":
         if procs is None:
             raise ValueError("weight_store.backend=monarch needs procs= (a Monarch proc mesh)")
-        return await MonarchWeightStore.spawn(procs, **kwargs)
+        return await MonarchWeightStore.spawn(procs, transport=transport, **kwargs)
     if cfg.backend == "torchstore":
         from forge_agent.weights.torchstore_store import TorchStoreWeightStore
 
