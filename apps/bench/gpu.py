@@ -326,7 +326,12 @@ def run_section(args: argparse.Namespace, name: str, folder: Path) -> Any:
 def in_child(args: argparse.Namespace, name: str) -> Any:
     """Section `name` in a fresh process; its JSON result, or the error verbatim."""
     argv = [sys.executable, "-m", "apps.bench.gpu", "--child", name, *args.passthrough]
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=args.section_timeout)
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=args.section_timeout)
+    except subprocess.TimeoutExpired as exc:  # the next sections still run
+        tail = (exc.stderr or b"")[-3000:]
+        tail = tail.decode(errors="replace") if isinstance(tail, bytes) else tail
+        return {"case": name, "error": f"timed out after {args.section_timeout} s\n{tail}"}
     lines = [x for x in done.stdout.splitlines() if x.startswith("RESULT ")]
     if done.returncode or not lines:
         return {"case": name, "error": done.stderr[-3000:] or f"exit {done.returncode}"}
@@ -364,6 +369,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         t0 = time.perf_counter()
         report["sections"][name] = in_child(args, name)
         print(f"[{name}] {time.perf_counter() - t0:.0f} s", flush=True)
+        write_json(args.out, report)  # a run cut short keeps the sections that finished
     print_report(report["sections"])
     write_json(args.out, report)
     return report
