@@ -54,7 +54,7 @@ part bench 420 python -m apps.bench.gpu --out "$out/gpu.json" --section-timeout 
 
 part tests 240 python -m pytest -q -rs -p no:cacheprovider \
     tests/test_cuda_start.py tests/test_colocation_cuda.py tests/test_generator_defaults.py \
-    tests/test_final_only_outputs.py tests/test_titan.py
+    tests/test_final_only_outputs.py tests/test_weight_store.py tests/test_titan.py
 
 part loop 420 python -m apps.agent.main device=cuda services.colocate=sleep \
     services.trainer.with_gpus=true services.generator.with_gpus=true \

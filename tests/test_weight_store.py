@@ -254,6 +254,36 @@ def test_stand_in_slots_of_a_dead_trainer_are_removed_by_the_next_one(tmp_path):
     assert not dead.exists() and live.exists() and other.exists()
 
 
+def test_a_cpu_trainers_slots_are_not_page_locked_and_cuda_stays_untouched():
+    from forge_agent.weights.device_slots import HostLocks
+
+    locks = HostLocks()
+    locks.lock("slot", torch.zeros(64, dtype=torch.uint8), state_dict())
+    assert locks._locked == {} and not torch.cuda.is_initialized()
+
+
+def test_a_gpu_trainers_copies_go_into_a_page_locked_slot(store_procs):
+    """The shm transport with a GPU trainer: the slot is page-locked in place
+    (`cudaHostRegister`) before the device-to-host pack, once per slot."""
+    if torch.cuda.device_count() == 0:
+        pytest.skip("no CUDA device")
+
+    async def run():
+        store = await MonarchWeightStore.spawn(store_procs, name="ws_locked", transport="shm")
+        for v in range(3):
+            await store.put(v, {k: t.cuda() for k, t in state_dict(v).items()})
+        locked = dict(store._locks._locked)
+        got = await store.get(2)
+        await store.close()
+        return locked, got, dict(store._locks._locked)
+
+    locked, got, after_close = asyncio.run(run())
+    assert locked and all(ptr is not None for ptr in locked.values())
+    assert len(locked) <= 2  # three puts, slots reused
+    assert_same(got, state_dict(2))
+    assert after_close == {}
+
+
 def test_monarch_blocking_put_times_out(store_procs):
     async def run():
         store = await MonarchWeightStore.spawn(

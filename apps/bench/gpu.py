@@ -11,8 +11,9 @@ engine core before anything touches CUDA):
   as a run moves it (`update_weights_shared`: the weight store's layout, packed into a slot,
   read in place by vLLM's worker), seconds and GB/s, median of `--repeats`, two ways: the
   store's shared memory (trainer and generator in two processes or on two GPUs: device to
-  host, host to device) and its device transport (colocated on one GPU: a slot of the
-  trainer's GPU memory opened by CUDA IPC, device to device; on CPU its host stand-in); then
+  host into the page-locked slot, host to device) and its device transport (colocated on one
+  GPU: a slot of the trainer's GPU memory opened by CUDA IPC, device to device; on CPU its host
+  stand-in); then
   LoRA (rank 16, q/k/v/o): the adapter's tensors (`update_adapter`). The slots are packed
   as the store packs them, without its Monarch actor (which may not run on the GPU machine).
 - `step`: `--steps` colocated RL steps (`services.colocate`: vLLM's sleep mode on CUDA,
@@ -133,7 +134,7 @@ async def section_sync(args: argparse.Namespace, folder: Path) -> list[dict[str,
     from forge_agent.generator.engine import VLLMEngine
     from forge_agent.trainer import Trainer, TrainerConfig
     from forge_agent.trainer.config import LoraConfig
-    from forge_agent.weights.device_slots import DeviceSlots, device_of
+    from forge_agent.weights.device_slots import DeviceSlots, HostLocks, device_of
 
     rows = []
     cases = {"full, store shared memory (2 processes)": "cpu", "full, GPU slot (colocated)": None}
@@ -145,15 +146,17 @@ async def section_sync(args: argparse.Namespace, folder: Path) -> list[dict[str,
             state = trainer.sync_state_dict()
             nbytes = sum(v.numel() * v.element_size() for v in state.values())
             for case, where in ({"LoRA adapter (rank 16)": None} if lora else cases).items():
-                slots, times = DeviceSlots(1), []
+                slots, locks, times = DeviceSlots(1), HostLocks(), []
                 device = device_of(state) if where is None else where
                 for version in range(len(rows) * 100 + 1, len(rows) * 100 + args.repeats + 2):
                     t0 = time.perf_counter()
                     if lora:
                         await engine.update_adapter(version, state)
                     else:
-                        await engine.update_weights_shared(slot_view(state, version, slots, device))
+                        view = slot_view(state, version, slots, device, locks)
+                        await engine.update_weights_shared(view)
                     times.append(time.perf_counter() - t0)
+                locks.release_all()
                 slots.close()
                 median = statistics.median(times[1:])
                 reload = engine.last_reload[0] if engine.last_reload else {}
@@ -167,22 +170,24 @@ async def section_sync(args: argparse.Namespace, folder: Path) -> list[dict[str,
     return rows
 
 
-def slot_view(state: dict, version: int, slots: Any, device: Any) -> Any:
+def slot_view(state: dict, version: int, slots: Any, device: Any, locks: Any = None) -> Any:
     """`state` packed into a slot on `device` as the weight store packs a version (the GPU's
-    memory: the device transport; "cpu": host shared memory, as the store's own), and the
-    view vLLM's worker reads it by (`VLLMEngine.update_weights_shared`)."""
+    memory: the device transport; "cpu": host shared memory, as the store's own, page-locked
+    by `locks` as the store does), and the view vLLM's worker reads it by
+    (`VLLMEngine.update_weights_shared`)."""
     import torch
 
     from forge_agent.weights.device_slots import DeviceView
-    from forge_agent.weights.layout import layout, pack_into
+    from forge_agent.weights.layout import layout, meta_table, pack_into
 
     metas, nbytes = layout(state)
     buf, handle = slots.slot_for(version, nbytes, torch.device(device), kept=set())
+    if locks is not None and buf.device.type == "cpu":
+        locks.lock(str(buf.data_ptr()), buf, state)
     pack_into(state, metas, buf)
     if any(v.is_cuda for v in state.values()):
         torch.cuda.synchronize()
-    table = [(m.name, m.dtype, list(m.shape), m.offset, m.nbytes) for m in metas]
-    return DeviceView(version, handle, nbytes, table)
+    return DeviceView(version, handle, nbytes, meta_table(metas))
 
 
 def _trajectory(prompt: list[int], completion: Any, advantage: float):

@@ -18,9 +18,11 @@ the store's table of versions, the generator's and vLLM worker's reads) is the c
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import pickle
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,6 +30,7 @@ import torch
 
 from forge_agent.weights.protocol import WeightStoreError
 
+logger = logging.getLogger(__name__)
 _PREFIX = "forge_ds_"
 _OPENED_HERE: dict[str, torch.Tensor] = {}
 """This process's own slots by id: a CUDA IPC handle cannot be opened by the process that made
@@ -159,3 +162,32 @@ def _alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+class HostLocks:
+    """Host buffers page-locked in place for copies from a GPU (`cudaHostRegister`), by key
+    (a store slot's file): a trainer's device-to-host copies into the store's shared memory
+    then run at pinned-memory speed with no staging copy (40.7 against 12.9 GB/s for the
+    per-tensor pack on an H200, docs/gpu.md). Locking costs about 0.6 s per 1.5 GB slot, once
+    (the store reuses its slots); a buffer must be released before it is unmapped. Where the
+    driver refuses, copies stay pageable (logged once)."""
+
+    def __init__(self) -> None:
+        self._locked: dict[str, int | None] = {}  # key -> registered pointer (None: refused)
+
+    def lock(self, key: str, buf: torch.Tensor, state_dict: Mapping[str, torch.Tensor]) -> None:
+        """Page-lock `buf` unless done, or unless nothing in `state_dict` is on a GPU."""
+        if key in self._locked or not any(v.is_cuda for v in state_dict.values()):
+            return
+        code = torch.cuda.cudart().cudaHostRegister(buf.data_ptr(), buf.numel() * buf.itemsize, 0)
+        self._locked[key] = buf.data_ptr() if int(code) == 0 else None
+        if int(code) != 0 and not any(v is None for k, v in self._locked.items() if k != key):
+            logger.warning("cudaHostRegister refused (%s): weight copies stay pageable", code)
+
+    def release(self, key: str) -> None:
+        if (ptr := self._locked.pop(key, None)) is not None:
+            torch.cuda.cudart().cudaHostUnregister(ptr)
+
+    def release_all(self) -> None:
+        for key in list(self._locked):
+            self.release(key)

@@ -72,6 +72,11 @@ class SharedView:
     metas: list[tuple[str, str, list[int], int, int]]
 
 
+def meta_table(metas: list[TensorMeta]) -> list[tuple[str, str, list[int], int, int]]:
+    """`metas` as plain tuples (name, dtype, shape, offset, nbytes), as views carry them."""
+    return [(m.name, m.dtype, list(m.shape), m.offset, m.nbytes) for m in metas]
+
+
 def map_shared_view(path: str, nbytes: int, metas: list) -> StateDict:
     """Views of a `SharedView`'s tensors, mapped from its file (read in place, no copy)."""
     buf = torch.from_file(path, shared=True, size=nbytes, dtype=torch.uint8)

@@ -11,20 +11,18 @@ Backends (`make_weight_store(WeightStoreConfig(backend=...))`, chosen by config 
 - `MonarchWeightStore`: a client for a `WeightStoreActor` (a Monarch actor that owns the
   versions). Each put is ONE flat contiguous byte buffer plus a small table of tensor metadata,
   never one message per tensor. When the store actor runs on the caller's host the buffer lives
-  in shared memory (`/dev/shm`): the trainer writes it once, the consumer reads it once, and
-  only a file name travels through Monarch ("shm" transport). Across hosts the buffer is sent
-  as one Monarch message ("message" transport). Colocated on one GPU (`services.colocate`) the
-  buffer is a slot in the trainer's device memory and a CUDA IPC handle travels ("device"
-  transport, `forge_agent/weights/device_slots.py`; on CPU its named host stand-in). Buffers
-  of dropped versions are recycled, because on these machines faulting in fresh pages
-  (~0.3 GB/s) costs far more than copying into mapped ones (~5 GB/s).
+  in shared memory (`/dev/shm`, page-locked for a GPU trainer): written once, read once, only
+  a file name through Monarch ("shm"). Across hosts: one Monarch message ("message").
+  Colocated on one GPU: a slot of the trainer's device memory, its CUDA IPC handle through
+  Monarch ("device", `weights/device_slots.py`; on CPU a named host stand-in). Dropped
+  versions' buffers are recycled: faulting in fresh pages (~0.3 GB/s here) costs far more
+  than copying into mapped ones (~5 GB/s).
 - `TorchStoreWeightStore` (`forge_agent/weights/torchstore_store.py`): the real TorchStore
   package (`torchstore` 0.1.2, adapted to Monarch 0.7 by `weights/torchstore_compat.py`).
 
-Capacity: `max_versions` versions are kept. When full, `on_full="evict"` drops the oldest
-version; `on_full="block"` waits for a consumer to `drop` one. A put that cannot finish within
-`put_timeout_s` (full store, hung store actor) raises `WeightStoreTimeoutError` instead of
-hanging the trainer.
+Capacity: `max_versions` versions. When full, `on_full="evict"` drops the oldest;
+`on_full="block"` waits for a consumer to `drop` one. A put not done within `put_timeout_s`
+(full store, hung actor) raises `WeightStoreTimeoutError` instead of hanging the trainer.
 """
 
 from __future__ import annotations
@@ -44,12 +42,19 @@ import torch
 from monarch.actor import Actor, endpoint
 
 from forge_agent.weights.config import OnFull, WeightStoreConfig
-from forge_agent.weights.device_slots import DeviceSlots, DeviceView, device_of, open_slot
+from forge_agent.weights.device_slots import (
+    DeviceSlots,
+    DeviceView,
+    HostLocks,
+    device_of,
+    open_slot,
+)
 from forge_agent.weights.layout import (
     SharedView,
     StateDict,
     TensorMeta,
     layout,
+    meta_table,
     pack_into,
     unpack,
 )
@@ -322,6 +327,7 @@ class MonarchWeightStore:
         self._maps: OrderedDict[str, torch.Tensor] = OrderedDict()  # path -> mapped buffer
         self._resolved: str | None = None
         self._slots: DeviceSlots | None = None  # the device transport's, in the putting process
+        self._locks = HostLocks()  # shm slots page-locked for a GPU trainer's copies
 
     @classmethod
     async def spawn(
@@ -335,7 +341,8 @@ class MonarchWeightStore:
         return store
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_maps": OrderedDict(), "_resolved": None, "_slots": None}
+        state = {**self.__dict__, "_maps": OrderedDict(), "_resolved": None, "_slots": None}
+        return {**state, "_locks": HostLocks()}
 
     async def _transport(self) -> str:
         if self._resolved is None:
@@ -350,10 +357,11 @@ class MonarchWeightStore:
     def _map(self, slot: _ShmSlot) -> torch.Tensor:
         buf = self._maps.pop(slot.path, None)
         if buf is None or buf.numel() < slot.nbytes:
+            self._locks.release(slot.path)  # its old mapping goes
             buf = torch.from_file(slot.path, shared=True, size=slot.nbytes, dtype=torch.uint8)
         self._maps[slot.path] = buf
         while len(self._maps) > (self.max_versions or 2) + 2:
-            self._maps.popitem(last=False)
+            self._locks.release(self._maps.popitem(last=False)[0])
         return buf
 
     async def versions(self) -> list[int]:
@@ -387,7 +395,9 @@ class MonarchWeightStore:
         elif transport == "shm":
             slot = await self.actor.reserve.call_one(nbytes)
             try:
-                await asyncio.to_thread(pack_into, state_dict, metas, self._map(slot))
+                buf = self._map(slot)
+                self._locks.lock(slot.path, buf, state_dict)  # a GPU trainer's: pinned copies
+                await asyncio.to_thread(pack_into, state_dict, metas, buf)
                 while not await self.actor.commit.call_one(version, metas, nbytes, slot.path):
                     await wait_for_room(
                         self.versions, self.max_versions, deadline, f"put({version})"
@@ -439,8 +449,7 @@ class MonarchWeightStore:
         v, entry = await self.actor.get.call_one(version)
         if entry.slot is None:
             return None
-        metas = [(m.name, m.dtype, list(m.shape), m.offset, m.nbytes) for m in entry.metas]
-        return SharedView(v, entry.slot.path, entry.nbytes, metas)
+        return SharedView(v, entry.slot.path, entry.nbytes, meta_table(entry.metas))
 
     async def device_view(self, version: int | None = None) -> DeviceView | None:
         """`version` (latest when None) as a slot of the trainer's device memory, for vLLM's
@@ -450,13 +459,13 @@ class MonarchWeightStore:
         v, entry = await self.actor.get.call_one(version)
         if entry.device is None:
             return None
-        metas = [(m.name, m.dtype, list(m.shape), m.offset, m.nbytes) for m in entry.metas]
-        return DeviceView(v, entry.device, entry.nbytes, metas)
+        return DeviceView(v, entry.device, entry.nbytes, meta_table(entry.metas))
 
     async def drop(self, version: int) -> None:
         await self.actor.drop.call_one(version)
 
     async def close(self) -> None:
+        self._locks.release_all()
         self._maps.clear()
         await self.actor.close.call_one()
         if self._slots is not None:
