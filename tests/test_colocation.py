@@ -21,6 +21,11 @@ from forge_agent.typed_config import ConfigError
 from tests.helpers import short_training
 
 AGENT_DIR = Path(__file__).resolve().parents[1] / "apps" / "agent"
+_ONE_GPU = [
+    "services.colocate=sleep",
+    "services.trainer.with_gpus=true",
+    "services.generator.with_gpus=true",
+]
 
 
 def test_gpu_1x_yaml_puts_trainer_and_generator_on_one_gpu_with_cuda_defaults():
@@ -46,11 +51,23 @@ def test_gpu_1x_yaml_puts_trainer_and_generator_on_one_gpu_with_cuda_defaults():
         ),
         (["services.colocate=standin", "training.max_policy_lag=1"], r"max_policy_lag 0"),
         (["services.colocate=standin", "services.trainer.procs=2"], r"one trainer rank"),
+        (
+            [*_ONE_GPU, "generator.engine_core=inproc"],
+            r"services.colocate.*generator.engine_core process or auto",
+        ),
     ],
 )
 def test_a_colocation_that_cannot_share_one_device_is_refused_naming_the_key(overrides, message):
     with pytest.raises(ConfigError, match=message):
         load_config(None, overrides)
+
+
+def test_sleep_mode_on_an_engine_core_without_one_is_refused_naming_the_key():
+    from forge_agent.generator.inproc import InprocLLM
+
+    engine = InprocLLM.__new__(InprocLLM)  # its class, not started: what make_sleeper sees
+    with pytest.raises(ValueError, match=r"InprocLLM.*generator.engine_core=process"):
+        make_sleeper("sleep", engine)
 
 
 def test_sleep_mode_on_a_machine_without_cuda_is_refused_naming_the_stand_in():

@@ -36,6 +36,12 @@ class VLLMSleep:
     """vLLM's sleep mode on a running `AsyncLLM` (started with `enable_sleep_mode=True`)."""
 
     def __init__(self, llm: Any) -> None:
+        if not hasattr(llm, "sleep"):  # the in-process engine core (`generator.inproc`)
+            raise ValueError(
+                "services.colocate=sleep needs vLLM's AsyncLLM with its engine core in a process "
+                f"of its own, and this engine ({type(llm).__name__}) has no sleep mode; set "
+                "generator.engine_core=process (or auto on a GPU)"
+            )
         self.llm = llm
 
     async def sleep(self, level: int) -> None:
@@ -88,4 +94,6 @@ def make_sleeper(mode: str, llm: Any) -> Sleeper | None:
     """The sleeper of `services.colocate` `mode` for the started engine `llm` (None: off)."""
     if mode not in COLOCATE_MODES:
         raise ValueError(f"services.colocate={mode!r}; expected one of {COLOCATE_MODES}")
-    return {"off": None, "sleep": VLLMSleep(llm), "standin": SleepStandin()}[mode]
+    if mode == "off":
+        return None
+    return VLLMSleep(llm) if mode == "sleep" else SleepStandin()

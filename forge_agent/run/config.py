@@ -308,6 +308,13 @@ def _check_colocation(cfg: AgentConfig) -> None:
         f"training.max_policy_lag 0 (the generator sleeps while the trainer steps), got "
         f"{cfg.training.max_policy_lag}",
     )
+    _check(
+        not (mode == "sleep" and cfg.generator.engine_core == "inproc"),
+        key,
+        mode,
+        "vLLM's engine core in a process of its own (generator.engine_core process or auto; "
+        "the in-process core has no sleep mode)",
+    )
 
 
 # ============================================================ loading (AgentConfig by default)
