@@ -423,7 +423,7 @@ class MonarchWeightStore:
         buf, handle = self._slots.slot_for(version, nbytes, device, set(kept))
         await asyncio.to_thread(pack_into, state_dict, metas, buf)
         if device.type == "cuda":
-            torch.cuda.current_stream(device).synchronize()  # packed before a reader opens it
+            torch.cuda.synchronize(device)  # packed (in a worker thread) before a reader opens it
         while not await self.actor.commit_device.call_one(version, metas, nbytes, handle):
             await wait_for_room(self.versions, self.max_versions, deadline, f"put({version})")
 
