@@ -36,7 +36,7 @@ from forge_agent.run.recovery import Recovery
 from forge_agent.run.rollouts import Engines, build_run_engines, evaluate_policy, record_episode
 from forge_agent.run.services import Services
 from forge_agent.run.setup_checks import check_start_signal
-from forge_agent.run.signals import cancel_on_signals, python_handlers
+from forge_agent.run.signals import cancel_on_signals, python_handlers, raise_if_cancelled
 from forge_agent.run.supervision import ServiceFailed, ServiceRestarted
 from forge_agent.types import Group
 
@@ -118,12 +118,14 @@ class Controller:
         rollouts = asyncio.create_task(self._rollout_loop())
         try:
             while self.step < cfg.training.steps:
+                raise_if_cancelled()  # a Ctrl-C whose cancel an await swallowed (run.signals)
                 groups = await self.buffer.take_while(rollouts, gps, self.version)
                 stepped = await self._train_step(groups)
                 if stepped is None:  # no kept group, or the trainer went back to a checkpoint
                     continue
                 if await self._evaluate_and_checkpoint():
                     outputs.log_step(self, *stepped)
+            raise_if_cancelled()
         finally:
             rollouts.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):

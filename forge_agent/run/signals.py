@@ -6,7 +6,10 @@ Two phases need two mechanisms:
   thread; Monarch's runtime, started when the first proc mesh spawns, replaces the process's
   SIGINT disposition, so the handlers are installed again explicitly;
 - once actors run, `cancel_on_signals(task)` makes a signal cancel the run's task, so every
-  actor, env worker and sandbox is shut down by the run's `finally`.
+  actor, env worker and sandbox is shut down by the run's `finally`. A cancel can be lost on
+  the way: Python 3.11's `asyncio.wait_for` returns its result, swallowing the cancel, when
+  the awaited call completes in the same loop turn (fixed in 3.12). The training loop calls
+  `raise_if_cancelled()` at each step, so such a stop takes effect one step later.
 """
 
 from __future__ import annotations
@@ -63,3 +66,12 @@ def cancel_on_signals(task: asyncio.Task | None) -> Iterator[None]:
     finally:
         for sig in handled:
             loop.remove_signal_handler(sig)
+
+
+def raise_if_cancelled() -> None:
+    """Raise `CancelledError` if the running task was cancelled and goes on anyway (a cancel
+    swallowed by an await on the way, `asyncio.wait_for` before Python 3.12): a Ctrl-C that
+    printed "stopping" then stops the run, instead of the run finishing its steps."""
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError
