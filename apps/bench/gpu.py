@@ -171,22 +171,19 @@ async def section_sync(args: argparse.Namespace, folder: Path) -> list[dict[str,
 
 
 def slot_view(state: dict, version: int, slots: Any, device: Any, locks: Any = None) -> Any:
-    """`state` packed into a slot on `device` as the weight store packs a version (the GPU's
-    memory: the device transport; "cpu": host shared memory, as the store's own, page-locked
-    by `locks` as the store does), and the view vLLM's worker reads it by
-    (`VLLMEngine.update_weights_shared`)."""
+    """`state` packed into a slot on `device` as the weight store packs a version
+    (`DeviceSlots.pack`; the GPU's memory: the device transport; "cpu": host shared memory, as
+    the store's own, page-locked by `locks` as the store does, from the second pack on), and
+    the view vLLM's worker reads it by (`VLLMEngine.update_weights_shared`)."""
     import torch
 
     from forge_agent.weights.device_slots import DeviceView
-    from forge_agent.weights.layout import layout, meta_table, pack_into
+    from forge_agent.weights.layout import layout, meta_table
 
     metas, nbytes = layout(state)
-    buf, handle = slots.slot_for(version, nbytes, torch.device(device), kept=set())
+    buf, handle = slots.pack(state, metas, nbytes, version, set(), torch.device(device))
     if locks is not None and buf.device.type == "cpu":
         locks.lock(str(buf.data_ptr()), buf, state)
-    pack_into(state, metas, buf)
-    if any(v.is_cuda for v in state.values()):
-        torch.cuda.synchronize()
     return DeviceView(version, handle, nbytes, meta_table(metas))
 
 

@@ -72,15 +72,11 @@ class WeightSyncExtension:
         import pickle
         import time
 
-        import torch
+        from forge_agent.weights.device_slots import open_cuda_handle
 
         started = time.perf_counter()
-        device = torch.cuda.current_device()
-        weights = {}
-        for name, (rebuild, args) in pickle.loads(payload).items():
-            args = list(args)
-            args[6] = device  # rebuild_cuda_tensor's device index, as this process numbers it
-            weights[name] = rebuild(*args)
+        handles = pickle.loads(payload).items()
+        weights = {name: open_cuda_handle(rebuild, args) for name, (rebuild, args) in handles}
         return self._forge_load(weights, time.perf_counter() - started)
 
     def _forge_load(self, weights: dict[str, Any], read_s: float) -> dict[str, float]:

@@ -93,6 +93,28 @@ class DeviceSlots:
         slot.version = version
         return slot.buf, slot.handle
 
+    def pack(
+        self,
+        state_dict: Mapping[str, torch.Tensor],
+        metas: list,
+        nbytes: int,
+        version: int,
+        kept: set[int],
+        device: torch.device | None = None,
+    ) -> tuple[torch.Tensor, bytes]:
+        """`state_dict` packed (`layout.pack_into`, `metas` and `nbytes` from `layout.layout`)
+        into a slot for `version` on `device` (default: the state dict's own), finished on the
+        GPU before this returns, so a reader may open it: the slot's buffer and handle."""
+        from forge_agent.weights.layout import pack_into
+
+        device = device_of(dict(state_dict)) if device is None else device
+        buf, handle = self.slot_for(version, nbytes, device, kept)
+        pack_into(state_dict, metas, buf)
+        on_gpu = [v.device for v in state_dict.values() if v.is_cuda]
+        if on_gpu:
+            torch.cuda.synchronize(on_gpu[0])  # the copies are done before a reader opens it
+        return buf, handle
+
     def _new(self, nbytes: int, device: torch.device) -> _Slot:
         slot_id = f"{_PREFIX}{os.getpid()}_{uuid.uuid4().hex[:8]}"
         if device.type == "cuda":
@@ -137,9 +159,15 @@ def open_slot(handle: bytes) -> torch.Tensor:
     if kind == "host":
         path, nbytes = rest
         return torch.from_file(path, shared=True, size=nbytes, dtype=torch.uint8)
-    rebuild, args = rest
+    return open_cuda_handle(*rest)
+
+
+def open_cuda_handle(rebuild: Any, args: tuple) -> torch.Tensor:
+    """A tensor shared by CUDA IPC (`torch.multiprocessing.reductions.reduce_tensor`'s
+    `(rebuild, args)`), opened on this process's current device: the one GPU both processes
+    see, whatever index each gives it."""
     opened: list[Any] = list(args)
-    opened[6] = torch.cuda.current_device()  # rebuild_cuda_tensor's device, as numbered here
+    opened[6] = torch.cuda.current_device()  # rebuild_cuda_tensor's device index
     return rebuild(*opened)
 
 

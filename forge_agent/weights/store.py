@@ -46,7 +46,6 @@ from forge_agent.weights.device_slots import (
     DeviceSlots,
     DeviceView,
     HostLocks,
-    device_of,
     open_slot,
 )
 from forge_agent.weights.layout import (
@@ -415,15 +414,12 @@ class MonarchWeightStore:
         self, version: int, state_dict: Mapping[str, torch.Tensor], metas, nbytes, deadline
     ) -> None:
         """Pack `state_dict` into a slot on its own device and publish the slot's handle."""
-        device = device_of(dict(state_dict))
         while (kept := await self.actor.make_room.call_one(version)) is None:
             await wait_for_room(self.versions, self.max_versions, deadline, f"put({version})")
         if self._slots is None:
             self._slots = DeviceSlots(self.max_versions or 2)
-        buf, handle = self._slots.slot_for(version, nbytes, device, set(kept))
-        await asyncio.to_thread(pack_into, state_dict, metas, buf)
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)  # packed (in a worker thread) before a reader opens it
+        pack = self._slots.pack
+        _, handle = await asyncio.to_thread(pack, state_dict, metas, nbytes, version, set(kept))
         while not await self.actor.commit_device.call_one(version, metas, nbytes, handle):
             await wait_for_room(self.versions, self.max_versions, deadline, f"put({version})")
 
