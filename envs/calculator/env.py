@@ -26,6 +26,9 @@ SYSTEM_PROMPT = (
     "with only the final answer as an integer."
 )
 
+NO_TOOL_PROMPT = "Solve the arithmetic problem. Reply with only the final answer as an integer."
+"""The system prompt with `tool=False`: the same task, answered without a calculator."""
+
 _BOXED = re.compile(r"\\boxed\{\s*(-?[\d,]+)\s*\}")
 _BARE = re.compile(r"-?\d+")
 
@@ -47,6 +50,8 @@ class CalculatorEnv(ToolEnv):
         tool_log_chars: > 0 makes the tool's reply an evaluation log of this many characters,
             then the result on its last line (`tools.calculator.logging_calculator`): long tool
             outputs at the same task, for the speed bench. 0: the bare result.
+        tool: False offers no tool (and says so in the system prompt): the model alone on the
+            same tasks, the reference line a tool-use result is read against.
     """
 
     tools = (calculator,)
@@ -54,17 +59,25 @@ class CalculatorEnv(ToolEnv):
     tool_timeout_s = 5.0
     required_fields = ("prompt", "answer")
 
-    def __init__(self, difficulty: int = 1, tool_log_chars: int = 0) -> None:
+    def __init__(self, difficulty: int = 1, tool_log_chars: int = 0, tool: bool = True) -> None:
         if difficulty not in DIFFICULTIES:  # refused when built, before any task is made
             raise ValueError(f"difficulty must be one of {DIFFICULTIES}, got {difficulty!r}")
         if not isinstance(tool_log_chars, int) or tool_log_chars < 0:
             raise ValueError(f"tool_log_chars must be an int >= 0, got {tool_log_chars!r}")
         self.difficulty = int(difficulty)
         self.tool_log_chars = tool_log_chars
+        if not isinstance(tool, bool):
+            raise ValueError(f"tool must be true or false, got {tool!r}")
         self.tool = logging_calculator(tool_log_chars) if tool_log_chars else calculator
+        self.offers_tool = tool
+        if not tool:
+            self.system_prompt = NO_TOOL_PROMPT
 
     def get_tools(self) -> list[Any]:
-        """The class's `tools` (a subclass may set its own), or the logging calculator."""
+        """The class's `tools` (a subclass may set its own), the logging calculator, or none
+        (`tool=False`)."""
+        if not self.offers_tool:
+            return []
         return [self.tool] if self.tool_log_chars else super().get_tools()
 
     def default_task(self, seed: int) -> dict[str, Any]:
@@ -105,7 +118,7 @@ class CalculatorEnv(ToolEnv):
             outcome = "correct" if int(given) == int(expected) else "wrong"
         info = {
             "outcome": outcome,
-            "used_tool": self.toolset.call_counts["calculator"] > 0,
+            "used_tool": self.toolset.call_counts.get("calculator", 0) > 0,
             "answer": given,
             "expected": expected,
         }

@@ -1,6 +1,9 @@
-"""Model names to local folders: a folder as given, a hub name through the local HF cache.
+"""Model names to local folders: a folder as given, a hub name through the local HF cache, a
+GGUF file or a packaged GGUF model converted once (`forge_agent/models/gguf.py`).
 
     resolve_model("Qwen/Qwen3-8B")  # -> <HF cache>/models--Qwen--Qwen3-8B/snapshots/<revision>
+    resolve_model("smollm2-135m")   # -> <model cache>/gguf/smollm2-135m-<digest>-float32
+    resolve_model("~/m/x.Q4.gguf")  # -> <model cache>/gguf/x.Q4-<digest>-float32
 
 Nothing is downloaded: the run uses what is already in the Hugging Face cache (``HF_HUB_CACHE``
 / ``HF_HOME``), so one folder serves the trainer, the generator, the titan loader and the trace
@@ -40,13 +43,25 @@ def _missing_folder(path: Path, key: str) -> ModelNotFoundError:
     return ModelNotFoundError(f"{key}={str(path)!r}: no such folder")
 
 
-def resolve_model(name: str | Path, key: str = "model.name") -> Path:
-    """The local folder of model ``name``: an existing folder, or a hub name (``org/model``,
-    optionally ``org/model@revision``) found in the local Hugging Face cache.
+def resolve_model(name: str | Path, key: str = "model.name", dtype: str = "float32") -> Path:
+    """The local folder of model ``name``: an existing folder, a hub name (``org/model``,
+    optionally ``org/model@revision``) found in the local Hugging Face cache, or a GGUF model
+    (a ``*.gguf`` file, or a name in ``gguf.PACKAGED`` such as ``smollm2-135m``) converted to
+    a folder in `dtype` on first use.
 
     Raises ``ModelNotFoundError`` naming ``key`` (the option that gave the name): "no such
-    folder" for a path, the cache and the download command for a hub name.
+    folder" for a path, the cache and the download command for a hub name; ``GGUFError`` for
+    a GGUF model that is missing or cannot be converted.
     """
+    from forge_agent.models import gguf
+
+    if str(name) in gguf.PACKAGED or str(name).endswith(".gguf"):
+        from forge_agent.models.tiny import default_cache_dir
+
+        packaged = str(name) in gguf.PACKAGED
+        file = gguf.packaged_gguf(str(name), key) if packaged else Path(name)
+        label = str(name) if packaged else None
+        return gguf.convert_gguf(file, default_cache_dir(), dtype, name=label, key=key)
     path = Path(name).expanduser()
     if path.is_dir():
         return path

@@ -12,16 +12,19 @@ import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from forge_agent.rollout.chatml import ChatMLToolRenderer, is_chatml
 from forge_agent.tool_schema import loads_strict
 from forge_agent.types import Message, ToolSpec
 
 
 @dataclass
 class RendererConfig:
-    """`kind`: "qwen3" (the tiny model and Qwen3 hub models), "default" (the model's own chat
-    template through `renderers`' default renderer), or "auto" (qwen3 for Qwen3 models)."""
+    """`kind`: "qwen3" (the tiny model and Qwen3 hub models), "chatml" (ChatML models whose
+    vocabulary has no tool tokens, e.g. SmolLM2: `rollout/chatml.py`), "default" (the model's
+    own chat template through `renderers`' default renderer), or "auto" (qwen3 for Qwen3
+    models, else chatml for ChatML models, else default)."""
 
-    kind: Literal["auto", "qwen3", "default"] = "auto"
+    kind: Literal["auto", "qwen3", "chatml", "default"] = "auto"
     enable_thinking: bool = False
 
 
@@ -35,15 +38,19 @@ class ChatRenderer:
         self.tokenizer = tokenizer
         kind = self.config.kind
         if kind == "auto":
-            kind = "qwen3" if _is_qwen3(tokenizer) else "default"
+            kind = "qwen3" if _is_qwen3(tokenizer) else "chatml" if is_chatml(tokenizer) else "default"
         if kind == "qwen3":
             rcfg: Any = renderers.Qwen3RendererConfig(enable_thinking=self.config.enable_thinking)
+            self._renderer = renderers.create_renderer(tokenizer, rcfg)
+        elif kind == "chatml":
+            self._renderer = ChatMLToolRenderer(tokenizer)
         elif kind == "default":
-            rcfg = renderers.DefaultRendererConfig()
+            self._renderer = renderers.create_renderer(tokenizer, renderers.DefaultRendererConfig())
         else:
-            raise ValueError(f"renderer kind must be 'auto', 'qwen3' or 'default', got {kind!r}")
+            raise ValueError(
+                f"renderer kind must be 'auto', 'qwen3', 'chatml' or 'default', got {kind!r}"
+            )
         self.kind = kind
-        self._renderer = renderers.create_renderer(tokenizer, rcfg)
         self.stop_token_ids = list(self._renderer.get_stop_token_ids())
 
     def render_prompt(self, messages: list[Message], tools: list[ToolSpec] | None) -> list[int]:
