@@ -292,10 +292,11 @@ def warm_start(
     cfg: WarmStartConfig,
     cache_dir: str | Path | None = None,
     device: str = "auto",
+    autocast: str | None = None,
 ) -> Path:
     """SFT `model_path` on demonstrations of `envs` ({env id: env kwargs, or a list of env
     kwargs such as a ladder's levels}, demonstrations split evenly over every env and kwargs);
-    returns the new model folder.
+    returns the new model folder. `autocast`: the trainer's mixed precision (`trainer.autocast`).
 
     The result is cached under a key of the inputs, so a second run reuses it.
     """
@@ -304,6 +305,8 @@ def warm_start(
 
     model_path = Path(model_path)
     key = warm_start_key(model_path, envs, cfg)
+    if autocast is not None:
+        key["autocast"] = autocast
     out = _dir_of(model_path, key, cache_dir or default_cache_dir())
     if (out / "config.json").exists():
         print(f"[warm start] using the cached warm start {out}, keyed on {describe_key(key)}")
@@ -320,13 +323,19 @@ def warm_start(
     for k, (env_id, env_kwargs) in enumerate(sources):
         n = cfg.num_demos // len(sources)
         convos, tools = demonstrations(env_id, env_kwargs, n, cfg.demo_fraction, cfg.seed)
-        demos += [
-            demo_trajectory(renderer, c, tools, f"{env_id}-{k}-{i}") for i, c in enumerate(convos)
-        ]
+        for i, convo in enumerate(convos):
+            demo = demo_trajectory(renderer, convo, tools, f"{env_id}-{k}-{i}")
+            # one group per env: the trainer computes their common prompt (the system prompt
+            # and tool specs) once per packed row (`TrainerConfig.share_prefix`)
+            demo.group_id = f"{env_id}-{k}"
+            demos.append(demo)
     # Short rows: on CPU, sdpa pays for the dense block-diagonal mask of a packed row
     # quadratically, so rows of a few episodes beat long rows (apps/bench/train_step.py).
     trainer = Trainer(
-        TrainerConfig(lr=cfg.lr, row_tokens=512), str(model_path), device=device, seed=cfg.seed
+        TrainerConfig(lr=cfg.lr, row_tokens=512, autocast=autocast),
+        str(model_path),
+        device=device,
+        seed=cfg.seed,
     )
     rng = random.Random(cfg.seed)
     print(
@@ -459,7 +468,9 @@ def policy_model(cfg: Any) -> Path:
             "the call format with calls sampled from its tool schemas",
             flush=True,
         )
-    policy = warm_start(base, {cfg.env.id: levels or kwargs}, ws, device=cfg.device)
+    policy = warm_start(
+        base, {cfg.env.id: levels or kwargs}, ws, device=cfg.device, autocast=cfg.trainer.autocast
+    )
     if cfg.model.name == "tiny":
         refresh_chat_template(policy)  # warm starts cached before a template fix
     for warning in demo_fit_warnings(policy, cfg.rollout):

@@ -116,6 +116,10 @@ class TrainerConfig:
     # recomputed in the backward (logprobs.chunked_head_logprobs); 0: all at once
     logits_chunk_mib: int = 1024
     gradient_checkpointing: bool = False
+    # "bfloat16": forward and backward under torch.autocast in bf16 (weights, gradients and
+    # AdamW stay fp32); CPUs with AVX512-BF16/AMX and GPUs run its matmuls faster. null: the
+    # model's dtype throughout
+    autocast: Literal["bfloat16"] | None = None
     # a group's common prompt computed once per row (its episodes attend to that one copy);
     # same logprobs and gradients, fewer tokens (packing.py); hf backend, sdpa/eager attention
     share_prefix: bool = True

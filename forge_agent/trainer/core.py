@@ -285,6 +285,12 @@ class Trainer:
         with active_adapter(self.model, name):
             yield
 
+    def _autocast(self) -> contextlib.AbstractContextManager[None]:
+        """`trainer.autocast`'s mixed precision for a forward (and the backward it records)."""
+        if self.cfg.autocast is None:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=getattr(torch, self.cfg.autocast))
+
     # -- steps ---------------------------------------------------------------------------------
 
     def train_step(self, trajectories: Sequence[Trajectory]) -> dict[str, float]:
@@ -377,7 +383,8 @@ class Trainer:
             if want_entropy:
                 ent_mode = "grad" if cfg.loss.entropy_coef else "metric"
             targets = mask > 0  # the tokens the loss reads
-            logp, ent = self._logprobs(self.model, mb, ent_mode, targets)
+            with self._autocast():
+                logp, ent = self._logprobs(self.model, mb, ent_mode, targets)
             T = logp.shape[1]
             n_mb = float(mask.sum())
             if sft:
@@ -392,7 +399,7 @@ class Trainer:
                     adv = torch.tensor([t.advantage for t in batch])
                 ref = None
                 if cfg.loss.kl_coef:
-                    with torch.no_grad(), self._reference() as reference:
+                    with torch.no_grad(), self._reference() as reference, self._autocast():
                         ref, _ = self._logprobs(reference, mb, "none", targets)
                 loss, metrics = policy_loss(
                     cfg.loss,
