@@ -119,3 +119,40 @@ def test_the_trl_arm_cannot_import_the_main_environment_s_vllm():
     )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
     assert out.stdout.strip() == "hidden", out.stderr[-2000:]
+
+
+@pytest.fixture(scope="module")
+def chatml_sides(tmp_path_factory):
+    """(forge-agent's ChatML renderer, the tokenizer as the TRL side configures it for a ChatML
+    model without tool tokens: scenario s, SmolLM2), on a tiny GGUF model's tokenizer."""
+    from transformers import AutoTokenizer
+
+    from apps.bench.trl_grpo import chatml_tools_template
+    from tests.gguf_files import write_tiny_gguf
+
+    path = write_tiny_gguf(tmp_path_factory.mktemp("gguf") / "tiny.gguf")
+    tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+    trl_tok = copy.deepcopy(tokenizer)
+    trl_tok.chat_template = chatml_tools_template()
+    renderer = ChatRenderer(tokenizer)
+    assert renderer.kind == "chatml"
+    return renderer, trl_tok
+
+
+def test_trl_chatml_prompt_and_tool_result_tokens_equal_the_renderers(chatml_sides):
+    renderer, trl_tok = chatml_sides
+    tools = [tool_spec(calculator)]
+    for task in load_tasks("calculator", "train", 3, 0, {"difficulty": 2}):
+        ours = renderer.render_prompt(_prompt(task), tools)
+        theirs = trl_tok.apply_chat_template(
+            _prompt(task), tools=[trl_tool(calculator)], add_generation_prompt=True,
+            return_dict=False,
+        )
+        assert list(theirs) == ours, trl_tok.decode(theirs)
+    body = json.dumps({"name": "calculator", "arguments": {"expression": task["expression"]}})
+    completion = trl_tok.encode(f"<tool_call>{body}</tool_call><|im_end|>", add_special_tokens=False)
+    result = trl_tool(calculator)(task["expression"])
+    message = {"role": "tool", "tool_call_id": "call_0", "name": "calculator", "content": result}
+    bridged = renderer.bridge(ours, completion, [message], tools)
+    suffix = tool_suffix_ids(trl_tok, [{"role": "tool", "name": "calculator", "content": result}])
+    assert bridged == ours + completion + suffix, trl_tok.decode(suffix)

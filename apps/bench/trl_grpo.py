@@ -28,6 +28,47 @@ _TOOL_JSON_FORGE = (
 )
 
 
+CHATML_TOOLS_TEMPLATE = (
+    # forge_agent/rollout/chatml.py as a Jinja template, for the TRL arm on ChatML models
+    # without tool tokens (SmolLM2): the same text between the same special tokens, so the same
+    # ids; each tool written as forge-agent's `tool_spec` writes its function (no whitespace
+    # control: every newline in it is one the renderer writes)
+    "{% set ns = namespace(system=none) %}"
+    "{% if messages and messages[0].role == 'system' %}{% set ns.system = messages[0].content %}"
+    "{% endif %}"
+    "{% if tools %}"
+    "<|im_start|>system\n{% if ns.system %}{{ ns.system }}\n\n{% endif %}__HEADER__\n"
+    "{% for tool in tools %}{% set f = tool.function if tool.function is defined else tool %}"
+    '{{ {"name": f.name, "description": f.description, "parameters": {"type": '
+    'f.parameters.type, "properties": f.parameters.properties, "required": '
+    'f.parameters.required, "additionalProperties": false}} | tojson }}'
+    "{% if not loop.last %}\n{% endif %}{% endfor %}<|im_end|>\n"
+    "{% elif ns.system is not none %}<|im_start|>system\n{{ ns.system }}<|im_end|>\n"
+    "{% endif %}"
+    "{% for m in messages %}"
+    "{% if m.role == 'assistant' %}<|im_start|>assistant\n"
+    "{% if m.content %}{{ m.content }}{% if m.tool_calls %}\n{% endif %}{% endif %}"
+    "{% for tc in m.tool_calls or [] %}"
+    '<tool_call>{{ {"name": tc.function.name, "arguments": tc.function.arguments} | tojson }}'
+    "</tool_call>{% if not loop.last %}\n{% endif %}"
+    "{% endfor %}<|im_end|>\n"
+    "{% elif m.role == 'tool' %}"
+    "<|im_start|>user\n<tool_response>\n{{ m.content }}\n</tool_response><|im_end|>\n"
+    "{% elif m.role != 'system' %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n"
+    "{% endif %}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+def chatml_tools_template() -> str:
+    """`CHATML_TOOLS_TEMPLATE` with the renderer's own tools header (plain text: it has no
+    Jinja delimiter)."""
+    from forge_agent.rollout.chatml import TOOLS_HEADER
+
+    return CHATML_TOOLS_TEMPLATE.replace("__HEADER__", TOOLS_HEADER)
+
+
 def trl_chat_template(template: str) -> str:
     """The project's chat template with each tool written as forge-agent's `tool_spec` writes
     it (transformers' `get_json_schema` adds a return type and no `additionalProperties`)."""
@@ -161,7 +202,7 @@ def grpo_config(spec: dict[str, Any]) -> Any:
         save_only_model=True,
         report_to="none",
         use_cpu=True,
-        bf16=False,
+        bf16=spec.get("bf16", False),  # CPU autocast, as forge-agent's trainer.autocast
         seed=spec["seed"],
         dataloader_num_workers=0,
     )
@@ -193,8 +234,11 @@ def trl_train(spec: dict[str, Any]) -> None:
     out = Path(spec["out"])
     torch.manual_seed(spec["seed"])
     tok = AutoTokenizer.from_pretrained(spec["model"])
-    tok.chat_template = trl_chat_template(tok.chat_template)
-    tok.response_template = qwen3_template
+    if spec.get("renderer") == "chatml":  # forge-agent's ChatML tool text (SmolLM2)
+        tok.chat_template = chatml_tools_template()
+    else:
+        tok.chat_template = trl_chat_template(tok.chat_template)
+    tok.response_template = qwen3_template  # Hermes `<tool_call>` JSON, as text or as tokens
     model = AutoModelForCausalLM.from_pretrained(spec["model"], dtype=torch.float32)
     rows = trl_rows(spec)
 

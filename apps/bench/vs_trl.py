@@ -51,7 +51,11 @@ Scenarios:
 - a3: the default with vLLM's CPU KV block of 128 tokens (`generator.block_size=128`: before
   the 32-token block, no prompt block was ever reused);
 - a4: the default with `training.dynamic_sampling=true` (dropped groups replaced by new ones
-  until a step has 8 kept groups: 11.5 groups generated a step in the last such run).
+  until a step has 8 kept groups: 11.5 groups generated a step in the last such run);
+- s: a real pretrained model, `apps/agent/smollm2_calculator.yaml` (SmolLM2-135M-Instruct,
+  calculator difficulty 2, bf16 autocast on both sides); TRL renders forge-agent's ChatML tool
+  text through `trl_grpo.CHATML_TOOLS_TEMPLATE` (tests/test_vs_trl_template.py holds it to the
+  renderer's ids) and parses its calls with TRL's Hermes (Qwen3) response template.
 """
 
 from __future__ import annotations
@@ -101,12 +105,23 @@ SCENARIOS: dict[str, list[str]] = {  # forge-agent overrides; the TRL side reads
         "generator.cpu_kv_cache_gb=0.5",
         "env.kwargs.tool_log_chars=300",  # 246-256 tokens, the result on the last line
     ],
+    "s": [],  # SmolLM2-135M-Instruct: its own config (SCENARIO_CONFIGS)
     "c": [  # the tiny Qwen3 at 26.2 M parameters (the default's 2.9 M x 9.1), its own warm start
         "model.tiny={hidden_size: 512, num_layers: 8, num_heads: 8, num_kv_heads: 4, "
         "intermediate_size: 1536}",
         "generator.cpu_kv_cache_gb=0.5",  # 16 KB of KV a token: 32k tokens, as the default's
     ],
 }
+
+
+SCENARIO_CONFIGS = {"s": "apps/agent/smollm2_calculator.yaml"}
+"""Scenarios whose config is not apps/agent/default.yaml (both sides read it)."""
+
+
+def scenario_overrides(name: str) -> list[str]:
+    """`--config FILE` for a scenario with a config of its own, then its overrides."""
+    config = SCENARIO_CONFIGS.get(name)
+    return [*(["--config", config] if config else []), *SCENARIOS[name]]
 
 
 def ensure_venv() -> Path:
@@ -187,7 +202,9 @@ def trl_run(
         "max_turns": cfg.rollout.max_turns,
         "max_new_tokens": cfg.rollout.max_new_tokens_per_turn,
         "max_total_tokens": cfg.rollout.max_total_tokens,
-        "prompt_tokens": 128,
+        "prompt_tokens": prompt_tokens(cfg, policy),
+        "renderer": _renderer_kind(policy),
+        "bf16": cfg.trainer.autocast == "bfloat16",
         "tool_output_tokens": cfg.rollout.tool_output_tokens,
         "eval_every": cfg.eval.every,
         "train_seed": cfg.env.train_seed,
@@ -224,6 +241,32 @@ def trl_run(
         "procs_at_peak": len(sampler.at_peak),
         "curve": curve,
     }
+
+
+def _renderer_kind(policy: Path) -> str:
+    from forge_agent.models.tiny import load_tokenizer
+    from forge_agent.rollout.renderer import ChatRenderer
+
+    return ChatRenderer(load_tokenizer(policy)).kind
+
+
+def prompt_tokens(cfg: Any, policy: Path) -> int:
+    """The prompt budget TRL's `max_completion_length` leaves out of `max_total_tokens`: the
+    longest rendered prompt of the run's tasks (at least 128, the default's)."""
+    from apps.bench.trl_grpo import trl_rows
+    from forge_agent.models.tiny import load_tokenizer
+    from forge_agent.rollout.renderer import ChatRenderer
+    from forge_agent.tool_schema import tool_spec
+    from tools.calculator import calculator
+
+    renderer = ChatRenderer(load_tokenizer(policy))
+    spec = {"steps": cfg.training.steps, "groups_per_step": cfg.training.groups_per_step,
+            "train_seed": cfg.env.train_seed, "env": dict(cfg.env.kwargs)}
+    longest = max(
+        len(renderer.render_prompt(row["prompt"], [tool_spec(calculator)]))
+        for row in trl_rows(spec)
+    )
+    return max(128, longest)
 
 
 def evaluate_folder(model: Path, out: Path, overrides: list[str]) -> float:
@@ -298,8 +341,9 @@ def main(argv: list[str] | None = None) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     results: dict[str, list[dict]] = {}
     for name in args.scenarios:
-        overrides = [*SCENARIOS[name], *args.overrides]
-        cfg = load_config(REPO / "apps/agent/default.yaml", overrides)
+        overrides = [*scenario_overrides(name), *args.overrides]
+        config = REPO / SCENARIO_CONFIGS.get(name, "apps/agent/default.yaml")
+        cfg = load_config(config, [*SCENARIOS[name], *args.overrides])
         policy = policy_model(cfg)
         for i in range(args.runs):
             runs = results.setdefault(name, [])
