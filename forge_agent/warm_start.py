@@ -313,22 +313,7 @@ def warm_start(
         return out
 
     tokenizer = load_tokenizer(model_path)
-    renderer = ChatRenderer(tokenizer)
-    demos = []
-    sources = [
-        (env_id, kwargs)
-        for env_id, variants in envs.items()
-        for kwargs in (variants if isinstance(variants, list) else [variants])
-    ]
-    for k, (env_id, env_kwargs) in enumerate(sources):
-        n = cfg.num_demos // len(sources)
-        convos, tools = demonstrations(env_id, env_kwargs, n, cfg.demo_fraction, cfg.seed)
-        for i, convo in enumerate(convos):
-            demo = demo_trajectory(renderer, convo, tools, f"{env_id}-{k}-{i}")
-            # one group per env: the trainer computes their common prompt (the system prompt
-            # and tool specs) once per packed row (`TrainerConfig.share_prefix`)
-            demo.group_id = f"{env_id}-{k}"
-            demos.append(demo)
+    demos = demonstration_trajectories(ChatRenderer(tokenizer), envs, cfg)
     # Short rows: on CPU, sdpa pays for the dense block-diagonal mask of a packed row
     # quadratically, so rows of a few episodes beat long rows (apps/bench/train_step.py).
     trainer = Trainer(
@@ -372,6 +357,30 @@ def warm_start(
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return out
+
+
+def demonstration_trajectories(
+    renderer: ChatRenderer,
+    envs: dict[str, dict[str, Any] | list[dict[str, Any]]],
+    cfg: WarmStartConfig,
+) -> list[Trajectory]:
+    """`cfg.num_demos` demonstrations split evenly over every env and kwargs of `envs`, as
+    trajectories; those of one env and kwargs form one group, so the trainer computes their
+    common prompt (the system prompt and tool specs) once per packed row (`share_prefix`)."""
+    sources = [
+        (env_id, kwargs)
+        for env_id, variants in envs.items()
+        for kwargs in (variants if isinstance(variants, list) else [variants])
+    ]
+    demos = []
+    for k, (env_id, env_kwargs) in enumerate(sources):
+        n = cfg.num_demos // len(sources)
+        convos, tools = demonstrations(env_id, env_kwargs, n, cfg.demo_fraction, cfg.seed)
+        for i, convo in enumerate(convos):
+            demo = demo_trajectory(renderer, convo, tools, f"{env_id}-{k}-{i}")
+            demo.group_id = f"{env_id}-{k}"
+            demos.append(demo)
+    return demos
 
 
 ESTIMATE_AFTER_STEPS = 3
