@@ -456,7 +456,7 @@ def policy_model(cfg: Any) -> Path:
     if cfg.model.name == "tiny":
         base = ensure_tiny_model(cfg.model.tiny_config())
     else:
-        base = resolve_model(cfg.model.name)
+        base = resolve_model(cfg.model.name, dtype=cfg.model.storage_dtype)
     ws = cfg.warm_start
     if not ws.enabled or ws.steps <= 0:
         return base

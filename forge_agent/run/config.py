@@ -90,6 +90,12 @@ class ModelConfig:
         _check(bool(self.name), "name", self.name, '"tiny" or a model folder / hub name')
         self.tiny_config()  # validates the keys and types of `tiny`
 
+    @property
+    def storage_dtype(self) -> str:
+        """The dtype a converted model (a GGUF file) is stored in: bfloat16 when the run asks
+        for it, else float32 (a CPU trainer keeps fp32 weights, `trainer.autocast` or not)."""
+        return "bfloat16" if self.dtype == "bfloat16" else "float32"
+
     def tiny_config(self) -> Any:
         """The ``forge_agent.models.tiny.TinyModelConfig`` that ``tiny`` describes."""
         from forge_agent.models.tiny import TinyModelConfig

@@ -121,7 +121,7 @@ def check_setup(cfg: Any) -> SetupReport:
     if cfg.model.name != "tiny":
         from forge_agent.models.hub import resolve_model
 
-        model = resolve_model(cfg.model.name)
+        model = resolve_model(cfg.model.name, dtype=cfg.model.storage_dtype)
     check_lora(cfg, model)
     return SetupReport(env.id, source.describe(), train, evals, model)
 
