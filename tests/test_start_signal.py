@@ -8,7 +8,7 @@ import pytest
 from forge_agent.errors import SetupError
 from forge_agent.evaluation import EvalReport
 from forge_agent.run.config import load_config
-from forge_agent.run.setup_checks import check_start_signal
+from forge_agent.run.stop_causes import check_start_signal
 from forge_agent.types import Group, Status, Trajectory
 
 NOTHING = {

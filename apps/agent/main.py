@@ -130,9 +130,10 @@ def _run(argv: list[str], verbose: bool, check_only: bool) -> int:
             return 130
         except RunFailed as exc:  # one line; the traceback in run.log (--verbose: here)
             if not verbose:
+                exc.kept = {"log": str(log), **exc.kept}
                 with log.open("a") as file:
                     traceback.print_exception(exc.__cause__ or exc, file=file)
-                exc.kept = {"log": str(log), **exc.kept}
+                    print(exc.line(), file=file)
             return report_run_failed(exc, verbose)
     evals = summary["evals"]
     if evals:
