@@ -39,6 +39,16 @@ def test_episodes_cut_by_max_turns_name_rollout_max_turns_not_the_model(cfg) -> 
     assert "rollout.max_turns=1" in text and "beyond this model" not in text
 
 
+def test_a_gymnasium_game_cut_by_max_turns_names_its_move_cap_too() -> None:
+    cfg = load_config(None, ["env.id=gymnasium:Taxi-v4", "env.kwargs={}"])
+    with pytest.raises(SetupError) as err:
+        check_start_signal({**ended("truncated_turns"), "eval/reward/max": -2000.0,
+                            "eval/reward/mean": -2000.0}, cfg)  # fmt: skip
+    assert "raise rollout.max_turns, or end the game within them (env.kwargs.max_moves)" in str(
+        err.value
+    )
+
+
 def test_the_most_frequent_status_is_named_when_it_is_not_all(cfg) -> None:
     with pytest.raises(SetupError, match="200 of 256 held-out episodes ended truncated_turns"):
         check_start_signal(ended("truncated_turns", n=200, ok=56), cfg)

@@ -35,9 +35,11 @@ def episode_cause(status: str, cfg: Any, error: str | None = None) -> str:
     fixes it; `error` is one such episode's error text (`Trajectory.info["error"]`)."""
     rollout, env = cfg.rollout, cfg.env.id
     said = f": {error}" if error else ""
+    game = env.startswith("gymnasium:") or "gym_id" in cfg.env.kwargs  # a GymnasiumAgentEnv
     causes = {
         "truncated_turns": f"they ran out of turns: rollout.max_turns={rollout.max_turns} cuts "
-        "every episode before it ends; raise rollout.max_turns",
+        "every episode before it ends; raise rollout.max_turns"
+        + (", or end the game within them (env.kwargs.max_moves)" if game else ""),
         "truncated_length": "they ran out of tokens: raise rollout.max_new_tokens_per_turn="
         f"{rollout.max_new_tokens_per_turn} (one turn) or rollout.max_total_tokens="
         f"{rollout.max_total_tokens} (the whole episode)"

@@ -46,8 +46,13 @@ ACTION_NAMES: dict[str, list[str]] = {
     "Blackjack-v1": ["stick", "hit"],
     "CliffWalking-v1": ["up", "right", "down", "left"],
     "Taxi-v3": ["south", "north", "east", "west", "pickup", "dropoff"],
+    "Taxi-v4": ["south", "north", "east", "west", "pickup", "dropoff"],
 }
 """Readable names of the Discrete actions of known Gymnasium envs (others get "0", "1", ...)."""
+
+DEFAULT_MAX_MOVES = 100
+"""A game's move cap when neither `max_moves` nor its Gymnasium spec (`max_episode_steps`, the
+TimeLimit: FrozenLake 100, Taxi 200; CliffWalking has none) sets one."""
 
 
 # --------------------------------------------------------------------------------------------
@@ -76,11 +81,22 @@ class GymnasiumAgentEnv(ToolEnv):
         render: `(gym_env, observation) -> text` (default: `OBSERVATION_RENDERERS[gym_id]`,
             else the env's "ansi" render, else `str(observation)`).
         instructions: the system prompt's description of the game.
-        unfinished_reward: the reward of an episode that ends before the game does (the model
-            answered, or its calls failed, before the game terminated or ran out of time);
-            None: the return earned so far. A game whose every finished outcome can score
-            below that (Blackjack's expected return is negative) needs it, or RL learns to
-            leave the game unplayed: an unplayed Blackjack hand is a lost bet, -1.
+        unfinished_reward: what an episode that ends before the game does scores (see below);
+            None: the game's worst return, from its transition table. A game without a table
+            (Blackjack) needs it, or leaving pays: an unplayed Blackjack hand is a lost bet, -1.
+        max_moves: the game's move cap: it ends truncated (Gymnasium's TimeLimit) after that
+            many moves, scored the return it earned. None: the spec's `max_episode_steps`, else
+            `DEFAULT_MAX_MOVES`. Set it to the turns the rollout gives an episode
+            (`rollout.max_turns`), so that a game played to the end is never cut by them.
+
+    One rule for an unfinished episode (the model answers instead of acting, a step raises on
+    its message, or the rollout's turn or token limits cut it): it scores the env's
+    `failure_reward` (or what it earned, if that is lower), a number fixed when the env is built
+    and never above what playing can score: `unfinished_reward` if given, else the game's worst
+    return, the smallest one-move reward of its transition table times `max_moves` (capped at
+    0: FrozenLake 0, Taxi -10 x 200, CliffWalking -100 x 100). The judge scores the quit; the
+    rollout caps a cut episode at the same number (`rollout.outcomes.cap_unfinished`) and a
+    failed step scores it (`Trajectory.fail_by_policy`). Earlier episodes never change it.
 
     A task may carry `"seed"`, the game's start state (it wins over reset's seed, so every
     episode of a group starts alike). `tasks(split, n, seed)` makes such tasks: start seeds,
@@ -100,10 +116,17 @@ class GymnasiumAgentEnv(ToolEnv):
         render: Callable[[gymnasium.Env, Any], str] | None = None,
         instructions: str | None = None,
         unfinished_reward: float | None = None,
+        max_moves: int | None = None,
     ) -> None:
         self.gym_id = gym_id
         self.unfinished_reward = unfinished_reward
         self.make_kwargs = dict(make_kwargs or {})
+        self.max_moves = _move_cap(gym_id, max_moves or self.make_kwargs.get("max_episode_steps"))
+        self.failure_reward = (
+            float(unfinished_reward)
+            if unfinished_reward is not None
+            else _worst_return(gym_id, self.make_kwargs, self.max_moves)
+        )
         self._action_names = action_names
         self._render = render or OBSERVATION_RENDERERS.get(gym_id)
         self.instructions = instructions or f"You are playing the Gymnasium game {gym_id}."
@@ -119,10 +142,16 @@ class GymnasiumAgentEnv(ToolEnv):
 
     # -- hooks ---------------------------------------------------------------------------------
 
+    @classmethod
+    def failure_reward_of(cls, *args: Any, **kwargs: Any) -> float:
+        """The `failure_reward` of `cls(*args, **kwargs)` (what an env worker reports before
+        it builds one: `forge_agent.env._worker_main`)."""
+        return cls(*args, **kwargs).failure_reward
+
     def make_gym_env(self, task: dict[str, Any]) -> gymnasium.Env:
         """The Gymnasium env of an episode (default: made once, reused across episodes)."""
         if self.gym_env is None:
-            kwargs = dict(self.make_kwargs)
+            kwargs = {"max_episode_steps": self.max_moves, **self.make_kwargs}
             spec = gymnasium.spec(self.gym_id)
             if self._render is None and "ansi" in _render_modes(spec):
                 kwargs.setdefault("render_mode", "ansi")
@@ -210,10 +239,10 @@ class GymnasiumAgentEnv(ToolEnv):
             "env_return": self.env_return,
             "env_steps": self.env_steps,
         }
-        unfinished = not (self.terminated or self.truncated)
-        if unfinished and self.unfinished_reward is not None:
-            return {"env_reward": float(self.unfinished_reward)}, info
-        return {"env_reward": self.env_return}, info
+        if self.terminated or self.truncated:
+            return {"env_reward": self.env_return}, info
+        scored = min(self.env_return, self.failure_reward)  # unfinished: the one rule
+        return {"env_reward": scored}, {**info, "unfinished_reward": scored}
 
     def _act(self, action: str) -> str:
         if self.terminated or self.truncated:
@@ -240,43 +269,16 @@ class GymnasiumAgentEnv(ToolEnv):
 
 class GymnasiumIdEnv(GymnasiumAgentEnv):
     """The env of `env.id=gymnasium:<id>`: any Gymnasium id with Discrete actions, e.g.
-    `gymnasium:CliffWalking-v1`, scored so that leaving the game unfinished never pays.
-
-    - Each `act` pays its reward as it comes (`StepResult.rewards` of that step, component
-      `env_reward`), so an episode cut short by `rollout.max_turns` or the token limits
-      (`truncated_*`) scores the return it earned, as Gymnasium's own truncation does, not 0.
-    - An episode the model ends without finishing the game (it answers instead of acting)
-      scores the worst return this env has seen (any episode's, this one's included), and no
-      more than the smallest one-step reward of the game's transition table where it has one
-      (CliffWalking: -100, FrozenLake: 0): quitting never beats playing on. An
-      `unfinished_reward` in `env.kwargs` is used instead.
-
-    - Its `failure_reward` (a step that raises; and the cap of an episode cut by the rollout's
-      limits, `forge_agent.rollout.episode`) is the same smallest one-step reward: a cut or
-      failed episode never scores above the worst move of the game (CliffWalking -100).
-
-    An id Gymnasium refuses is an `EnvSetupError` naming the ids it knows that are closest.
+    `gymnasium:CliffWalking-v1`, scored as `GymnasiumAgentEnv` scores (an unfinished episode
+    scores the game's worst return), with each `act`'s reward paid as it comes
+    (`StepResult.rewards` of that step, component `env_reward`), for per-turn credit. An id
+    Gymnasium refuses is an `EnvSetupError` naming the ids it knows that are closest.
     """
 
     def __init__(self, gym_id: str, **kwargs: Any) -> None:
         _check_gym_id(gym_id)
         super().__init__(gym_id, **kwargs)
-        self.worst_return: float | None = None
         self._paid = 0.0
-        self.failure_reward = self.failure_reward_of(gym_id, **kwargs)
-
-    @classmethod
-    def failure_reward_of(cls, gym_id: str, **kwargs: Any) -> float:
-        """The smallest one-step reward of `gym_id`'s transition table, capped at 0.0 (0.0 for
-        a game without a table, or one whose every reward is positive)."""
-        try:
-            game = gymnasium.make(gym_id, **dict(kwargs.get("make_kwargs") or {}))
-        except Exception:
-            return 0.0
-        try:
-            return min([0.0, *_worst_step_reward(game)])
-        finally:
-            game.close()
 
     async def reset(
         self, task: dict[str, Any], seed: int | None = None
@@ -291,16 +293,6 @@ class GymnasiumIdEnv(GymnasiumAgentEnv):
             total = result.rewards.get("env_reward", total)
         earned, self._paid = total - self._paid, total
         return StepResult(result.messages, {"env_reward": earned}, result.done, result.info)
-
-    def judge(self, answer: str) -> tuple[dict[str, float], dict[str, Any]]:
-        rewards, info = super().judge(answer)
-        returns = [self.env_return] + ([self.worst_return] if self.worst_return is not None else [])
-        self.worst_return = min(returns)
-        unset = self.unfinished_reward is None  # env.kwargs.unfinished_reward: the user's own
-        if unset and not (self.terminated or self.truncated):  # quit: the worst, never better
-            worst = min([self.worst_return, *_worst_step_reward(self.gym_env)])
-            return {"env_reward": worst}, {**info, "unfinished_reward": worst}
-        return rewards, info
 
 
 def _check_gym_id(gym_id: str) -> None:
@@ -322,13 +314,35 @@ def _check_gym_id(gym_id: str) -> None:
         ) from None
 
 
-def _worst_step_reward(gym_env: gymnasium.Env | None) -> list[float]:
-    """The smallest one-step reward of a toy-text game's transition table `P` ([] without)."""
-    table = getattr(getattr(gym_env, "unwrapped", None), "P", None)
-    if not isinstance(table, dict):
-        return []
-    rewards = [t[2] for moves in table.values() for outcomes in moves.values() for t in outcomes]
-    return [float(min(rewards))] if rewards else []
+def _move_cap(gym_id: str, max_moves: int | None) -> int:
+    """`max_moves`, else the spec's `max_episode_steps`, else `DEFAULT_MAX_MOVES`."""
+    if max_moves is not None:
+        if int(max_moves) < 1:
+            raise ValueError(f"max_moves must be a positive number of moves, got {max_moves!r}")
+        return int(max_moves)
+    try:
+        steps = gymnasium.spec(gym_id).max_episode_steps
+    except gymnasium.error.Error:
+        steps = None
+    return int(steps) if steps else DEFAULT_MAX_MOVES
+
+
+def _worst_return(gym_id: str, make_kwargs: dict[str, Any], max_moves: int) -> float:
+    """The worst return of `max_moves` moves of the game: its transition table's smallest
+    one-move reward times `max_moves`, capped at 0.0 (0.0 for a game without a table, or one
+    that does not build)."""
+    try:
+        game = gymnasium.make(gym_id, **make_kwargs)
+    except Exception:
+        return 0.0
+    try:
+        table = getattr(game.unwrapped, "P", None)
+        if not isinstance(table, dict):
+            return 0.0
+        rewards = [t[2] for moves in table.values() for outs in moves.values() for t in outs]
+        return min(0.0, float(min(rewards, default=0.0)) * max_moves)
+    finally:
+        game.close()
 
 
 def _render_modes(spec: gymnasium.envs.registration.EnvSpec) -> list[str]:
