@@ -198,6 +198,16 @@ def test_groups_with_equal_rewards_are_not_blamed_on_a_failure():
     assert error.startswith("NoTrainingSignal: ")
 
 
+def test_equal_rewards_without_a_warm_start_name_what_would_help_first():
+    watch = ZeroSignalWatch(warn_after=100, fail_after=1)
+    with pytest.raises(NoTrainingSignal) as stopped:
+        watch.observe(False, [0.0] * 4, {"zero_variance": 4}, {"ok": 4})
+    cfg = load_config(None, ["warm_start.enabled=false"])
+    part, error = failed_part(stopped.value, cfg, Counter(), {})
+    assert part == "training on env 'calculator'"
+    assert "What would help first: the warm start is off" in error
+
+
 def test_any_other_exception_names_the_module_and_line_it_came_from():
     try:
         {}["missing"]

@@ -24,7 +24,7 @@ from typing import Any
 from forge_agent.algorithms.replay import NoTrainingSignal
 from forge_agent.errors import RunFailed
 from forge_agent.run import outputs
-from forge_agent.run.stop_causes import stop_cause
+from forge_agent.run.stop_causes import stop_cause, teaching_help, warm_start_kind
 from forge_agent.run.supervision import ServiceFailed, ServiceRestarted
 from forge_agent.types import INFRA_STATUSES, Status
 
@@ -58,7 +58,12 @@ def failed_part(
                 part = f"training on {env}"
             return part, f"{cause} ({stopped})"
         # the episodes ran and ended normally; their rewards gave no signal
-        return f"training on {env}", f"{type(exc).__name__}: {_first_line(exc)}"
+        error = f"{type(exc).__name__}: {_first_line(exc)}"
+        advice = teaching_help(cfg, warm_start_kind(cfg))
+        return (
+            f"training on {env}",
+            f"{error} What would help first: {advice}." if advice else error,
+        )
     return f"module {_origin(exc)}", f"{type(exc).__name__}: {_first_line(exc)}"
 
 
