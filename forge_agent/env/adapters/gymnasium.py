@@ -51,8 +51,7 @@ ACTION_NAMES: dict[str, list[str]] = {
 """Readable names of the Discrete actions of known Gymnasium envs (others get "0", "1", ...)."""
 
 DEFAULT_MAX_MOVES = 100
-"""A game's move cap when neither `max_moves` nor its Gymnasium spec (`max_episode_steps`, the
-TimeLimit: FrozenLake 100, Taxi 200; CliffWalking has none) sets one."""
+"""A game's move cap without `max_moves` or a spec TimeLimit (CliffWalking-v1 has none)."""
 
 
 # --------------------------------------------------------------------------------------------
@@ -84,19 +83,13 @@ class GymnasiumAgentEnv(ToolEnv):
         unfinished_reward: what an episode that ends before the game does scores (see below);
             None: the game's worst return, from its transition table. A game without a table
             (Blackjack) needs it, or leaving pays: an unplayed Blackjack hand is a lost bet, -1.
-        max_moves: the game's move cap: it ends truncated (Gymnasium's TimeLimit) after that
-            many moves, scored the return it earned. None: the spec's `max_episode_steps`, else
-            `DEFAULT_MAX_MOVES`. Set it to the turns the rollout gives an episode
-            (`rollout.max_turns`), so that a game played to the end is never cut by them.
+        max_moves: the game's move cap (it then ends truncated, scored its return); None:
+            the spec's `max_episode_steps`, else `DEFAULT_MAX_MOVES`. Set it to
+            `rollout.max_turns`, so that the rollout never cuts a game that is played.
 
-    One rule for an unfinished episode (the model answers instead of acting, a step raises on
-    its message, or the rollout's turn or token limits cut it): it scores the env's
-    `failure_reward` (or what it earned, if that is lower), a number fixed when the env is built
-    and never above what playing can score: `unfinished_reward` if given, else the game's worst
-    return, the smallest one-move reward of its transition table times `max_moves` (capped at
-    0: FrozenLake 0, Taxi -10 x 200, CliffWalking -100 x 100). The judge scores the quit; the
-    rollout caps a cut episode at the same number (`rollout.outcomes.cap_unfinished`) and a
-    failed step scores it (`Trajectory.fail_by_policy`). Earlier episodes never change it.
+    An unfinished episode (a quit, a step that raised, a rollout cut) scores `failure_reward`:
+    `unfinished_reward`, else the game's worst return (its table's worst move x `max_moves`,
+    capped at 0), fixed at build time (docs/envs.md, "One rule for an unfinished game").
 
     A task may carry `"seed"`, the game's start state (it wins over reset's seed, so every
     episode of a group starts alike). `tasks(split, n, seed)` makes such tasks: start seeds,
@@ -144,8 +137,7 @@ class GymnasiumAgentEnv(ToolEnv):
 
     @classmethod
     def failure_reward_of(cls, *args: Any, **kwargs: Any) -> float:
-        """The `failure_reward` of `cls(*args, **kwargs)` (what an env worker reports before
-        it builds one: `forge_agent.env._worker_main`)."""
+        """`cls(*args, **kwargs)`'s `failure_reward` (an env worker's, before it builds one)."""
         return cls(*args, **kwargs).failure_reward
 
     def make_gym_env(self, task: dict[str, Any]) -> gymnasium.Env:
@@ -268,12 +260,9 @@ class GymnasiumAgentEnv(ToolEnv):
 
 
 class GymnasiumIdEnv(GymnasiumAgentEnv):
-    """The env of `env.id=gymnasium:<id>`: any Gymnasium id with Discrete actions, e.g.
-    `gymnasium:CliffWalking-v1`, scored as `GymnasiumAgentEnv` scores (an unfinished episode
-    scores the game's worst return), with each `act`'s reward paid as it comes
-    (`StepResult.rewards` of that step, component `env_reward`), for per-turn credit. An id
-    Gymnasium refuses is an `EnvSetupError` naming the ids it knows that are closest.
-    """
+    """The env of `env.id=gymnasium:<id>` (any Gymnasium id with Discrete actions), scored as
+    `GymnasiumAgentEnv` is, each `act`'s reward paid at its step (`env_reward`) for per-turn
+    credit. An id Gymnasium refuses is an `EnvSetupError` naming the closest ids it knows."""
 
     def __init__(self, gym_id: str, **kwargs: Any) -> None:
         _check_gym_id(gym_id)
@@ -328,9 +317,8 @@ def _move_cap(gym_id: str, max_moves: int | None) -> int:
 
 
 def _worst_return(gym_id: str, make_kwargs: dict[str, Any], max_moves: int) -> float:
-    """The worst return of `max_moves` moves of the game: its transition table's smallest
-    one-move reward times `max_moves`, capped at 0.0 (0.0 for a game without a table, or one
-    that does not build)."""
+    """The game's worst return in `max_moves` moves: its table's smallest one-move reward times
+    `max_moves`, capped at 0.0 (0.0 for a game without a table, or one that does not build)."""
     try:
         game = gymnasium.make(gym_id, **make_kwargs)
     except Exception:
