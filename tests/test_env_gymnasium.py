@@ -14,11 +14,8 @@ from gymnasium.utils.env_checker import check_env
 from envs.calculator import generate_tasks
 from envs.frozen_lake import DEFAULT_MAP, FrozenLakeEnv, shortest_path
 from forge_agent.env import EnvConfig, EnvPool, make_env
-from forge_agent.env.adapters.gymnasium import (
-    ACTION_NAMES,
-    parse_text_action,
-    register_gymnasium_envs,
-)
+from forge_agent.env.adapters.agent_gym import parse_text_action, register_gymnasium_envs
+from forge_agent.env.adapters.gymnasium import ACTION_NAMES
 from forge_agent.types import StepResult
 
 pytestmark = pytest.mark.timeout(120)
@@ -154,7 +151,7 @@ def test_importing_the_adapter_registers_nothing() -> None:
     import sys
 
     code = (
-        "import gymnasium, forge_agent.env.adapters.gymnasium; "
+        "import gymnasium, forge_agent.env.adapters.gymnasium, forge_agent.env.adapters.agent_gym; "
         "print(sum(k.startswith('forge_agent/') for k in gymnasium.registry))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
