@@ -309,3 +309,37 @@ def test_the_class_path_scores_an_unplayed_cliff_through_a_worker_as_the_id_does
 
 def test_a_textarena_game_s_failure_reward_is_its_lost_game():
     assert make_env("textarena:TicTacToe-v0").failure_reward == -1.0  # win 1, draw 0, loss -1
+
+
+# ---------------------------------------------------------------- demonstrations from the table
+@pytest.mark.parametrize(
+    ("gym_id", "kwargs", "moves", "last_reward"),
+    [
+        ("FrozenLake-v1", {"make_kwargs": {"is_slippery": False}}, 6, "Reward: 1\n"),
+        ("Taxi-v4", {"max_moves": 30}, None, "Reward: 20\n"),
+        ("CliffWalking-v1", {"max_moves": 20}, 13, "Reward: -1\n"),
+    ],
+)
+def test_a_deterministic_game_demonstrates_best_return_games_in_its_own_replies(
+    gym_id, kwargs, moves, last_reward
+):
+    """`gymnasium:FrozenLake-v1` (not slippery) learned nothing from the schema warm start's
+    one to three calls; a game with a deterministic table now demonstrates whole games."""
+    from forge_agent.warm_start import demonstration_source
+
+    env = make_env(f"gymnasium:{gym_id}", **kwargs)
+    demos = env.demonstrations(6, 0, 1.0)
+    assert len(demos) == 6 and demos == env.demonstrations(6, 0, 1.0)  # deterministic
+    for convo, tools in demos:
+        calls = [m for m in convo if m.get("tool_calls")]
+        assert moves is None or len(calls) == moves  # a shortest path
+        assert last_reward in convo[-1]["content"] + "\n" and "terminated" in convo[-1]["content"]
+        assert tools[0]["function"]["name"] == "act"
+    assert demonstration_source(f"gymnasium:{gym_id}", kwargs) == "demonstrations"
+
+
+def test_a_game_without_a_deterministic_table_falls_back_to_the_tool_schemas():
+    from forge_agent.warm_start import demonstration_source
+
+    assert make_env("gymnasium:FrozenLake-v1").demonstrations(2, 0, 1.0) == []  # slippery
+    assert demonstration_source("gymnasium:FrozenLake-v1", {}) == "tool schemas"

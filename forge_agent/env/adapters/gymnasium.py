@@ -139,6 +139,45 @@ class GymnasiumAgentEnv(ToolEnv):
             return str(self.gym_env.render())
         return str(observation)
 
+    def demonstrations(
+        self, n: int, seed: int, demo_fraction: float
+    ) -> list[tuple[list[Message], list[ToolSpec]]]:
+        """Games planned on the game's transition table, played through this env (its own
+        replies), from start seeds `seed * n ...`: each move is the best-return move from where
+        the game stands (`plan_values`), except that with probability `1 - demo_fraction` it is
+        a random move that does not end the game (the plan goes on from there). [] for a game
+        without a deterministic table (Blackjack, slippery FrozenLake): the warm start then
+        samples calls from the tool's schema."""
+        import json
+        import random
+
+        from forge_agent.env.seam import run_sync
+
+        convos: list[tuple[list[Message], list[ToolSpec]]] = []
+        rng = random.Random(f"{self.gym_id}-demos-{seed}")
+        for start in range(seed * n, seed * n + n):
+            messages, tools = run_sync(self.reset({"task_id": "demo", "seed": start}, start))
+            values = plan_values(self.gym_env, self.max_moves)
+            if values is None:
+                break
+            convo, names = list(messages), self.action_names
+            for k in range(self.max_moves):
+                move = best_move(
+                    self.gym_env, values, int(self._observation), k, rng, demo_fraction
+                )
+                call = {"name": "act", "arguments": json.dumps({"action": names[move]})}
+                call = {"id": f"call_{k}", "type": "function", "function": call}
+                reply = self._act(names[move])
+                convo.append({"role": "assistant", "content": "", "tool_calls": [call]})
+                convo.append(
+                    {"role": "tool", "tool_call_id": call["id"], "name": "act", "content": reply}
+                )
+                if self.terminated or self.truncated:
+                    break
+            convos.append((convo, tools))
+        run_sync(self.close())
+        return convos
+
     def state_key(self) -> str:
         """The game's current observation (the toy-text games' whole state, e.g. FrozenLake's
         cell or Blackjack's hands), for GiGPO's step-level groups."""
@@ -311,6 +350,67 @@ def _worst_return(gym_id: str, make_kwargs: dict[str, Any], max_moves: int) -> f
         return min(0.0, float(min(rewards, default=0.0)) * max_moves)
     finally:
         game.close()
+
+
+def _deterministic_table(gym_env: gymnasium.Env | None) -> dict | None:
+    """A toy-text game's transition table `P` when every move has one outcome, else None."""
+    table = getattr(getattr(gym_env, "unwrapped", None), "P", None)
+    if not isinstance(table, dict):
+        return None
+    if any(len(outs) != 1 for moves in table.values() for outs in moves.values()):
+        return None  # stochastic (slippery FrozenLake)
+    return table
+
+
+def plan_values(
+    gym_env: gymnasium.Env | None, horizon: int, gamma: float = 0.99
+) -> list[dict[int, float]] | None:
+    """Finite-horizon values of a deterministic toy-text game: `values[k][s]` is the best
+    discounted return from state `s` with `k` moves left (`gamma` < 1 prefers shorter paths to
+    the same return); None for a game without a deterministic table."""
+    table = _deterministic_table(gym_env)
+    if table is None:
+        return None
+    values = [dict.fromkeys(table, 0.0)]
+    for _ in range(horizon):
+        last = values[-1]
+        values.append(
+            {
+                s: max(
+                    r + (0.0 if done else gamma * last[s2])
+                    for ((_, s2, r, done),) in moves.values()
+                )
+                for s, moves in table.items()
+            }
+        )
+    return values
+
+
+def best_move(
+    gym_env: gymnasium.Env,
+    values: list[dict[int, float]],
+    state: int,
+    moved: int,
+    rng: Any,
+    demo_fraction: float,
+    gamma: float = 0.99,
+) -> int:
+    """The best-return move from `state` after `moved` moves of `len(values) - 1` (a random
+    move that does not end the game instead, with probability `1 - demo_fraction`)."""
+    table = _deterministic_table(gym_env)
+    assert table is not None
+    left = values[max(0, len(values) - 2 - moved)]
+    moves = table[state]
+    if rng.random() >= demo_fraction:
+        going_on = [a for a, ((_, _, _, done),) in moves.items() if not done]
+        if going_on:
+            return rng.choice(going_on)
+
+    def worth(a: int) -> float:
+        ((_, s2, r, done),) = moves[a]
+        return r + (0.0 if done else gamma * left[s2])
+
+    return max(sorted(moves), key=worth)
 
 
 def _render_modes(spec: gymnasium.envs.registration.EnvSpec) -> list[str]:
