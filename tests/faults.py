@@ -108,3 +108,31 @@ class FlakyGenerate:
         if self.calls % self.every == 0:
             raise RuntimeError("injected generator failure")
         return await self.generate(ids, sampling, session)
+
+
+class BackendGoneEnv(CalculatorEnv):
+    """The calculator env whose booking backend goes away for good after `fail_after` steps,
+    counted across every env worker (one byte appended to `ledger` per step): every later step
+    raises a plain `RuntimeError`, which the rule of blame makes the policy's (`policy_error`,
+    scored with the failure reward, so every group's rewards are equal). What a user's env
+    looks like when its author did not raise `InfraError` for a failure the policy cannot
+    cause. Until then its reward is keyed on the answer's length, so that groups differ and
+    steps train (the untrained policy's calculator groups are mostly all wrong)."""
+
+    def __init__(self, ledger: str, fail_after: int, difficulty: int = 1) -> None:
+        super().__init__(difficulty)
+        self.ledger, self.fail_after = ledger, fail_after
+
+    async def step(self, assistant_message: Message) -> StepResult:
+        fd = os.open(self.ledger, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        try:
+            os.write(fd, b".")
+        finally:
+            os.close(fd)
+        if os.path.getsize(self.ledger) > self.fail_after:
+            raise RuntimeError("booking backend went away")
+        return await super().step(assistant_message)
+
+    def judge(self, answer: str) -> Any:
+        _, info = super().judge(answer)
+        return {"varied": (len(answer) % 7) / 7}, info

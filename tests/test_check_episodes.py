@@ -6,7 +6,8 @@ import textwrap
 
 import pytest
 
-from forge_agent.run.check_episodes import check_episode_lines
+from apps.agent.main import main
+from forge_agent.run.check_episodes import check_episodes
 from forge_agent.run.config import load_config
 
 ENVS = """
@@ -37,7 +38,7 @@ def user_envs(tmp_path, monkeypatch):
 def lines_of(env_id: str) -> list[str]:
     cfg = load_config(None, [f"env.id={env_id}", "env.kwargs={}"])
     task = {"task_id": "t0", "prompt": "Say hi.", "answer": "hi"}
-    return check_episode_lines(cfg, [task], [{**task, "task_id": "t1"}])
+    return check_episodes(cfg, [task], [{**task, "task_id": "t1"}]).lines()
 
 
 def test_check_plays_a_train_and_a_held_out_episode_and_names_their_status(user_envs):
@@ -52,11 +53,22 @@ def test_check_names_a_judge_that_raises_with_its_exception(user_envs):
     assert "KeyError" in train and "answr" in train
 
 
+def test_check_exits_non_zero_when_an_episode_it_plays_fails(user_envs, capsys):
+    assert main(["--check", f"env.id={user_envs}:BrokenJudgeEnv", "env.kwargs={}"]) == 2
+    captured = capsys.readouterr()
+    assert "policy_error: step: " in captured.out
+    assert "check failed: 2 of 2 episodes ended policy_error" in captured.err
+
+
+def test_check_exits_zero_when_its_episodes_end_normally(user_envs):
+    assert main(["--check", f"env.id={user_envs}:JudgedEnv", "env.kwargs={}"]) == 0
+
+
 def test_check_does_not_play_an_agent_program():
     cfg = load_config(
         None, ["env.id=agent:json:dumps", "env.kwargs={reward: 'json:dumps', tasks_from: x}"]
     )
-    (line,) = check_episode_lines(cfg, [{"task_id": "t0"}], [])
+    (line,) = check_episodes(cfg, [{"task_id": "t0"}], []).lines()
     assert "not played by --check" in line and "agent program" in line
 
 
@@ -66,6 +78,6 @@ def test_check_plays_a_seated_game_with_every_seat_answering():
         ["env.id=textarena:ConnectFour-v0", "env.kwargs={board_only: true}"],
     )
     task = {"task_id": "c4", "seed": 0}
-    (line,) = check_episode_lines(cfg, [task], [])
+    (line,) = check_episodes(cfg, [task], []).lines()
     # the scripted answer is no move: the game's invalid-move rule ends it, player_0 losing
     assert line.startswith("episode (train, task c4): ok, reward -1 after 2 turn(s)")

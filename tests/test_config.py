@@ -291,6 +291,27 @@ def test_defaults_cycle_is_an_error(tmp_path):
         load_config(tmp_path / "a.yaml")
 
 
+def test_a_user_yaml_anywhere_inherits_a_shipped_config_by_name(tmp_path):
+    (tmp_path / "mine.yaml").write_text("defaults: frozen_lake.yaml\ntraining: {steps: 7}\n")
+    cfg = parse_cli(["--config", str(tmp_path / "mine.yaml")])
+    shipped = load_config(AGENT_DIR / "frozen_lake.yaml")
+    assert cfg.env == shipped.env and cfg.training.steps == 7
+
+
+def test_a_sibling_yaml_wins_over_a_shipped_one_of_the_same_name(tmp_path):
+    (tmp_path / "default.yaml").write_text("seed: 11\n")
+    (tmp_path / "mine.yaml").write_text("defaults: default.yaml\n")
+    assert load_config(tmp_path / "mine.yaml").seed == 11
+
+
+def test_a_defaults_name_found_nowhere_names_every_place_looked(tmp_path):
+    (tmp_path / "mine.yaml").write_text("defaults: nope.yaml\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(tmp_path / "mine.yaml")
+    assert str(tmp_path / "nope.yaml") in str(err.value)
+    assert str(AGENT_DIR / "nope.yaml") in str(err.value)
+
+
 def test_missing_config_file_is_an_error(tmp_path):
     with pytest.raises(ConfigError, match="does not exist"):
         load_config(tmp_path / "nope.yaml")

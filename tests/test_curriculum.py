@@ -17,7 +17,8 @@ from forge_agent.env.curriculum import LEVEL_KEY, Curriculum, CurriculumConfig
 from forge_agent.env.sources import EnvSetupError
 from forge_agent.env.tasks import TaskStream
 from forge_agent.run.config import load_config
-from forge_agent.run.setup_checks import check_run_choices, check_start_signal
+from forge_agent.run.setup_checks import check_run_choices
+from forge_agent.run.stop_causes import check_start_signal
 from forge_agent.typed_config import ConfigError
 
 

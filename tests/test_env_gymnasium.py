@@ -14,7 +14,8 @@ from gymnasium.utils.env_checker import check_env
 from envs.calculator import generate_tasks
 from envs.frozen_lake import DEFAULT_MAP, FrozenLakeEnv, shortest_path
 from forge_agent.env import EnvConfig, EnvPool, make_env
-from forge_agent.env.adapters.gymnasium import parse_text_action, register_gymnasium_envs
+from forge_agent.env.adapters.agent_gym import parse_text_action, register_gymnasium_envs
+from forge_agent.env.adapters.gymnasium import ACTION_NAMES
 from forge_agent.types import StepResult
 
 pytestmark = pytest.mark.timeout(120)
@@ -150,7 +151,7 @@ def test_importing_the_adapter_registers_nothing() -> None:
     import sys
 
     code = (
-        "import gymnasium, forge_agent.env.adapters.gymnasium; "
+        "import gymnasium, forge_agent.env.adapters.gymnasium, forge_agent.env.adapters.agent_gym; "
         "print(sum(k.startswith('forge_agent/') for k in gymnasium.registry))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -186,11 +187,12 @@ def test_a_gymnasium_id_pays_each_steps_reward_as_it_comes_through_the_worker() 
     assert not any(r.done for r in results)
 
 
-def test_quitting_a_gymnasium_game_scores_no_better_than_its_worst_step() -> None:
-    """CliffWalking's every step costs: an unfinished game scores at most the cliff's -100."""
+def test_quitting_a_gymnasium_game_scores_its_worst_return() -> None:
+    """CliffWalking's every move can cost the cliff's -100: a quit scores -100 x 100 moves
+    (the game has no TimeLimit: `DEFAULT_MAX_MOVES`), whatever it earned before."""
     results = asyncio.run(cliff_episode(["up"], answer=True))
     assert results[-1].done and results[-1].info["outcome"] == "stopped"
-    assert sum(r.rewards["env_reward"] for r in results) == -100.0
+    assert sum(r.rewards["env_reward"] for r in results) == -100.0 * 100
 
 
 def test_a_gymnasium_id_gymnasium_refuses_names_the_ids_it_knows() -> None:
@@ -207,3 +209,137 @@ def test_an_unfinished_reward_in_env_kwargs_wins_over_the_worst_return() -> None
         return await env.step({"role": "assistant", "content": "I stop here."})
 
     assert asyncio.run(quit_at_once()).rewards == {"env_reward": -5.0}
+
+
+# ---------------------------------------------------------------- one rule for unfinished games
+FORMS = {
+    "class": lambda gym_id, **kw: make_env(
+        "forge_agent.env.adapters.gymnasium:GymnasiumAgentEnv", gym_id=gym_id, **kw
+    ),
+    "id": lambda gym_id, **kw: make_env(f"gymnasium:{gym_id}", **kw),
+}
+GAMES = ["Taxi-v4", "CliffWalking-v1", "FrozenLake-v1"]
+QUIT = {"role": "assistant", "content": "I stop here."}
+
+
+async def episode_return(env: Any, moves: list[str], quit: bool, seed: int = 0) -> float:
+    """One episode: `moves` (one `act` a turn, until the game ends), then (with `quit`) an
+    answer instead of a move; the sum of every step's rewards."""
+    await env.reset({"task_id": "t", "seed": seed}, seed)
+    total, done = 0.0, False
+    for move in moves:
+        result = await env.step(act(move))
+        total += sum(result.rewards.values())
+        if done := result.done:
+            break
+    if quit and not done:
+        result = await env.step(QUIT)
+        total += sum(result.rewards.values())
+    return total
+
+
+@pytest.mark.parametrize("form", sorted(FORMS))
+@pytest.mark.parametrize("gym_id", GAMES)
+def test_an_unfinished_game_scores_one_fixed_number_whatever_was_played_before(form, gym_id):
+    """Taxi by id scored a quit -10 at once, -19 after 19 moves, and -19 once the env had
+    seen a -19 episode: now every quit scores the env's failure reward, in every form."""
+    env = FORMS[form](gym_id)
+    first_move = ACTION_NAMES[gym_id][0]
+
+    async def quits() -> list[float]:
+        at_once = await episode_return(env, [], quit=True)
+        after_19 = await episode_return(env, [first_move] * 19, quit=True)
+        again = await episode_return(env, [], quit=True)  # after a long, costly episode
+        return [at_once, after_19, again]
+
+    assert asyncio.run(quits()) == [env.failure_reward] * 3
+    assert env.failure_reward == FORMS["id" if form == "class" else "class"](gym_id).failure_reward
+
+
+@pytest.mark.parametrize("gym_id", GAMES)
+def test_quitting_never_scores_above_playing_to_the_move_cap(gym_id):
+    """Random play to the game's end (or its move cap) never scores below a quit."""
+    import random
+
+    env = make_env(f"gymnasium:{gym_id}", max_moves=20)
+    rng = random.Random(0)
+
+    async def returns() -> list[float]:
+        names = ACTION_NAMES[gym_id]
+        played = []
+        for seed in range(12):
+            moves = [rng.choice(names) for _ in range(20)]
+            played.append(await episode_return(env, moves, quit=False, seed=seed))
+        return played
+
+    played = asyncio.run(returns())
+    assert min(played) >= env.failure_reward
+    quit_at_once = asyncio.run(episode_return(env, [], quit=True))
+    assert quit_at_once == env.failure_reward <= min(played)
+
+
+def test_the_worst_return_is_the_worst_move_times_the_move_cap():
+    assert make_env("gymnasium:Taxi-v4").failure_reward == -10.0 * 200  # its TimeLimit
+    assert make_env("gymnasium:Taxi-v4", max_moves=20).failure_reward == -10.0 * 20
+    assert make_env("gymnasium:CliffWalking-v1", max_moves=16).failure_reward == -100.0 * 16
+    assert make_env("gymnasium:FrozenLake-v1").failure_reward == 0.0  # no move costs
+
+
+def test_a_game_ends_truncated_at_its_move_cap_scored_its_return():
+    env = make_env("gymnasium:Taxi-v4", max_moves=3)
+    assert asyncio.run(episode_return(env, ["north"] * 5, quit=False)) == -3.0
+    assert env.truncated
+
+
+def test_the_class_path_scores_an_unplayed_cliff_through_a_worker_as_the_id_does():
+    """docs/envs.md's `GymnasiumAgentEnv` class path scored an unplayed CliffWalking 0."""
+
+    async def quit_in_a_worker(env_id: str, kwargs: dict[str, Any]) -> tuple[float, float]:
+        config = EnvConfig(env_id, kwargs=kwargs, step_timeout_s=10)
+        async with EnvPool(config, size=1) as pool, pool.lease() as env:
+            await env.reset({"task_id": "cliff", "seed": 0}, 0)
+            result = await env.step(QUIT)
+            return sum(result.rewards.values()), env.failure_reward
+
+    path = "forge_agent.env.adapters.gymnasium:GymnasiumAgentEnv"
+    by_class = asyncio.run(quit_in_a_worker(path, {"gym_id": "CliffWalking-v1", "max_moves": 16}))
+    by_id = asyncio.run(quit_in_a_worker("gymnasium:CliffWalking-v1", {"max_moves": 16}))
+    assert by_class == by_id == (-1600.0, -1600.0)
+
+
+def test_a_textarena_game_s_failure_reward_is_its_lost_game():
+    assert make_env("textarena:TicTacToe-v0").failure_reward == -1.0  # win 1, draw 0, loss -1
+
+
+# ---------------------------------------------------------------- demonstrations from the table
+@pytest.mark.parametrize(
+    ("gym_id", "kwargs", "moves", "last_reward"),
+    [
+        ("FrozenLake-v1", {"make_kwargs": {"is_slippery": False}}, 6, "Reward: 1\n"),
+        ("Taxi-v4", {"max_moves": 30}, None, "Reward: 20\n"),
+        ("CliffWalking-v1", {"max_moves": 20}, 13, "Reward: -1\n"),
+    ],
+)
+def test_a_deterministic_game_demonstrates_best_return_games_in_its_own_replies(
+    gym_id, kwargs, moves, last_reward
+):
+    """`gymnasium:FrozenLake-v1` (not slippery) learned nothing from the schema warm start's
+    one to three calls; a game with a deterministic table now demonstrates whole games."""
+    from forge_agent.warm_start import demonstration_source
+
+    env = make_env(f"gymnasium:{gym_id}", **kwargs)
+    demos = env.demonstrations(6, 0, 1.0)
+    assert len(demos) == 6 and demos == env.demonstrations(6, 0, 1.0)  # deterministic
+    for convo, tools in demos:
+        calls = [m for m in convo if m.get("tool_calls")]
+        assert moves is None or len(calls) == moves  # a shortest path
+        assert last_reward in convo[-1]["content"] + "\n" and "terminated" in convo[-1]["content"]
+        assert tools[0]["function"]["name"] == "act"
+    assert demonstration_source(f"gymnasium:{gym_id}", kwargs) == "demonstrations"
+
+
+def test_a_game_without_a_deterministic_table_falls_back_to_the_tool_schemas():
+    from forge_agent.warm_start import demonstration_source
+
+    assert make_env("gymnasium:FrozenLake-v1").demonstrations(2, 0, 1.0) == []  # slippery
+    assert demonstration_source("gymnasium:FrozenLake-v1", {}) == "tool schemas"

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -388,6 +389,22 @@ def test_default_tokenizer_corpus_comes_from_the_shipped_envs_hooks():
     assert DEFAULT_CORPUS_ENVS == ("calculator", "code_exec", "frozen_lake")
     assert sum("calculator" in t for t in texts) >= 600  # 3 difficulties x 200 problems
     assert sum(t.count("\n") == 3 and "A" in t for t in texts) == 50  # frozen lake boards
+
+
+def test_a_user_env_trains_the_tokenizer_only_when_model_tiny_corpus_envs_lists_it(user_package):
+    """docs/envs.md said a user env's `corpus()` trains the tiny tokenizer; the tokenizer reads
+    only `model.tiny.corpus_envs`, which the page now names."""
+    from forge_agent.models.tiny import env_corpus
+    from forge_agent.run.config import load_config
+
+    listed = load_config(None, ["model.tiny.corpus_envs=[calculator, seam_list]"])
+    assert listed.model.tiny_config().corpus_envs == ["calculator", "seam_list"]
+    ours = [t for t in env_corpus(listed.model.tiny_config().corpus_envs) if '"echo"' in t]
+    assert ours  # the user env's text is in the tokenizer's corpus
+    default = load_config(None, []).model.tiny_config().corpus_envs
+    assert "seam_list" not in default and not any('"echo"' in t for t in env_corpus(default))
+    page = (Path(__file__).resolve().parents[1] / "docs" / "envs.md").read_text()
+    assert "when `model.tiny.corpus_envs` lists the env | `corpus()`" in page
 
 
 def test_code_exec_task_shapes_normalize():

@@ -309,11 +309,12 @@ def test_overflowing_an_endpoint_opponents_context_loses_the_game(tiny_tokenizer
 
 
 # ---------------------------------------------------------------------------- unfinished episodes
-def test_a_game_cut_before_its_first_move_scores_its_worst_step_not_zero(tiny_tokenizer):
+def test_a_game_cut_before_its_first_move_scores_its_worst_return_not_zero(tiny_tokenizer):
     """Found by the CliffWalking trial (docs/envs.md): a turn cut at the token cap before any
     move scored the return earned so far, 0, above every played episode (-13 at best), and
     the policy learned to never move (held-out -108 -> -0.39). Now an unfinished episode
-    scores at most the env's failure reward, for `gymnasium:<id>` the game's worst step."""
+    scores at most the env's failure reward, for `gymnasium:<id>` the game's worst return
+    (its worst move, -100, times its move cap, 16)."""
     from forge_agent.env.registry import make_env
     from forge_agent.rollout import ChatRenderer, LocalEnvs, RolloutConfig, RolloutEngine
 
@@ -324,12 +325,12 @@ def test_a_game_cut_before_its_first_move_scores_its_worst_step_not_zero(tiny_to
 
     engine = RolloutEngine(
         rambles,
-        LocalEnvs(lambda: make_env("gymnasium:CliffWalking-v1")),
+        LocalEnvs(lambda: make_env("gymnasium:CliffWalking-v1", max_moves=16)),
         ChatRenderer(tiny_tokenizer),
         RolloutConfig(max_turns=16, max_total_tokens=1024),
     )
     traj = asyncio.run(engine.run_episode({"task_id": "cliff", "seed": 0}, 0))
     assert traj.status is Status.TRUNCATED_LENGTH
-    assert traj.reward == -100.0 and traj.reward_components["unfinished"] == -100.0
-    assert traj.info["unfinished"] == {"earned": 0.0, "scored": -100.0}
-    assert traj.turn_rewards == [-100.0]
+    assert traj.reward == -1600.0 and traj.reward_components["unfinished"] == -1600.0
+    assert traj.info["unfinished"] == {"earned": 0.0, "scored": -1600.0}
+    assert traj.turn_rewards == [-1600.0]

@@ -6,7 +6,9 @@ server goes down for good after two steps, and the part-naming rules on real exc
 from __future__ import annotations
 
 import io
+import json
 import os
+import re
 import subprocess
 import sys
 from collections import Counter
@@ -16,11 +18,13 @@ import pytest
 
 from forge_agent.algorithms.replay import NoTrainingSignal, ZeroSignalWatch
 from forge_agent.errors import EXIT_RUN_FAILED, RunFailed, report_run_failed
+from forge_agent.run.config import load_config
 from forge_agent.run.failures import failed_part
 from forge_agent.run.supervision import ServiceFailed
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV_ID = "tests.faults:TaskServerDownEnv"
+CFG = load_config(None, [])  # env.id=calculator
 
 
 @pytest.fixture(scope="module")
@@ -57,6 +61,40 @@ def failed_run(policy_model_path, tmp_path_factory):
     return result, out
 
 
+@pytest.fixture(scope="module")
+def backend_gone_run(policy_model_path, tmp_path_factory):
+    """GRPO steps of 4 episodes on a user's env whose `step` raises a plain `RuntimeError`
+    after 40 steps (its reward varies until then, so steps train): every later episode ends
+    `policy_error` scoring the failure reward, every group's rewards are equal, and the
+    zero-signal watch stops the run after 25 groups."""
+    tmp = tmp_path_factory.mktemp("backend_gone")
+    out = tmp / "run"
+    args = [
+        f"model.name={policy_model_path}",
+        "warm_start.enabled=false",
+        f"output_dir={out}",
+        "env.id=tests.faults:BackendGoneEnv",
+        f"env.kwargs={{ledger: {tmp / 'steps'}, fail_after: 40}}",
+        "training.steps=10",
+        "training.groups_per_step=1",
+        "training.group_size=4",
+        "rollout.max_concurrent_episodes=8",
+        "services.env.num_replicas=1",
+        "eval.every=0",
+        "checkpoint.every=0",
+        "metrics.console=false",
+    ]
+    result = subprocess.run(
+        [sys.executable, "-m", "apps.agent.main", *args],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    return result, out
+
+
 def _failure_lines(result: subprocess.CompletedProcess) -> list[str]:
     return [ln for ln in result.stderr.splitlines() if ln.startswith("run failed")]
 
@@ -72,7 +110,7 @@ def test_the_line_names_the_env_and_its_exception(failed_run):
     (line,) = _failure_lines(failed_run[0])
     assert f"env {ENV_ID!r}: " in line
     assert "task server at 127.0.0.1:9 refused the connection" in line
-    assert "training episodes ended env_error" in line
+    assert "training episodes of the dropped groups ended env_error" in line
 
 
 def test_the_line_points_at_the_log_which_holds_the_traceback(failed_run):
@@ -97,9 +135,29 @@ def test_nothing_is_lost_a_checkpoint_at_the_failing_step_and_the_traces(failed_
     assert (out / "traces.html").exists()  # shutdown still wrote the trace page
 
 
+def test_a_step_that_raises_mid_run_is_named_by_its_status_exception_and_fix(backend_gone_run):
+    result, _ = backend_gone_run
+    assert result.returncode == EXIT_RUN_FAILED, result.stderr[-3000:]
+    (line,) = _failure_lines(result)
+    assert not line.startswith("run failed after step 0:")  # it trained, then failed
+    named = "env 'tests.faults:BackendGoneEnv': (all 100|9[0-9] of 100) training episodes of "
+    assert re.search(named + "the dropped groups ended policy_error", line), line
+    assert "RuntimeError: booking backend went away" in line
+    assert "InfraError" in line  # the fix: a failure the policy cannot cause is infra
+    assert "the reward may be constant" not in line
+
+
+def test_the_exception_of_a_mid_run_stop_reaches_run_log_and_summary_json(backend_gone_run):
+    _, out = backend_gone_run
+    assert "booking backend went away" in (out / "run.log").read_text()
+    failure = json.loads((out / "summary.json").read_text())["failure"]
+    assert failure["part"] == "env 'tests.faults:BackendGoneEnv'"
+    assert "RuntimeError: booking backend went away" in failure["error"]
+
+
 def test_a_service_past_its_restarts_is_the_failing_part():
     exc = ServiceFailed("generator0", ["process died", "process died"])
-    part, error = failed_part(exc, "calculator", Counter(), {})
+    part, error = failed_part(exc, CFG, Counter(), {})
     assert part == "generator0 service"
     assert error.startswith("ServiceFailed: generator0 failed 2 times")
 
@@ -111,25 +169,50 @@ def test_groups_lost_to_generator_failures_blame_the_generator():
         watch.observe(False, [0.0], {"infra_failure": 4})
     counts = Counter({"status/generator_error": 8, "status/env_error": 1, "status/ok": 3})
     errors = {"generator_error": "generate: connection reset"}
-    part, error = failed_part(stopped.value, "calculator", counts, errors)
+    part, error = failed_part(stopped.value, CFG, counts, errors)
     assert part == "generator"
-    assert error.startswith("generate: connection reset (8 training episodes ended")
+    assert error.startswith("8 of 9 training episodes ended generator_error: the generator ")
+    assert "generate: connection reset" in error
+
+
+def test_groups_whose_episodes_failed_are_named_by_the_status_and_its_error():
+    watch = ZeroSignalWatch(warn_after=100, fail_after=2)
+    watch.observe(False, [0.0] * 4, {"zero_variance": 4}, {"policy_error": 3, "ok": 1})
+    with pytest.raises(NoTrainingSignal) as stopped:
+        watch.observe(False, [0.0] * 4, {"zero_variance": 4}, {"policy_error": 4})
+    assert "the reward may be constant" not in str(stopped.value)
+    assert "Most of their episodes ended policy_error (7 of 8)" in str(stopped.value)
+    errors = {"policy_error": "step: RuntimeError: booking backend went away"}
+    part, error = failed_part(stopped.value, CFG, Counter(), errors)
+    assert part == "env 'calculator'"
+    assert error.startswith("7 of 8 training episodes of the dropped groups ended policy_error")
+    assert "RuntimeError: booking backend went away" in error and "InfraError" in error
 
 
 def test_groups_with_equal_rewards_are_not_blamed_on_a_failure():
     watch = ZeroSignalWatch(warn_after=100, fail_after=1)
     with pytest.raises(NoTrainingSignal) as stopped:
         watch.observe(False, [0.0, 0.0], {"zero_variance": 2})
-    part, error = failed_part(stopped.value, "calculator", Counter({"status/env_error": 1}), {})
+    part, error = failed_part(stopped.value, CFG, Counter({"status/env_error": 1}), {})
     assert part == "training on env 'calculator'"  # no module line: the rewards gave no signal
     assert error.startswith("NoTrainingSignal: ")
+
+
+def test_equal_rewards_without_a_warm_start_name_what_would_help_first():
+    watch = ZeroSignalWatch(warn_after=100, fail_after=1)
+    with pytest.raises(NoTrainingSignal) as stopped:
+        watch.observe(False, [0.0] * 4, {"zero_variance": 4}, {"ok": 4})
+    cfg = load_config(None, ["warm_start.enabled=false"])
+    part, error = failed_part(stopped.value, cfg, Counter(), {})
+    assert part == "training on env 'calculator'"
+    assert "What would help first: the warm start is off" in error
 
 
 def test_any_other_exception_names_the_module_and_line_it_came_from():
     try:
         {}["missing"]
     except KeyError as exc:
-        part, error = failed_part(exc, "calculator", Counter(), {})
+        part, error = failed_part(exc, CFG, Counter(), {})
     assert part.startswith("module tests.test_run_failures (test_run_failures.py:")
     assert error == "KeyError: 'missing'"
 

@@ -8,7 +8,7 @@ import pytest
 from forge_agent.errors import SetupError
 from forge_agent.evaluation import EvalReport
 from forge_agent.run.config import load_config
-from forge_agent.run.setup_checks import check_start_signal
+from forge_agent.run.stop_causes import check_start_signal
 from forge_agent.types import Group, Status, Trajectory
 
 NOTHING = {
@@ -37,6 +37,16 @@ def test_episodes_cut_by_max_turns_name_rollout_max_turns_not_the_model(cfg) -> 
     text = str(err.value)
     assert "256 of 256 held-out episodes ended truncated_turns" in text
     assert "rollout.max_turns=1" in text and "beyond this model" not in text
+
+
+def test_a_gymnasium_game_cut_by_max_turns_names_its_move_cap_too() -> None:
+    cfg = load_config(None, ["env.id=gymnasium:Taxi-v4", "env.kwargs={}"])
+    with pytest.raises(SetupError) as err:
+        check_start_signal({**ended("truncated_turns"), "eval/reward/max": -2000.0,
+                            "eval/reward/mean": -2000.0}, cfg)  # fmt: skip
+    assert "raise rollout.max_turns, or end the game within them (env.kwargs.max_moves)" in str(
+        err.value
+    )
 
 
 def test_the_most_frequent_status_is_named_when_it_is_not_all(cfg) -> None:
@@ -91,3 +101,76 @@ def test_an_eval_report_keeps_the_first_error_of_each_status() -> None:
     )
     report = EvalReport.from_groups([group], k=3)
     assert report.first_errors == {"policy_error": "judge: first", "env_error": "reset: down"}
+
+
+# ---------------------------------------------------------------- what would help, by evidence
+NO_DEMOS = '''
+from forge_agent.env.protocol import ToolEnv
+
+
+def book(day: str) -> str:
+    """Book a day.
+
+    Args:
+        day: The day.
+    """
+    return f"booked {day}"
+
+
+class BookingEnv(ToolEnv):
+    tools = (book,)
+    dataset = [{"task_id": f"t{i}", "prompt": "Book monday.", "answer": "ok"} for i in range(40)]
+
+    def judge(self, answer):
+        return {"booked": 0.0}
+'''
+
+
+@pytest.fixture
+def booking(tmp_path, monkeypatch) -> str:
+    (tmp_path / "start_signal_envs.py").write_text(NO_DEMOS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return "start_signal_envs:BookingEnv"
+
+
+def stop_text(metrics: dict[str, float], overrides: list[str], **kw) -> str:
+    with pytest.raises(SetupError) as err:
+        check_start_signal(metrics, load_config(None, overrides), 2_886_400, **kw)
+    return str(err.value)
+
+
+def test_an_env_without_demonstrations_is_told_to_give_them_not_a_larger_model(booking) -> None:
+    text = stop_text(ended("ok"), [f"env.id={booking}", "env.kwargs={}"])
+    assert f"env '{booking}' has no demonstrations(): its warm start taught only" in text
+    assert "the model's size is not the first suspect" in text
+    assert "beyond this model" not in text
+
+
+def test_a_run_without_a_warm_start_is_told_to_turn_it_on(booking) -> None:
+    text = stop_text(
+        ended("ok"), [f"env.id={booking}", "env.kwargs={}", "warm_start.enabled=false"]
+    )
+    assert "the warm start is off" in text and "beyond this model" not in text
+
+
+def test_turns_that_fill_the_token_cap_name_the_token_budget() -> None:
+    cut = {**ended("ok"), "eval/turns/mean": 2.0, "eval/sampled_tokens/mean": 96.0}
+    text = stop_text(cut, ["rollout.max_new_tokens_per_turn=48"])
+    assert "their turns average 48.0 sampled tokens, at the cap" in text
+    assert "raise rollout.max_new_tokens_per_turn" in text and "beyond this model" not in text
+
+
+def test_forfeits_cut_at_the_token_cap_name_the_budget_and_a_shorter_move_format() -> None:
+    """ConnectFour: all 256 games forfeit, every move cut at 8 tokens, and no fix was named."""
+    forfeits = {**ended("forfeit"), "eval/reward/max": -1.0, "eval/reward/mean": -1.0}
+    forfeits.update({"eval/turns/mean": 1.0, "eval/sampled_tokens/mean": 8.0})
+    text = stop_text(forfeits, ["rollout.max_new_tokens_per_turn=8"])
+    assert "256 of 256 held-out episodes ended forfeit" in text
+    assert "a move cut at rollout.max_new_tokens_per_turn=8 tokens" in text
+    assert "a move format the model writes in fewer tokens" in text
+
+
+def test_the_model_is_blamed_after_a_warm_start_on_the_envs_own_demonstrations() -> None:
+    text = stop_text(ended("ok"), [], warm_start="demonstrations")
+    assert "the task is beyond this model (model.name=tiny, 2.9 M parameters)" in text
+    assert "as a warm start on its demonstrations did not carry over" in text

@@ -9,7 +9,8 @@ The console shows the project's own lines (setup stages, warm start, evals, the 
 the summary); third-party logs (vLLM, torch, Triton, Monarch) go to `output_dir/run.log`.
 `--verbose` shows them on the console instead.
 
-Exit status: 0 done; 2 a bad input (one line naming it); 3 a run that failed mid-way (one line
+Exit status: 0 done; 2 a bad input (one line naming it), or a `--check` episode that ended in a
+failure (the env, its judge or step raised); 3 a run that failed mid-way (one line
 naming the failing part and its exception, the log, the traces and the last checkpoint; the
 traceback in run.log, or on the console with `--verbose`); 130 Ctrl-C.
 """
@@ -105,12 +106,23 @@ def _run(argv: list[str], verbose: bool, check_only: bool) -> int:
     report = check_setup(cfg)
     lengths = prompt_lengths(cfg, report)
     if check_only:
-        from forge_agent.run.check_episodes import check_episode_lines
+        from forge_agent.errors import EXIT_SETUP_ERROR
+        from forge_agent.run.check_episodes import check_episodes
 
         for line in ["config: ok", *report.lines(), lengths]:
             print(line, flush=True)
-        for line in check_episode_lines(cfg, report.train_tasks[:1], report.eval_tasks[:1]):
+        check = check_episodes(cfg, report.train_tasks[:1], report.eval_tasks[:1])
+        for line in check.lines():
             print(line, flush=True)
+        if check.failed:  # a run would score (or lose) every such episode as a failure
+            ended = ", ".join(sorted({e.status for e in check.failed}))
+            print(
+                f"check failed: {len(check.failed)} of {len(check.episodes)} episodes ended "
+                f"{ended} (the env raised; its error is above)",
+                file=sys.stderr,
+                flush=True,
+            )
+            return EXIT_SETUP_ERROR
         return 0
     if lengths.startswith("warning"):  # episodes that would end prompt_too_long, unsampled
         print(lengths, file=sys.stderr, flush=True)
@@ -130,9 +142,10 @@ def _run(argv: list[str], verbose: bool, check_only: bool) -> int:
             return 130
         except RunFailed as exc:  # one line; the traceback in run.log (--verbose: here)
             if not verbose:
+                exc.kept = {"log": str(log), **exc.kept}
                 with log.open("a") as file:
                     traceback.print_exception(exc.__cause__ or exc, file=file)
-                exc.kept = {"log": str(log), **exc.kept}
+                    print(exc.line(), file=file)
             return report_run_failed(exc, verbose)
     evals = summary["evals"]
     if evals:

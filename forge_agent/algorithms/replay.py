@@ -211,11 +211,15 @@ class ReplayBuffer:
 class NoTrainingSignal(RuntimeError):
     """`ZeroSignalWatch`'s stop: too many groups in a row were dropped. `reasons` counts their
     dropped trajectories by reason (`AdvantageStats.dropped`: `infra_failure`, `small_group`,
-    `truncated`, `zero_variance`)."""
+    `truncated`, `zero_variance`); `statuses` counts their episodes by how they ended
+    (`Status` value -> n), when the watch was told."""
 
-    def __init__(self, message: str, reasons: Mapping[str, int]) -> None:
+    def __init__(
+        self, message: str, reasons: Mapping[str, int], statuses: Mapping[str, int] | None = None
+    ) -> None:
         super().__init__(message)
         self.reasons = dict(reasons)
+        self.statuses = dict(statuses or {})  # how the dropped groups' episodes ended
 
     @property
     def lost_to_failures(self) -> bool:
@@ -240,6 +244,7 @@ class ZeroSignalWatch:
         self.warn = warn or logging.getLogger(__name__).warning
         self.in_a_row = 0
         self.reasons: Counter[str] = Counter()  # dropped trajectories by reason, this streak
+        self.statuses: Counter[str] = Counter()  # how this streak's episodes ended
         self._next_warning = warn_after
 
     def _message(self, rewards: list[float]) -> str:
@@ -263,25 +268,46 @@ class ZeroSignalWatch:
                 "reward error counts and traces.jsonl; advantages.min_group_size sets how many "
                 "good members a group needs."
             )
+        ended = self._most_ended()
+        if ended is not None:
+            return head + (
+                f"Most of their episodes ended {ended} ({self.statuses[ended]} of "
+                f"{sum(self.statuses.values())}), not by the env's reward: see the status/* "
+                "counts and traces.jsonl (the run's stop names the cause)."
+            )
         return head + (
             "Their members had equal rewards: the reward may be constant (check the env's "
             "reward and the warm start), or raise training.group_size, or set "
             "advantages.drop_zero_variance=false."
         )
 
+    def _most_ended(self) -> str | None:
+        """The status most of this streak's episodes ended with, when it is not `ok`."""
+        if not self.statuses:
+            return None
+        status, _ = max(self.statuses.items(), key=lambda item: (item[1], item[0] != "ok"))
+        return None if status == "ok" else status
+
     def observe(
-        self, kept: bool, rewards: list[float], dropped: Mapping[str, int] | None = None
+        self,
+        kept: bool,
+        rewards: list[float],
+        dropped: Mapping[str, int] | None = None,
+        statuses: Mapping[str, int] | None = None,
     ) -> None:
         """Record one finished group; `kept`: it survived the filters; `rewards`: its rewards;
-        `dropped`: its trajectories the filters dropped, by reason (`AdvantageStats.dropped`)."""
+        `dropped`: its trajectories the filters dropped, by reason (`AdvantageStats.dropped`);
+        `statuses`: its episodes by how they ended (`Status` value -> n)."""
         if kept:
             self.in_a_row, self._next_warning = 0, self.warn_after
             self.reasons.clear()
+            self.statuses.clear()
             return
         self.in_a_row += 1
         self.reasons.update(dropped or {"zero_variance": len(rewards)})
+        self.statuses.update(statuses or {})
         if self.in_a_row >= self.fail_after:
-            raise NoTrainingSignal(self._message(rewards), self.reasons)
+            raise NoTrainingSignal(self._message(rewards), self.reasons, self.statuses)
         if self.in_a_row >= self._next_warning:
             self.warn(self._message(rewards))
             self._next_warning *= 2

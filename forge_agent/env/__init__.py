@@ -82,9 +82,9 @@ __all__ = [
 ]
 
 _LAZY = {
-    "AgentGymEnv": "forge_agent.env.adapters.gymnasium",
+    "AgentGymEnv": "forge_agent.env.adapters.agent_gym",
     "GymnasiumAgentEnv": "forge_agent.env.adapters.gymnasium",
-    "register_gymnasium_envs": "forge_agent.env.adapters.gymnasium",
+    "register_gymnasium_envs": "forge_agent.env.adapters.agent_gym",
     "OpenEnvAgentEnv": "forge_agent.env.adapters.openenv",
     "openenv_app": "forge_agent.env.adapters.openenv",
     "serve_openenv": "forge_agent.env.adapters.openenv",

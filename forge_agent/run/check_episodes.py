@@ -1,8 +1,9 @@
 """`--check`'s episodes: the env played once on the first training task and once on the first
 held-out task, in an env worker as a run plays it, by a scripted policy that answers at once.
 
-    lines = check_episode_lines(cfg, report.train_tasks[:1], report.eval_tasks[:1])
-    # ["episode (train, task calc-3): ok, reward 0 (env reset, step and judge ran)", ...]
+    check = check_episodes(cfg, report.train_tasks[:1], report.eval_tasks[:1])
+    check.lines()  # ["episode (train, task calc-3): ok, reward 0 after 1 turn(s) ...", ...]
+    check.failed   # the episodes that ended in a failure: `--check` then exits 2
 
 The answer is a plain message (`CHECK_ANSWER`), so the env's reset, its step and its judge run
 on a real task; an env that wants more turns gets the same answer again, up to
@@ -10,18 +11,20 @@ on a real task; an env that wants more turns gets the same answer again, up to
 docs/rewards.md) and the exception's text, so a judge that raises on every answer shows here,
 not after the warm start. A seated game (a reset that returns a `SeatStart`) is played with
 every seat answering the same (its reward is the first seat's); an agent program (it runs
-against the policy's endpoint) is not played.
+against the policy's endpoint) is not played. An episode that ends in a failure (an env, judge
+or step that raised; `Status.is_policy_failure` or `is_infra_failure`) fails the check: a run
+would score every such episode the env's failure reward, or lose it.
 """
 
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from forge_agent.types import Message, SeatStart, Status
 
-__all__ = ["CHECK_ANSWER", "CheckedEpisode", "check_episode_lines", "play_check_episode"]
+__all__ = ["CHECK_ANSWER", "CheckedEpisode", "EpisodeCheck", "check_episodes", "play_check_episode"]
 
 CHECK_ANSWER = "I do not know."
 """The scripted policy's every message."""
@@ -38,6 +41,12 @@ class CheckedEpisode:
     reward: float | None = None
     turns: int = 0
     error: str = ""
+
+    @property
+    def failed(self) -> bool:
+        """It ended in a failure, the policy's (the env raised on its answer) or infra's."""
+        status = Status(self.status)
+        return status.is_policy_failure or status.is_infra_failure
 
     def line(self) -> str:
         """One console line."""
@@ -101,27 +110,45 @@ async def _play_seated(
     return CheckedEpisode(split, task_id, Status.TRUNCATED_TURNS.value, reward, moves)
 
 
-def check_episode_lines(
+@dataclass
+class EpisodeCheck:
+    """`--check`'s episodes: those played, or why none was (`not_played`)."""
+
+    episodes: list[CheckedEpisode] = field(default_factory=list)
+    not_played: str = ""
+
+    @property
+    def failed(self) -> list[CheckedEpisode]:
+        """The episodes that ended in a failure (`CheckedEpisode.failed`)."""
+        return [e for e in self.episodes if e.failed]
+
+    def lines(self) -> list[str]:
+        """One console line per episode (or the reason none was played)."""
+        return [self.not_played] if self.not_played else [e.line() for e in self.episodes]
+
+
+def check_episodes(
     cfg: Any, train: list[dict[str, Any]], held_out: list[dict[str, Any]]
-) -> list[str]:
-    """One line per episode of `--check`: each task of `train` and of `held_out`, played in
-    an env worker built from `cfg.env`."""
+) -> EpisodeCheck:
+    """Each task of `train` and of `held_out` played once, in an env worker built from
+    `cfg.env`."""
     from forge_agent.env.registry import is_agent_program
     from forge_agent.env.worker import EnvPool
 
     if is_agent_program(cfg.env.id):
-        return [
-            f"episodes: not played by --check ({cfg.env.id!r} is an agent program: it needs "
-            "the policy's endpoint)"
-        ]
+        return EpisodeCheck(
+            not_played=f"episodes: not played by --check ({cfg.env.id!r} is an agent program: "
+            "it needs the policy's endpoint)"
+        )
 
-    async def play() -> list[str]:
-        lines = []
+    async def play() -> list[CheckedEpisode]:
+        played = []
         async with EnvPool(cfg.env, size=1) as pool:
             for split, tasks in (("train", train), ("held-out", held_out)):
                 for task in tasks:
-                    played = await play_check_episode(pool, task, split, cfg.rollout.max_turns)
-                    lines.append(played.line())
-        return lines
+                    played.append(
+                        await play_check_episode(pool, task, split, cfg.rollout.max_turns)
+                    )
+        return played
 
-    return asyncio.run(play())
+    return EpisodeCheck(asyncio.run(play()))

@@ -324,13 +324,21 @@ def _check_colocation(cfg: AgentConfig) -> None:
 
 
 # ============================================================ loading (AgentConfig by default)
+SHIPPED_CONFIGS = Path(__file__).resolve().parents[2] / "apps" / "agent"
+"""The configs shipped with the project (`apps/agent/*.yaml`): a ``defaults:`` name that is not
+beside the YAML naming it is found here, so a user's config in any folder can say
+``defaults: default.yaml`` (or ``frozen_lake.yaml``)."""
+
+
 def load_yaml(path: str | Path, schema: Any = None, _seen: tuple[Path, ...] = ()) -> dict:
-    """Read a YAML config, resolving ``defaults:`` (a file name or list, relative to ``path``).
+    """Read a YAML config, resolving ``defaults:`` (a file name or list, relative to ``path``,
+    else one of `SHIPPED_CONFIGS` by name).
 
     Each defaults file is loaded first (recursively) and this file's sections are merged over
     it; later defaults files win over earlier ones. ``schema`` defaults to ``AgentConfig``.
     """
-    return typed_config.load_yaml(path, AgentConfig if schema is None else schema, _seen)
+    schema = AgentConfig if schema is None else schema
+    return typed_config.load_yaml(path, schema, _seen, search=(SHIPPED_CONFIGS,))
 
 
 def apply_override(data: dict[str, Any], override: str, schema: Any = None) -> dict[str, Any]:
@@ -350,7 +358,8 @@ def load_config(
     ``schema`` defaults to ``AgentConfig``.
     """
     schema = AgentConfig if schema is None else schema  # type: ignore[assignment]
-    return typed_config.load_config(path, overrides, schema)  # type: ignore[arg-type]
+    search = (SHIPPED_CONFIGS,)
+    return typed_config.load_config(path, overrides, schema, search)  # type: ignore[arg-type]
 
 
 def parse_cli(argv: Sequence[str], schema: type[T] | None = None) -> T:
@@ -359,4 +368,4 @@ def parse_cli(argv: Sequence[str], schema: type[T] | None = None) -> T:
     ``schema`` defaults to ``AgentConfig``.
     """
     schema = AgentConfig if schema is None else schema  # type: ignore[assignment]
-    return typed_config.parse_cli(argv, schema)  # type: ignore[arg-type]
+    return typed_config.parse_cli(argv, schema, (SHIPPED_CONFIGS,))  # type: ignore[arg-type]

@@ -35,8 +35,8 @@ from forge_agent.run.loop_result import LoopClock, LoopResult
 from forge_agent.run.recovery import Recovery
 from forge_agent.run.rollouts import Engines, build_run_engines, evaluate_policy, record_episode
 from forge_agent.run.services import Services
-from forge_agent.run.setup_checks import check_start_signal
 from forge_agent.run.signals import cancel_on_signals, python_handlers, raise_if_cancelled
+from forge_agent.run.stop_causes import check_start_signal
 from forge_agent.run.supervision import ServiceFailed, ServiceRestarted
 from forge_agent.types import Group
 
@@ -257,7 +257,8 @@ class Controller:
         for name, value in stats.as_metrics().items():
             record(name, value, "sum")
         self.counts["groups_produced"] += 1
-        self.zero_signal.observe(bool(kept), [t.reward for t in scored], stats.dropped)
+        statuses = Counter(t.status.value for t in scored)
+        self.zero_signal.observe(bool(kept), [t.reward for t in scored], stats.dropped, statuses)
         if kept:
             await self.buffer.put(Group(task_id=group.task_id, trajectories=kept))
             return

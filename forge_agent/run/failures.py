@@ -8,8 +8,10 @@ a last checkpoint when the trainer is still alive, and where the traces and chec
 
 The part is, in this order: the service that recovery could not bring back (`ServiceFailed`,
 or a `ServiceRestarted` nobody handled); the env (or the generator) when the run stopped
-because its training episodes failed (`NoTrainingSignal` with most groups lost to failures),
-with the last failed episode's error; else the module the exception came from.
+because most episodes of the groups it dropped failed (`NoTrainingSignal`: `policy_error`
+from a step that raised, `env_error`, ...), with the status, the last such episode's error and
+its fix (`run.stop_causes`); else the module the exception came from. The failure is written
+to summary.json too (`failure`), beside the steps, evals and counts reached.
 """
 
 from __future__ import annotations
@@ -21,29 +23,47 @@ from typing import Any
 
 from forge_agent.algorithms.replay import NoTrainingSignal
 from forge_agent.errors import RunFailed
+from forge_agent.run import outputs
+from forge_agent.run.stop_causes import stop_cause, teaching_help, warm_start_kind
 from forge_agent.run.supervision import ServiceFailed, ServiceRestarted
 from forge_agent.types import INFRA_STATUSES, Status
 
-__all__ = ["failed_part", "last_checkpoint", "run_failed"]
+__all__ = ["failed_part", "failure_summary", "last_checkpoint", "run_failed"]
 
 
 def failed_part(
-    exc: BaseException, env_id: str, counts: Mapping[str, int], errors: Mapping[str, str]
+    exc: BaseException, cfg: Any, counts: Mapping[str, int], errors: Mapping[str, str]
 ) -> tuple[str, str]:
-    """(the failing part, its error) for `exc`, raised out of a run whose training episodes
-    ended with `counts` (`status/<status>` -> n) and `errors` (status -> last error text)."""
+    """(the failing part, its error) for `exc`, raised out of a run of `cfg` whose training
+    episodes ended with `counts` (`status/<status>` -> n) and `errors` (status -> last error
+    text). A `NoTrainingSignal` is named by how the dropped groups' episodes ended
+    (`exc.statuses`; else, when most were lost to failures, the infra statuses of `counts`)
+    when most did not end `ok`: the status, its last error text and its fix
+    (`stop_causes.episode_cause`)."""
     if isinstance(exc, ServiceFailed | ServiceRestarted):
         return f"{exc.service} service", f"{type(exc).__name__}: {exc}"
-    if isinstance(exc, NoTrainingSignal) and exc.lost_to_failures:
-        infra = {s: counts.get(f"status/{s.value}", 0) for s in INFRA_STATUSES}
-        status = max(infra, key=lambda s: (infra[s], s.value))
-        if infra[status]:
-            part = "generator" if status is Status.GENERATOR_ERROR else f"env {env_id!r}"
-            last = errors.get(status.value, "no error text")
-            stopped = str(exc).split(". ")[0]  # the watch's first sentence: how many groups
-            return part, f"{last} ({infra[status]} training episodes ended {status}; {stopped})"
-    if isinstance(exc, NoTrainingSignal):  # the episodes ran; their rewards gave no signal
-        return f"training on env {env_id!r}", f"{type(exc).__name__}: {_first_line(exc)}"
+    env = f"env {cfg.env.id!r}"
+    if isinstance(exc, NoTrainingSignal):
+        stopped = str(exc).split(". ")[0]  # the watch's first sentence: how many groups
+        statuses = exc.statuses
+        if not statuses and exc.lost_to_failures:  # a watch not told the statuses
+            statuses = {s.value: counts.get(f"status/{s.value}", 0) for s in INFRA_STATUSES}
+        scope = "training episodes of the dropped groups" if exc.statuses else "training episodes"
+        named = stop_cause(statuses, cfg, errors, scope, failures_first=exc.lost_to_failures)
+        if named is not None:
+            status, cause = named
+            ended = Status(status)
+            part = "generator" if ended is Status.GENERATOR_ERROR else env
+            if not (ended.is_infra_failure or ended.is_policy_failure):  # cut, forfeit
+                part = f"training on {env}"
+            return part, f"{cause} ({stopped})"
+        # the episodes ran and ended normally; their rewards gave no signal
+        error = f"{type(exc).__name__}: {_first_line(exc)}"
+        advice = teaching_help(cfg, warm_start_kind(cfg))
+        return (
+            f"training on {env}",
+            f"{error} What would help first: {advice}." if advice else error,
+        )
     return f"module {_origin(exc)}", f"{type(exc).__name__}: {_first_line(exc)}"
 
 
@@ -100,7 +120,7 @@ async def last_checkpoint(controller: Any, exc: BaseException) -> str:
 async def run_failed(controller: Any, exc: BaseException) -> RunFailed:
     """`exc` out of `controller.run()` as a `RunFailed` (raise it `from exc`), after a last
     checkpoint attempt; the controller is shut down afterwards (`train`'s `finally`)."""
-    part, error = failed_part(exc, controller.cfg.env.id, controller.counts, controller.errors)
+    part, error = failed_part(exc, controller.cfg, controller.counts, controller.errors)
     checkpoint = await last_checkpoint(controller, exc)
     out = getattr(controller, "out", None)
     traces = out / "traces.jsonl" if out is not None else None
@@ -108,4 +128,25 @@ async def run_failed(controller: Any, exc: BaseException) -> RunFailed:
         "traces": str(traces) if traces is not None and traces.exists() else "none written",
         "checkpoint": checkpoint,
     }
-    return RunFailed(part, error, controller.step, kept)
+    failed = RunFailed(part, error, controller.step, kept)
+    if out is not None and out.exists():
+        outputs.write_summary(out, failure_summary(controller, failed))
+    return failed
+
+
+def failure_summary(controller: Any, failed: RunFailed) -> dict[str, Any]:
+    """summary.json of a run that failed: `failure` (the part, its error, the step and the one
+    line the program prints) beside what the run reached (steps, evals, counts)."""
+    return {
+        "failure": {
+            "part": failed.part,
+            "error": failed.error,
+            "step": failed.step,
+            "line": failed.line(),
+        },
+        "steps": controller.step,
+        "policy_version": controller.version,
+        "evals": controller.evals,
+        "counts": dict(controller.counts),
+        "policy_path": str(getattr(controller, "policy_path", None)),
+    }

@@ -60,8 +60,11 @@ def _yaml_error(path: Path, err: yaml.YAMLError) -> str:
     return f"{where}: not valid YAML: {detail}"
 
 
-def load_yaml(path: str | Path, schema: Any, _seen: tuple[Path, ...] = ()) -> dict:
-    """Read a YAML config, resolving ``defaults:`` (a file name or list, relative to ``path``).
+def load_yaml(
+    path: str | Path, schema: Any, _seen: tuple[Path, ...] = (), search: Sequence[Path] = ()
+) -> dict:
+    """Read a YAML config, resolving ``defaults:`` (a file name or list, relative to ``path``,
+    else found by name in the folders of ``search``: the shipped configs).
 
     Each defaults file is loaded first (recursively) and this file's sections are merged over
     it; later defaults files win over earlier ones.
@@ -86,9 +89,23 @@ def load_yaml(path: str | Path, schema: Any, _seen: tuple[Path, ...] = ()) -> di
         raise ConfigError(f"{path.name}: 'defaults' must be a file name or a list of file names")
     merged: dict[str, Any] = {}
     for parent in parents:
-        parent_data = load_yaml(path.parent / parent, schema, (*_seen, path))
+        found = _find_defaults(path, parent, search)
+        parent_data = load_yaml(found, schema, (*_seen, path), search)
         merged = _merge(merged, parent_data, schema)
     return _merge(merged, data, schema)
+
+
+def _find_defaults(path: Path, name: str, search: Sequence[Path]) -> Path:
+    """The file a ``defaults: name`` of ``path`` means: beside ``path``, else the first folder
+    of ``search`` that holds it; a ``ConfigError`` naming every place looked in."""
+    places = [path.parent, *(Path(folder) for folder in search)]
+    for folder in places:
+        if (folder / name).is_file():
+            return (folder / name).resolve()
+    if not search:
+        return path.parent / name  # load_yaml says it does not exist
+    looked = ", ".join(repr(str(folder / name)) for folder in places)
+    raise ConfigError(f"{path.name}: 'defaults: {name}': no such config file (looked for {looked})")
 
 
 def apply_override(data: dict[str, Any], override: str, schema: Any) -> dict[str, Any]:
@@ -155,9 +172,12 @@ def apply_override(data: dict[str, Any], override: str, schema: Any) -> dict[str
     return data
 
 
-def load_config(path: str | Path | None, overrides: Sequence[str], schema: type[T]) -> T:
-    """Load ``path`` (or the defaults when None), apply ``overrides``, validate and build."""
-    data = load_yaml(path, schema) if path is not None else {}
+def load_config(
+    path: str | Path | None, overrides: Sequence[str], schema: type[T], search: Sequence[Path] = ()
+) -> T:
+    """Load ``path`` (or the defaults when None), apply ``overrides``, validate and build;
+    ``search``: folders where a ``defaults:`` name not beside its file is found."""
+    data = load_yaml(path, schema, search=search) if path is not None else {}
     for override in overrides:
         apply_override(data, override, schema)
     return from_dict(schema, data)
@@ -171,8 +191,9 @@ def dump_yaml(cfg: Any, path: str | Path) -> Path:
     return path
 
 
-def parse_cli(argv: Sequence[str], schema: type[T]) -> T:
-    """Build a config from command-line words: ``[--config PATH] key=value ...``."""
+def parse_cli(argv: Sequence[str], schema: type[T], search: Sequence[Path] = ()) -> T:
+    """Build a config from command-line words: ``[--config PATH] key=value ...`` (``search``:
+    see `load_config`)."""
     path: str | None = None
     overrides: list[str] = []
     words = list(argv)
@@ -191,7 +212,7 @@ def parse_cli(argv: Sequence[str], schema: type[T]) -> T:
         else:
             overrides.append(word)
         i += 1
-    return load_config(path, overrides, schema)
+    return load_config(path, overrides, schema, search)
 
 
 def describe_keys(cfg: Any, width: int = 100, indent: str = "  ") -> list[str]:

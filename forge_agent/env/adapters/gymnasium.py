@@ -1,53 +1,37 @@
-"""Gymnasium, both ways.
+"""A Gymnasium env with `Discrete` actions (FrozenLake-v1, Blackjack-v1, ...) as an agent env.
 
-- `GymnasiumAgentEnv`: a Gymnasium env with `Discrete` actions (FrozenLake-v1, Blackjack-v1, ...)
-  becomes an agent env. Observations are rendered as text; the actions are one tool,
+- `GymnasiumAgentEnv`: observations are rendered as text; the actions are one tool,
   `act(action)`, whose argument is an enum of the action names, so an illegal action comes back
   as a tool error message. The episode's return is the reward component `env_reward`.
-- `AgentGymEnv`: any agent env becomes a `gymnasium.Env` with `Text` observation and action
-  spaces; `register_gymnasium_envs()` (an explicit call: importing this module registers
-  nothing) registers every agent env id as `gymnasium.make("forge_agent/<Name>-v0")`, e.g.
-  "forge_agent/Calculator-v0".
-  Text actions are assistant messages; tool calls are written Hermes-style:
-  `<tool_call>{"name": "calculator", "arguments": {"expression": "2 + 2"}}</tool_call>`.
+- `GymnasiumIdEnv`: the env of `env.id=gymnasium:<id>`, any such id, paid move by move.
+
+The other way round (an agent env as a `gymnasium.Env`) is `forge_agent.env.adapters.agent_gym`.
 """
 
 from __future__ import annotations
 
-import asyncio
-import json
-import re
-import string
-import threading
-import uuid
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
 from typing import Any, ClassVar, Literal
 
 import gymnasium
 
-from forge_agent.env.protocol import AgentEnv, ToolEnv
-from forge_agent.env.registry import make_env, registered_env_ids
+from forge_agent.env.protocol import ToolEnv
 from forge_agent.env.sources import Split, holdout
 from forge_agent.types import Message, StepResult, ToolSpec
 
-__all__ = [
-    "ACTION_NAMES",
-    "AgentGymEnv",
-    "GymnasiumAgentEnv",
-    "GymnasiumIdEnv",
-    "gymnasium_id",
-    "parse_text_action",
-    "register_gymnasium_envs",
-    "render_messages",
-]
+__all__ = ["ACTION_NAMES", "DEFAULT_MAX_MOVES", "GymnasiumAgentEnv", "GymnasiumIdEnv"]
 
 ACTION_NAMES: dict[str, list[str]] = {
     "FrozenLake-v1": ["left", "down", "right", "up"],
     "Blackjack-v1": ["stick", "hit"],
     "CliffWalking-v1": ["up", "right", "down", "left"],
     "Taxi-v3": ["south", "north", "east", "west", "pickup", "dropoff"],
+    "Taxi-v4": ["south", "north", "east", "west", "pickup", "dropoff"],
 }
 """Readable names of the Discrete actions of known Gymnasium envs (others get "0", "1", ...)."""
+
+DEFAULT_MAX_MOVES = 100
+"""A game's move cap without `max_moves` or a spec TimeLimit (CliffWalking-v1 has none)."""
 
 
 # --------------------------------------------------------------------------------------------
@@ -76,11 +60,16 @@ class GymnasiumAgentEnv(ToolEnv):
         render: `(gym_env, observation) -> text` (default: `OBSERVATION_RENDERERS[gym_id]`,
             else the env's "ansi" render, else `str(observation)`).
         instructions: the system prompt's description of the game.
-        unfinished_reward: the reward of an episode that ends before the game does (the model
-            answered, or its calls failed, before the game terminated or ran out of time);
-            None: the return earned so far. A game whose every finished outcome can score
-            below that (Blackjack's expected return is negative) needs it, or RL learns to
-            leave the game unplayed: an unplayed Blackjack hand is a lost bet, -1.
+        unfinished_reward: what an episode that ends before the game does scores (see below);
+            None: the game's worst return, from its transition table. A game without a table
+            (Blackjack) needs it, or leaving pays: an unplayed Blackjack hand is a lost bet, -1.
+        max_moves: the game's move cap (it then ends truncated, scored its return); None:
+            the spec's `max_episode_steps`, else `DEFAULT_MAX_MOVES`. Set it to
+            `rollout.max_turns`, so that the rollout never cuts a game that is played.
+
+    An unfinished episode (a quit, a step that raised, a rollout cut) scores `failure_reward`:
+    `unfinished_reward`, else the game's worst return (its table's worst move x `max_moves`,
+    capped at 0), fixed at build time (docs/envs.md, "One rule for an unfinished game").
 
     A task may carry `"seed"`, the game's start state (it wins over reset's seed, so every
     episode of a group starts alike). `tasks(split, n, seed)` makes such tasks: start seeds,
@@ -100,10 +89,17 @@ class GymnasiumAgentEnv(ToolEnv):
         render: Callable[[gymnasium.Env, Any], str] | None = None,
         instructions: str | None = None,
         unfinished_reward: float | None = None,
+        max_moves: int | None = None,
     ) -> None:
         self.gym_id = gym_id
         self.unfinished_reward = unfinished_reward
         self.make_kwargs = dict(make_kwargs or {})
+        self.max_moves = _move_cap(gym_id, max_moves or self.make_kwargs.get("max_episode_steps"))
+        self.failure_reward = (
+            float(unfinished_reward)
+            if unfinished_reward is not None
+            else _worst_return(gym_id, self.make_kwargs, self.max_moves)
+        )
         self._action_names = action_names
         self._render = render or OBSERVATION_RENDERERS.get(gym_id)
         self.instructions = instructions or f"You are playing the Gymnasium game {gym_id}."
@@ -119,10 +115,15 @@ class GymnasiumAgentEnv(ToolEnv):
 
     # -- hooks ---------------------------------------------------------------------------------
 
+    @classmethod
+    def failure_reward_of(cls, *args: Any, **kwargs: Any) -> float:
+        """`cls(*args, **kwargs)`'s `failure_reward` (an env worker's, before it builds one)."""
+        return cls(*args, **kwargs).failure_reward
+
     def make_gym_env(self, task: dict[str, Any]) -> gymnasium.Env:
         """The Gymnasium env of an episode (default: made once, reused across episodes)."""
         if self.gym_env is None:
-            kwargs = dict(self.make_kwargs)
+            kwargs = {"max_episode_steps": self.max_moves, **self.make_kwargs}
             spec = gymnasium.spec(self.gym_id)
             if self._render is None and "ansi" in _render_modes(spec):
                 kwargs.setdefault("render_mode", "ansi")
@@ -137,6 +138,45 @@ class GymnasiumAgentEnv(ToolEnv):
         if self.gym_env.render_mode == "ansi":
             return str(self.gym_env.render())
         return str(observation)
+
+    def demonstrations(
+        self, n: int, seed: int, demo_fraction: float
+    ) -> list[tuple[list[Message], list[ToolSpec]]]:
+        """Games planned on the game's transition table, played through this env (its own
+        replies), from start seeds `seed * n ...`: each move is the best-return move from where
+        the game stands (`plan_values`), except that with probability `1 - demo_fraction` it is
+        a random move that does not end the game (the plan goes on from there). [] for a game
+        without a deterministic table (Blackjack, slippery FrozenLake): the warm start then
+        samples calls from the tool's schema."""
+        import json
+        import random
+
+        from forge_agent.env.seam import run_sync
+
+        convos: list[tuple[list[Message], list[ToolSpec]]] = []
+        rng = random.Random(f"{self.gym_id}-demos-{seed}")
+        for start in range(seed * n, seed * n + n):
+            messages, tools = run_sync(self.reset({"task_id": "demo", "seed": start}, start))
+            values = plan_values(self.gym_env, self.max_moves)
+            if values is None:
+                break
+            convo, names = list(messages), self.action_names
+            for k in range(self.max_moves):
+                move = best_move(
+                    self.gym_env, values, int(self._observation), k, rng, demo_fraction
+                )
+                call = {"name": "act", "arguments": json.dumps({"action": names[move]})}
+                call = {"id": f"call_{k}", "type": "function", "function": call}
+                reply = self._act(names[move])
+                convo.append({"role": "assistant", "content": "", "tool_calls": [call]})
+                convo.append(
+                    {"role": "tool", "tool_call_id": call["id"], "name": "act", "content": reply}
+                )
+                if self.terminated or self.truncated:
+                    break
+            convos.append((convo, tools))
+        run_sync(self.close())
+        return convos
 
     def state_key(self) -> str:
         """The game's current observation (the toy-text games' whole state, e.g. FrozenLake's
@@ -210,10 +250,10 @@ class GymnasiumAgentEnv(ToolEnv):
             "env_return": self.env_return,
             "env_steps": self.env_steps,
         }
-        unfinished = not (self.terminated or self.truncated)
-        if unfinished and self.unfinished_reward is not None:
-            return {"env_reward": float(self.unfinished_reward)}, info
-        return {"env_reward": self.env_return}, info
+        if self.terminated or self.truncated:
+            return {"env_reward": self.env_return}, info
+        scored = min(self.env_return, self.failure_reward)  # unfinished: the one rule
+        return {"env_reward": scored}, {**info, "unfinished_reward": scored}
 
     def _act(self, action: str) -> str:
         if self.terminated or self.truncated:
@@ -239,44 +279,14 @@ class GymnasiumAgentEnv(ToolEnv):
 
 
 class GymnasiumIdEnv(GymnasiumAgentEnv):
-    """The env of `env.id=gymnasium:<id>`: any Gymnasium id with Discrete actions, e.g.
-    `gymnasium:CliffWalking-v1`, scored so that leaving the game unfinished never pays.
-
-    - Each `act` pays its reward as it comes (`StepResult.rewards` of that step, component
-      `env_reward`), so an episode cut short by `rollout.max_turns` or the token limits
-      (`truncated_*`) scores the return it earned, as Gymnasium's own truncation does, not 0.
-    - An episode the model ends without finishing the game (it answers instead of acting)
-      scores the worst return this env has seen (any episode's, this one's included), and no
-      more than the smallest one-step reward of the game's transition table where it has one
-      (CliffWalking: -100, FrozenLake: 0): quitting never beats playing on. An
-      `unfinished_reward` in `env.kwargs` is used instead.
-
-    - Its `failure_reward` (a step that raises; and the cap of an episode cut by the rollout's
-      limits, `forge_agent.rollout.episode`) is the same smallest one-step reward: a cut or
-      failed episode never scores above the worst move of the game (CliffWalking -100).
-
-    An id Gymnasium refuses is an `EnvSetupError` naming the ids it knows that are closest.
-    """
+    """The env of `env.id=gymnasium:<id>` (any Gymnasium id with Discrete actions), scored as
+    `GymnasiumAgentEnv` is, each `act`'s reward paid at its step (`env_reward`) for per-turn
+    credit. An id Gymnasium refuses is an `EnvSetupError` naming the closest ids it knows."""
 
     def __init__(self, gym_id: str, **kwargs: Any) -> None:
         _check_gym_id(gym_id)
         super().__init__(gym_id, **kwargs)
-        self.worst_return: float | None = None
         self._paid = 0.0
-        self.failure_reward = self.failure_reward_of(gym_id, **kwargs)
-
-    @classmethod
-    def failure_reward_of(cls, gym_id: str, **kwargs: Any) -> float:
-        """The smallest one-step reward of `gym_id`'s transition table, capped at 0.0 (0.0 for
-        a game without a table, or one whose every reward is positive)."""
-        try:
-            game = gymnasium.make(gym_id, **dict(kwargs.get("make_kwargs") or {}))
-        except Exception:
-            return 0.0
-        try:
-            return min([0.0, *_worst_step_reward(game)])
-        finally:
-            game.close()
 
     async def reset(
         self, task: dict[str, Any], seed: int | None = None
@@ -291,16 +301,6 @@ class GymnasiumIdEnv(GymnasiumAgentEnv):
             total = result.rewards.get("env_reward", total)
         earned, self._paid = total - self._paid, total
         return StepResult(result.messages, {"env_reward": earned}, result.done, result.info)
-
-    def judge(self, answer: str) -> tuple[dict[str, float], dict[str, Any]]:
-        rewards, info = super().judge(answer)
-        returns = [self.env_return] + ([self.worst_return] if self.worst_return is not None else [])
-        self.worst_return = min(returns)
-        unset = self.unfinished_reward is None  # env.kwargs.unfinished_reward: the user's own
-        if unset and not (self.terminated or self.truncated):  # quit: the worst, never better
-            worst = min([self.worst_return, *_worst_step_reward(self.gym_env)])
-            return {"env_reward": worst}, {**info, "unfinished_reward": worst}
-        return rewards, info
 
 
 def _check_gym_id(gym_id: str) -> None:
@@ -322,13 +322,95 @@ def _check_gym_id(gym_id: str) -> None:
         ) from None
 
 
-def _worst_step_reward(gym_env: gymnasium.Env | None) -> list[float]:
-    """The smallest one-step reward of a toy-text game's transition table `P` ([] without)."""
+def _move_cap(gym_id: str, max_moves: int | None) -> int:
+    """`max_moves`, else the spec's `max_episode_steps`, else `DEFAULT_MAX_MOVES`."""
+    if max_moves is not None:
+        if int(max_moves) < 1:
+            raise ValueError(f"max_moves must be a positive number of moves, got {max_moves!r}")
+        return int(max_moves)
+    try:
+        steps = gymnasium.spec(gym_id).max_episode_steps
+    except gymnasium.error.Error:
+        steps = None
+    return int(steps) if steps else DEFAULT_MAX_MOVES
+
+
+def _worst_return(gym_id: str, make_kwargs: dict[str, Any], max_moves: int) -> float:
+    """The game's worst return in `max_moves` moves: its table's smallest one-move reward times
+    `max_moves`, capped at 0.0 (0.0 for a game without a table, or one that does not build)."""
+    try:
+        game = gymnasium.make(gym_id, **make_kwargs)
+    except Exception:
+        return 0.0
+    try:
+        table = getattr(game.unwrapped, "P", None)
+        if not isinstance(table, dict):
+            return 0.0
+        rewards = [t[2] for moves in table.values() for outs in moves.values() for t in outs]
+        return min(0.0, float(min(rewards, default=0.0)) * max_moves)
+    finally:
+        game.close()
+
+
+def _deterministic_table(gym_env: gymnasium.Env | None) -> dict | None:
+    """A toy-text game's transition table `P` when every move has one outcome, else None."""
     table = getattr(getattr(gym_env, "unwrapped", None), "P", None)
     if not isinstance(table, dict):
-        return []
-    rewards = [t[2] for moves in table.values() for outcomes in moves.values() for t in outcomes]
-    return [float(min(rewards))] if rewards else []
+        return None
+    if any(len(outs) != 1 for moves in table.values() for outs in moves.values()):
+        return None  # stochastic (slippery FrozenLake)
+    return table
+
+
+def plan_values(
+    gym_env: gymnasium.Env | None, horizon: int, gamma: float = 0.99
+) -> list[dict[int, float]] | None:
+    """Finite-horizon values of a deterministic toy-text game: `values[k][s]` is the best
+    discounted return from state `s` with `k` moves left (`gamma` < 1 prefers shorter paths to
+    the same return); None for a game without a deterministic table."""
+    table = _deterministic_table(gym_env)
+    if table is None:
+        return None
+    values = [dict.fromkeys(table, 0.0)]
+    for _ in range(horizon):
+        last = values[-1]
+        values.append(
+            {
+                s: max(
+                    r + (0.0 if done else gamma * last[s2])
+                    for ((_, s2, r, done),) in moves.values()
+                )
+                for s, moves in table.items()
+            }
+        )
+    return values
+
+
+def best_move(
+    gym_env: gymnasium.Env,
+    values: list[dict[int, float]],
+    state: int,
+    moved: int,
+    rng: Any,
+    demo_fraction: float,
+    gamma: float = 0.99,
+) -> int:
+    """The best-return move from `state` after `moved` moves of `len(values) - 1` (a random
+    move that does not end the game instead, with probability `1 - demo_fraction`)."""
+    table = _deterministic_table(gym_env)
+    assert table is not None
+    left = values[max(0, len(values) - 2 - moved)]
+    moves = table[state]
+    if rng.random() >= demo_fraction:
+        going_on = [a for a, ((_, _, _, done),) in moves.items() if not done]
+        if going_on:
+            return rng.choice(going_on)
+
+    def worth(a: int) -> float:
+        ((_, s2, r, done),) = moves[a]
+        return r + (0.0 if done else gamma * left[s2])
+
+    return max(sorted(moves), key=worth)
 
 
 def _render_modes(spec: gymnasium.envs.registration.EnvSpec) -> list[str]:
@@ -340,159 +422,3 @@ def _render_modes(spec: gymnasium.envs.registration.EnvSpec) -> list[str]:
         return list(getattr(cls, "metadata", {}).get("render_modes", []))
     except Exception:
         return []
-
-
-# --------------------------------------------------------------------------------------------
-# Agent env -> Gymnasium env
-# --------------------------------------------------------------------------------------------
-
-TEXT_CHARSET = frozenset(string.printable)
-"""Characters of the Text spaces; other characters in observations are shown as "?"."""
-
-MAX_TEXT_CHARS = 200_000
-
-_TOOL_CALL_RE = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.DOTALL)
-
-
-def render_messages(messages: list[Message], tools: list[ToolSpec] | None = None) -> str:
-    """Messages (and tool schemas) as plain text, one `[role]` block each."""
-    blocks = []
-    if tools:
-        blocks.append("[tools]\n" + "\n".join(json.dumps(t["function"]) for t in tools))
-    for message in messages:
-        text = message.get("content") or ""
-        if not isinstance(text, str):
-            text = json.dumps(text)
-        for call in message.get("tool_calls") or []:
-            fn = call.get("function", {})
-            text += f'\n<tool_call>{{"name": {json.dumps(fn.get("name"))}, "arguments": '
-            text += f"{json.dumps(fn.get('arguments'))}}}</tool_call>"
-        blocks.append(f"[{message.get('role', '?')}]\n{text}")
-    return "\n".join(blocks)
-
-
-def parse_text_action(text: str) -> Message:
-    """An assistant message from text; `<tool_call>{"name", "arguments"}</tool_call>` blocks
-    become tool calls (a block that is not JSON becomes a call the ToolSet reports)."""
-    tool_calls = []
-    for i, raw in enumerate(_TOOL_CALL_RE.findall(text)):
-        try:
-            data = json.loads(raw)
-        except json.JSONDecodeError:
-            data = {"name": "", "arguments": raw}
-        if not isinstance(data, dict):
-            data = {"name": "", "arguments": raw}
-        tool_calls.append(
-            {
-                "id": f"call_{i}",
-                "type": "function",
-                "function": {"name": data.get("name"), "arguments": data.get("arguments", {})},
-            }
-        )
-    message: Message = {"role": "assistant", "content": _TOOL_CALL_RE.sub("", text).strip()}
-    if tool_calls:
-        message["tool_calls"] = tool_calls
-    return message
-
-
-class AgentGymEnv(gymnasium.Env):
-    """An agent env as a `gymnasium.Env` with `Text` observation and action spaces.
-
-    `reset(seed=, options={"task": task})` starts an episode (without a task, the agent env's
-    `default_task(seed)` is used); the observation is the new messages as text, `info` holds
-    them as dicts (`info["messages"]`, and `info["tools"]` at reset). `step(text)` parses the
-    text as an assistant message (see `parse_text_action`); the reward is the sum of the reward
-    components (each in `info["rewards"]`).
-
-    Args:
-        env: an agent env instance, or a registered env id to make.
-        env_kwargs: constructor arguments when `env` is an id.
-    """
-
-    metadata: ClassVar[dict[str, Any]] = {"render_modes": []}
-
-    def __init__(self, env: AgentEnv | str, env_kwargs: dict[str, Any] | None = None) -> None:
-        self.agent_env: AgentEnv = (
-            make_env(env, **(env_kwargs or {})) if isinstance(env, str) else env
-        )
-        self.observation_space = gymnasium.spaces.Text(
-            MAX_TEXT_CHARS, min_length=0, charset=TEXT_CHARSET
-        )
-        self.action_space = gymnasium.spaces.Text(
-            MAX_TEXT_CHARS, min_length=0, charset=TEXT_CHARSET
-        )
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
-        self._closed = False
-
-    def reset(
-        self, *, seed: int | None = None, options: dict[str, Any] | None = None
-    ) -> tuple[str, dict[str, Any]]:
-        super().reset(seed=seed)
-        task = (options or {}).get("task")
-        episode_seed = int(self.np_random.integers(2**31 - 1))
-        if task is None:
-            task = self.agent_env.default_task(episode_seed)  # type: ignore[attr-defined]
-        messages, tools = self._run(self.agent_env.reset(task, episode_seed))
-        info = {"messages": messages, "tools": tools, "task": task}
-        return self._text(render_messages(messages, tools)), info
-
-    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
-        message = parse_text_action(action)
-        result: StepResult = self._run(self.agent_env.step(message))
-        info = {"messages": result.messages, "rewards": dict(result.rewards), **result.info}
-        reward = float(sum(result.rewards.values()))
-        return self._text(render_messages(result.messages)), reward, result.done, False, info
-
-    def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        try:
-            self._run(self.agent_env.close())
-        finally:
-            if self._loop is not None:
-                self._loop.call_soon_threadsafe(self._loop.stop)
-                assert self._thread is not None
-                self._thread.join(timeout=5)
-                self._loop.close()
-                self._loop = None
-
-    def _run(self, coro: Coroutine[Any, Any, Any]) -> Any:
-        # The agent env's coroutines run on a private loop in a private thread, so this works
-        # whether or not the caller's thread already runs an event loop.
-        if self._loop is None:
-            self._loop = asyncio.new_event_loop()
-            self._thread = threading.Thread(
-                target=self._loop.run_forever, name=f"agent-gym-{uuid.uuid4().hex[:6]}", daemon=True
-            )
-            self._thread.start()
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
-
-    @staticmethod
-    def _text(text: str) -> str:
-        text = "".join(c if c in TEXT_CHARSET else "?" for c in text)
-        return text[:MAX_TEXT_CHARS]
-
-
-def gymnasium_id(env_id: str) -> str:
-    """ "frozen_lake" -> "forge_agent/FrozenLake-v0"."""
-    name = "".join(part.capitalize() for part in re.split(r"[_\-\s]+", env_id) if part)
-    return f"forge_agent/{name}-v0"
-
-
-def register_gymnasium_envs(max_episode_steps: int = 32) -> list[str]:
-    """Register every agent env id with Gymnasium (idempotent); return the Gymnasium ids."""
-    ids = []
-    for env_id in registered_env_ids():
-        gym_id = gymnasium_id(env_id)
-        if gym_id not in gymnasium.registry:
-            gymnasium.register(
-                id=gym_id,
-                entry_point="forge_agent.env.adapters.gymnasium:AgentGymEnv",
-                kwargs={"env": env_id},
-                max_episode_steps=max_episode_steps,
-                disable_env_checker=True,
-            )
-        ids.append(gym_id)
-    return ids
