@@ -9,8 +9,11 @@ once, and each call forks a child that, before the function runs:
 
 - enters new PID, network and mount namespaces: no network (not even loopback), a `/proc` of
   its own (host processes are invisible), every process it starts dies with it;
-- gets fresh, bounded tmpfs on ``/tmp``, ``/var/tmp`` and ``/dev/shm`` (nothing crosses calls)
-  and an empty ``/root`` with only the interpreter's folders bound back, read-only;
+- sees every mount of the host read-only, then gets fresh, bounded tmpfs on ``/tmp``,
+  ``/var/tmp`` and ``/dev/shm`` (nothing crosses calls) and an empty ``/root`` with only the
+  interpreter's folders bound back, read-only: what it may write is an allow-list (those
+  tmpfs), not "whatever the host left world-writable" (``/run/lock`` was);
+- keeps no descriptor but its reply pipe (not its server's requests or replies);
 - takes the rlimits of `Limits` (CPU seconds, address space beyond what the warm process
   holds, processes, file size, descriptors, no core files) and an empty environment;
 - drops to the sandbox user (uid/gid 65534, no groups, no capabilities, ``no_new_privs``),
@@ -25,9 +28,11 @@ root (CAP_SYS_ADMIN for the namespaces and mounts); elsewhere `run_forked` raise
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import json
 import os
+import re
 import resource
 import select
 import signal
@@ -50,7 +55,8 @@ _libc = ctypes.CDLL(None, use_errno=True)
 
 ForkedResult = dict[str, Any]
 """``{"ok": True, "value": ...}``, ``{"ok": False, "error": "..."}`` (the function raised, ran
-out of time or memory, or died); `value` is what the function returned (JSON data)."""
+out of time (then ``"timed_out": True`` too) or memory, or died); `value` is what the function
+returned (JSON data)."""
 
 
 def _check(rc: int, what: str) -> None:
@@ -78,9 +84,38 @@ def _kept_paths() -> list[str]:
     return sorted(p for p in prefixes if p.startswith("/root/"))
 
 
-def _enter_sandbox(limits: Limits) -> None:
-    """In the forked child (PID 1 of its namespaces, still root): mounts, rlimits, identity."""
+def _mount_points() -> list[tuple[str, int]]:
+    """The mount points of this mount namespace and the flags to keep on each (nosuid, ...)."""
+    kept = {"nosuid": MS_NOSUID, "nodev": MS_NODEV, "noexec": MS_NOEXEC}
+    points = []
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            fields = line.split()
+            path = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), fields[4])
+            flags = sum(kept.get(option, 0) for option in fields[5].split(","))
+            points.append((path, flags))
+    return points
+
+
+def _read_only_host() -> None:
+    """Every mount the child inherited becomes read-only; one that refuses is detached."""
+    for path, flags in _mount_points():
+        try:
+            _mount(None, path, None, MS_BIND | MS_REMOUNT | MS_RDONLY | flags)
+        except OSError:
+            if _libc.umount2(path.encode(), MNT_DETACH) != 0 and os.path.ismount(path):
+                raise
+
+
+def _enter_sandbox(limits: Limits, keep_fd: int) -> None:
+    """In the forked child (PID 1 of its namespaces, still root): descriptors, mounts, rlimits,
+    identity."""
+    for fd in [int(name) for name in os.listdir("/proc/self/fd")]:
+        if fd > 2 and fd != keep_fd:
+            with contextlib.suppress(OSError):  # the listing's own descriptor is gone
+                os.close(fd)
     _mount(None, "/", None, MS_REC | MS_PRIVATE)
+    _read_only_host()
     _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
     tmp_size = f"size={int(limits.file_size_mb)}m,mode=1777"
     _mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, tmp_size)
@@ -116,6 +151,7 @@ def _enter_sandbox(limits: Limits) -> None:
     devnull = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):  # what the function prints goes nowhere
         os.dup2(devnull, fd)
+    os.close(devnull)
 
 
 def _virtual_size() -> int:
@@ -131,7 +167,7 @@ def _child(fn: Callable[[], Any], limits: Limits, write_fd: int) -> None:
         inner = os.fork()
         if inner == 0:
             try:
-                _enter_sandbox(limits)
+                _enter_sandbox(limits, write_fd)
             except BaseException as exc:
                 _write(write_fd, {"ok": False, "setup_error": f"{type(exc).__name__}: {exc}"})
                 os._exit(SETUP_FAILED)
@@ -208,7 +244,8 @@ def run_forked(fn: Callable[[], Any], limits: Limits) -> ForkedResult:
         detail = (reply or {}).get("setup_error", "the child could not enter its namespaces")
         raise SandboxError(f"the forked sandbox could not be set up: {detail} (it needs root)")
     if code == 124:
-        return {"ok": False, "error": f"timed out after {float(limits.wall_s):g} s"}
+        error = f"timed out after {float(limits.wall_s):g} s"
+        return {"ok": False, "error": error, "timed_out": True}
     if not isinstance(reply, dict):
         return {"ok": False, "error": "the call died without a result (killed, or out of memory)"}
     return reply
