@@ -43,7 +43,7 @@ from typing import Any
 
 from forge_agent.sandbox.base import Limits, SandboxError
 
-__all__ = ["ForkedResult", "run_forked"]
+__all__ = ["ForkedCall", "ForkedResult", "run_forked"]
 
 SANDBOX_ID = 65534  # the sandbox user of every backend (nobody/nogroup)
 CLONE_NEWNS, CLONE_NEWPID, CLONE_NEWNET = 0x00020000, 0x20000000, 0x40000000
@@ -180,17 +180,21 @@ def _child(fn: Callable[[], Any], limits: Limits, write_fd: int) -> None:
             _write(write_fd, reply, limits.output_bytes)
             os._exit(0)
         os.close(write_fd)
-        deadline = time.monotonic() + float(limits.wall_s)
-        while time.monotonic() < deadline:
-            pid, _ = os.waitpid(inner, os.WNOHANG)
-            if pid:
-                os._exit(0)
-            time.sleep(0.005)
-        os.kill(inner, signal.SIGKILL)
-        os.waitpid(inner, 0)
-        os._exit(124)
+        signal.signal(signal.SIGALRM, _timed_out)
+        signal.setitimer(signal.ITIMER_REAL, float(limits.wall_s))
+        try:
+            os.waitpid(inner, 0)
+        except TimeoutError:
+            os.kill(inner, signal.SIGKILL)
+            os.waitpid(inner, 0)
+            os._exit(124)
+        os._exit(0)
     except BaseException:
         os._exit(SETUP_FAILED)
+
+
+def _timed_out(signum: int, frame: Any) -> None:
+    raise TimeoutError
 
 
 def _write(fd: int, reply: ForkedResult, limit: int = 65536) -> None:
@@ -205,6 +209,63 @@ def _write(fd: int, reply: ForkedResult, limit: int = 65536) -> None:
         view = view[os.write(fd, view) :]
 
 
+class ForkedCall:
+    """One call running in a forked sandbox, read without blocking: `start`, then `read` each
+    time `fileno()` is readable until it returns True, then `result` (what `run_forked` does;
+    a server with several calls in flight selects over their `fileno()`s)."""
+
+    def __init__(self, fn: Callable[[], Any], limits: Limits) -> None:
+        self.limits = limits
+        self.deadline = time.monotonic() + float(limits.wall_s) + 5.0
+        self._chunks: list[bytes] = []
+        self._size = 0
+        read_fd, write_fd = os.pipe()
+        self.pid = os.fork()
+        if self.pid == 0:
+            os.close(read_fd)
+            _child(fn, limits, write_fd)
+        os.close(write_fd)
+        self._fd: int | None = read_fd
+
+    def fileno(self) -> int:
+        assert self._fd is not None, "the call's output is closed"
+        return self._fd
+
+    def read(self) -> bool:
+        """Read what is there; True when the output is complete (or over its limit)."""
+        chunk = os.read(self.fileno(), 1 << 16)
+        self._chunks.append(chunk)
+        self._size += len(chunk)
+        return not chunk or self._size > self.limits.output_bytes + 8192
+
+    def result(self) -> ForkedResult:
+        """How the call went (the child reaped; killed first if past its deadline).
+
+        Raises:
+            SandboxError: the sandbox could not be set up here (not root, no namespaces).
+        """
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+        code = os.waitstatus_to_exitcode(_reap(self.pid, self.deadline))
+        try:
+            reply = json.loads(b"".join(self._chunks)) if self._chunks else None
+        except ValueError:
+            reply = None
+        if code == SETUP_FAILED or (isinstance(reply, dict) and "setup_error" in reply):
+            detail = (reply or {}).get("setup_error", "the child could not enter its namespaces")
+            raise SandboxError(f"the forked sandbox could not be set up: {detail} (it needs root)")
+        if code == 124:
+            error = f"timed out after {float(self.limits.wall_s):g} s"
+            return {"ok": False, "error": error, "timed_out": True}
+        if not isinstance(reply, dict):
+            return {
+                "ok": False,
+                "error": "the call died without a result (killed, or out of memory)",
+            }
+        return reply
+
+
 def run_forked(fn: Callable[[], Any], limits: Limits) -> ForkedResult:
     """Run `fn()` in a forked sandbox (see the module docstring) and return how it went.
 
@@ -213,42 +274,12 @@ def run_forked(fn: Callable[[], Any], limits: Limits) -> ForkedResult:
     Raises:
         SandboxError: the sandbox could not be set up here (not root, no namespaces).
     """
-    read_fd, write_fd = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        os.close(read_fd)
-        _child(fn, limits, write_fd)
-    os.close(write_fd)
-    chunks, size = [], 0
-    deadline = time.monotonic() + float(limits.wall_s) + 5.0
-    try:
-        while time.monotonic() < deadline:
-            ready, _, _ = select.select([read_fd], [], [], 0.1)
-            if ready:
-                chunk = os.read(read_fd, 1 << 16)
-                if not chunk:
-                    break
-                chunks.append(chunk)
-                size += len(chunk)
-                if size > limits.output_bytes + 8192:
-                    break
-    finally:
-        os.close(read_fd)
-    status = _reap(pid, deadline)
-    code = os.waitstatus_to_exitcode(status)
-    try:
-        reply = json.loads(b"".join(chunks)) if chunks else None
-    except ValueError:
-        reply = None
-    if code == SETUP_FAILED or (reply and "setup_error" in reply):
-        detail = (reply or {}).get("setup_error", "the child could not enter its namespaces")
-        raise SandboxError(f"the forked sandbox could not be set up: {detail} (it needs root)")
-    if code == 124:
-        error = f"timed out after {float(limits.wall_s):g} s"
-        return {"ok": False, "error": error, "timed_out": True}
-    if not isinstance(reply, dict):
-        return {"ok": False, "error": "the call died without a result (killed, or out of memory)"}
-    return reply
+    call = ForkedCall(fn, limits)
+    while time.monotonic() < call.deadline:
+        ready, _, _ = select.select([call], [], [], 0.1)
+        if ready and call.read():
+            break
+    return call.result()
 
 
 def _reap(pid: int, deadline: float) -> int:
@@ -257,6 +288,6 @@ def _reap(pid: int, deadline: float) -> int:
         done, status = os.waitpid(pid, os.WNOHANG)
         if done:
             return status
-        time.sleep(0.005)
+        time.sleep(0.001)
     os.kill(pid, signal.SIGKILL)
     return os.waitpid(pid, 0)[1]

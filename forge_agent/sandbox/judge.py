@@ -52,6 +52,7 @@ import struct
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -70,7 +71,7 @@ __all__ = [
     "sandboxed_scorer",
 ]
 
-JUDGE_LIMITS = Limits(wall_s=10.0, cpu_s=10.0, memory_mb=1024, max_procs=16, file_size_mb=16)
+JUDGE_LIMITS = Limits(wall_s=15.0, cpu_s=15.0, memory_mb=1024, max_procs=16, file_size_mb=16)
 """Limits of one verdict (its wall time is below the default 30 s step)."""
 START_TIMEOUT_S = 60.0
 REPLY_MARGIN_S = 15.0  # past the call's wall time, a missing reply is the server's failure
@@ -279,26 +280,15 @@ def _score(scorer: Scorer, answer: str, entry: Any) -> Any:
     return value if type(value) in _NUMBER else repr(value)[:100]
 
 
-def _answer(out_fd: int, request: dict[str, Any], scorer: Scorer) -> None:
-    """In a child of the server: one call in a forked sandbox, its reply written to `out_fd`."""
-    from forge_agent.sandbox.forked import run_forked
-
-    call = functools.partial(_score, scorer, request["answer"], request["entry"])
-    try:
-        reply = run_forked(call, Limits(**request["limits"]))
-    except SandboxError as exc:
-        reply = {"infra": str(exc)}
-    except BaseException as exc:
-        reply = {"infra": f"{type(exc).__name__}: {exc}"}
-    reply = {k: v for k, v in reply.items() if k in ("ok", "value", "error", "timed_out", "infra")}
-    reply["id"] = request["id"]
-    line = json.dumps(reply)
+def _reply(call_id: int, reply: dict[str, Any]) -> bytes:
+    """One reply line: the call's id and the fields the client reads, short enough to write
+    whole."""
+    kept = {k: v for k, v in reply.items() if k in ("ok", "value", "error", "timed_out", "infra")}
+    line = json.dumps({**kept, "id": call_id})
     if len(line) > _REPLY_MAX:
-        reply.pop("value", None)
-        reply["error"] = str(reply.get("error", "the verdict is too long"))[:500]
-        reply["ok"] = False
-        line = json.dumps(reply)
-    os.write(out_fd, line.encode() + b"\n")
+        error = str(kept.get("error", "the verdict is too long"))[:500]
+        line = json.dumps({"ok": False, "error": error, "id": call_id})
+    return line.encode() + b"\n"
 
 
 def _frames(fd: int) -> Any:
@@ -319,48 +309,54 @@ def _frames(fd: int) -> Any:
 
 
 def serve() -> None:
-    """Answer requests on stdin, each in a child that forks a sandbox; replies on stdout."""
+    """Answer requests on stdin, each call in its own forked sandbox, side by side; replies
+    (JSON lines) on stdout as each call ends."""
+    from forge_agent.sandbox.forked import ForkedCall
+
     ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: die with the env worker
     out_fd = os.dup(1)
     os.dup2(2, 1)  # what importing scorers prints goes to stderr, not into the replies
     scorers: dict[bytes, Scorer] = {}
-    os.write(out_fd, b'{"ready": true}\n')
+    running: dict[ForkedCall, int] = {}  # call -> request id
     frames = _frames(0)
+    os.write(out_fd, b'{"ready": true}\n')
     while True:
-        while True:  # reap the children that answered
+        wait = min((c.deadline for c in running), default=time.monotonic() + 1.0)
+        ready, _, _ = select.select([0, *running], [], [], max(0.0, wait - time.monotonic()))
+        now = time.monotonic()
+        for call in [c for c in running if c in ready or c.deadline <= now]:
+            if call in ready and not call.read() and call.deadline > now:
+                continue
+            call_id = running.pop(call)
             try:
-                pid, _ = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                break
-            if not pid:
-                break
-        ready, _, _ = select.select([0], [], [], 0.5)
-        if not ready:
+                reply = call.result()
+            except SandboxError as exc:
+                reply = {"infra": str(exc)}
+            os.write(out_fd, _reply(call_id, reply))
+        if 0 not in ready:
             continue
         for request in frames:
             if request is None:
                 break
-            _start_call(out_fd, request, scorers)
+            try:
+                scorer = _scorer(request["ref"], scorers)
+            except Exception as exc:
+                infra = {"infra": f"cannot build the scorer: {type(exc).__name__}: {exc}"}
+                os.write(out_fd, _reply(request["id"], infra))
+                continue
+            task = functools.partial(_score, scorer, request["answer"], request["entry"])
+            running[ForkedCall(task, Limits(**request["limits"]))] = request["id"]
         else:
             return  # the env worker closed our stdin
 
 
-def _start_call(out_fd: int, request: dict[str, Any], scorers: dict[bytes, Scorer]) -> None:
-    key = pickle.dumps(request["ref"])
-    try:
-        if key not in scorers:  # built here, once, from trusted arguments only
-            factory, args = request["ref"]
-            scorers[key] = _load(factory)(*args)
-        scorer = scorers[key]
-    except Exception as exc:
-        reply = {"id": request["id"], "infra": f"cannot build the scorer: {exc}"[:500]}
-        os.write(out_fd, json.dumps(reply).encode() + b"\n")
-        return
-    if os.fork() == 0:
-        try:
-            _answer(out_fd, request, scorer)
-        finally:
-            os._exit(0)
+def _scorer(ref: tuple[str, tuple[Any, ...]], scorers: dict[bytes, Scorer]) -> Scorer:
+    """The scorer of `ref`, built once, here, from trusted arguments only."""
+    key = pickle.dumps(ref)
+    if key not in scorers:
+        factory, args = ref
+        scorers[key] = _load(factory)(*args)
+    return scorers[key]
 
 
 if __name__ == "__main__":
