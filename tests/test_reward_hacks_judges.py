@@ -9,6 +9,11 @@ here is real: a scripted policy, the rollout engine, env worker processes, reaso
 from __future__ import annotations
 
 import asyncio
+import functools
+import os
+import shutil
+import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -136,15 +141,40 @@ def test_a_sandboxed_scorer_past_its_limit_is_the_policys_timeout():
     assert step_failure(failure.value, None) == (Status.POLICY_TIMEOUT, 0.0)
 
 
-def test_a_sandboxed_judge_cannot_write_to_a_world_writable_host_folder(tmp_path):
-    """Before: the forked sandbox left host folders that are world-writable (`/run/lock`)
-    writable, so a file left by one episode was read by the next."""
-    shared = tmp_path / "shared"
-    shared.mkdir()
-    shared.chmod(0o1777)
-    tmp_path.chmod(0o755)
-    target = shared / "left_behind"
-    attack = f"open('{target}', 'w').write('x') and 6"
-    with pytest.raises(JudgeError):
-        asyncio.run(sandboxed_scorers.evals_the_answer(attack, {"answer": 6}))
+@pytest.fixture
+def shared_host_folder():
+    """A world-writable folder on the host outside /tmp (which every sandbox replaces), as
+    `/run/lock` is on Debian."""
+    folder = Path(tempfile.mkdtemp(dir="/run" if os.access("/run", os.W_OK) else "."))
+    folder.chmod(0o1777)
+    yield folder
+    shutil.rmtree(folder)
+
+
+def test_the_forked_sandbox_cannot_write_to_a_world_writable_host_folder(shared_host_folder):
+    """Before: the forked sandbox (judges, verifiers tools) left host folders that are
+    world-writable (`/run/lock`) writable, so a file left by one episode was read by the
+    next."""
+    from forge_agent.sandbox.base import Limits
+    from forge_agent.sandbox.forked import run_forked
+
+    target = shared_host_folder / "left_behind"
+    reply = run_forked(functools.partial(target.write_text, "x"), Limits(wall_s=5.0))
+    assert not reply["ok"] and "Read-only file system" in reply["error"], reply
     assert not target.exists()
+
+
+def _unshare_user_namespace() -> int:
+    import ctypes
+
+    return ctypes.CDLL(None, use_errno=True).unshare(0x10000000)  # CLONE_NEWUSER
+
+
+def test_code_in_the_forked_sandbox_runs_under_the_seccomp_filter():
+    """Before: the forked sandbox (judges, verifiers tools) had no seccomp filter: its code
+    could make new namespaces, ptrace, or use io_uring like no other sandbox's."""
+    from forge_agent.sandbox.base import Limits
+    from forge_agent.sandbox.forked import run_forked
+
+    reply = run_forked(_unshare_user_namespace, Limits(wall_s=5.0))
+    assert reply == {"ok": True, "value": -1}

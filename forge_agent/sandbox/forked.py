@@ -17,11 +17,13 @@ once, and each call forks a child that, before the function runs:
 - takes the rlimits of `Limits` (CPU seconds, address space beyond what the warm process
   holds, processes, file size, descriptors, no core files) and an empty environment;
 - drops to the sandbox user (uid/gid 65534, no groups, no capabilities, ``no_new_privs``),
-  so the host's files are read-only to it and those only root may read stay unread;
+  so the host's files are read-only to it and those only root may read stay unread, and runs
+  under the seccomp filter of every sandbox (`forge_agent.sandbox.seccomp`: no ptrace, no new
+  namespaces or mounts, no keyrings, BPF or io_uring);
 - is killed, with its whole PID namespace, at `Limits.wall_s`.
 
-What it lacks beside bwrap: the seccomp filter, and a view of the file system limited to
-``/usr``, ``/etc`` and the workspace (host files any user may read stay readable). It needs
+What it lacks beside bwrap: a view of the file system limited to ``/usr``, ``/etc`` and the
+workspace (host files any user may read stay readable, though nothing is writable). It needs
 root (CAP_SYS_ADMIN for the namespaces and mounts); elsewhere `run_forked` raises
 `SandboxError` (infra: the run stops, naming it), never runs the function unsandboxed.
 """
@@ -42,6 +44,7 @@ from collections.abc import Callable
 from typing import Any
 
 from forge_agent.sandbox.base import Limits, SandboxError
+from forge_agent.sandbox.seccomp import bwrap_filter
 
 __all__ = ["ForkedCall", "ForkedResult", "run_forked"]
 
@@ -50,6 +53,7 @@ CLONE_NEWNS, CLONE_NEWPID, CLONE_NEWNET = 0x00020000, 0x20000000, 0x40000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 0x1, 0x2, 0x4, 0x8
 MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 0x20, 0x1000, 0x4000, 0x40000
 MNT_DETACH, PR_SET_NO_NEW_PRIVS = 2, 38
+PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 22, 2
 SETUP_FAILED = 125  # the child's exit status when its sandbox could not be set up
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -107,7 +111,7 @@ def _read_only_host() -> None:
                 raise
 
 
-def _enter_sandbox(limits: Limits, keep_fd: int) -> None:
+def _enter_sandbox(limits: Limits, keep_fd: int, seccomp_filter: bytes) -> None:
     """In the forked child (PID 1 of its namespaces, still root): descriptors, mounts, rlimits,
     identity."""
     for fd in [int(name) for name in os.listdir("/proc/self/fd")]:
@@ -146,6 +150,7 @@ def _enter_sandbox(limits: Limits, keep_fd: int) -> None:
     os.setgid(SANDBOX_ID)
     os.setuid(SANDBOX_ID)
     _check(_libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(no_new_privs)")
+    _load_seccomp(seccomp_filter)
     os.environ.clear()
     os.environ.update({"PATH": "/usr/bin:/bin", "HOME": "/tmp", "TMPDIR": "/tmp"})
     devnull = os.open(os.devnull, os.O_RDWR)
@@ -154,12 +159,26 @@ def _enter_sandbox(limits: Limits, keep_fd: int) -> None:
     os.close(devnull)
 
 
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+
+def _load_seccomp(program: bytes) -> None:
+    """Install the sandboxes' seccomp filter (`forge_agent.sandbox.seccomp`, compiled BPF)."""
+    buffer = ctypes.create_string_buffer(program, len(program))
+    fprog = _SockFprog(len(program) // 8, ctypes.addressof(buffer))
+    _check(
+        _libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0),
+        "prctl(seccomp)",
+    )
+
+
 def _virtual_size() -> int:
     with open("/proc/self/statm") as f:
         return int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
 
 
-def _child(fn: Callable[[], Any], limits: Limits, write_fd: int) -> None:
+def _child(fn: Callable[[], Any], limits: Limits, write_fd: int, seccomp_filter: bytes) -> None:
     """The forked process: new namespaces, then PID 1 of them runs `fn`; this one bounds it
     in time (killing PID 1 takes the whole namespace along). Never returns."""
     try:
@@ -167,7 +186,7 @@ def _child(fn: Callable[[], Any], limits: Limits, write_fd: int) -> None:
         inner = os.fork()
         if inner == 0:
             try:
-                _enter_sandbox(limits, write_fd)
+                _enter_sandbox(limits, write_fd, seccomp_filter)
             except BaseException as exc:
                 _write(write_fd, {"ok": False, "setup_error": f"{type(exc).__name__}: {exc}"})
                 os._exit(SETUP_FAILED)
@@ -219,11 +238,12 @@ class ForkedCall:
         self.deadline = time.monotonic() + float(limits.wall_s) + 5.0
         self._chunks: list[bytes] = []
         self._size = 0
+        seccomp_filter = bwrap_filter()  # built once per process (a run of the system Python)
         read_fd, write_fd = os.pipe()
         self.pid = os.fork()
         if self.pid == 0:
             os.close(read_fd)
-            _child(fn, limits, write_fd)
+            _child(fn, limits, write_fd, seccomp_filter)
         os.close(write_fd)
         self._fd: int | None = read_fd
 
