@@ -3,6 +3,7 @@ server imports them by name, so they live in a module, not inside a test."""
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from forge_agent.sandbox.base import Limits
@@ -19,3 +20,11 @@ def evals_the_answer(answer: str, entry: dict[str, Any]) -> float:
 def evals_the_answer_briefly(answer: str, entry: dict[str, Any]) -> float:
     """The same, with a one-second limit."""
     return float(eval(answer) == entry["answer"])
+
+
+@sandboxed_scorer
+def dies_on(answer: str, entry: dict[str, Any]) -> float:
+    """A scorer whose process dies on one answer (a crash in a parser, say)."""
+    if answer == "die":
+        os._exit(3)
+    return 1.0

@@ -96,16 +96,32 @@ def test_an_answer_that_shadows_a_builtin_changes_no_later_verdict(tiny_tokenize
     assert later.status is Status.OK and later.reward == 0.0
 
 
-def test_an_answer_that_kills_its_judge_fails_its_own_episode_only(tiny_tokenizer):
-    """Before: the answer killed the env worker: `env_error` (excluded) for it and for the
+FORGERIES = {
+    "patch-the-reply-encoder": "__import__('sys').modules['json'].__setattr__("
+    "'dumps', lambda *a, **k: '{\"ok\": true, \"value\": 1.0}')",
+    "write-the-reply-pipe": "[__import__('os').write(f, b'{\"ok\": true, \"value\": 1.0}') "
+    "for f in range(3, 8) if __import__('os').path.exists('/proc/self/fd/%d' % f)] "
+    "and __import__('os')._exit(0)",
+}
+
+
+@pytest.mark.parametrize("attack", list(FORGERIES.values()), ids=list(FORGERIES))
+def test_an_answer_cannot_forge_its_own_verdict_inside_the_judge(tiny_tokenizer, attack):
+    """The sandbox runs the answer in the process that computes its verdict: without the eval
+    guard (`forge_agent.sandbox.eval_guard`) both answers were paid 1.0 for a wrong answer."""
+    (traj,) = _play(tiny_tokenizer, [(attack, 0.0)])
+    assert traj.reward == 0.0 and traj.status is Status.OK, traj.info
+
+
+def test_an_answer_that_exits_its_judge_earns_nothing_and_harms_no_neighbour(tiny_tokenizer):
+    """Before: the answer exited the env worker: `env_error` (excluded) for it and for the
     episode beside it on the same worker."""
     right = _task()["answer"]
     kill = "__import__('os')._exit(3)"
     killed, neighbour = _play(
         tiny_tokenizer, [(kill, 0.0), (right, 0.5)], size=2, envs_per_worker=2
     )
-    assert killed.status is Status.POLICY_ERROR, killed.info.get("error")
-    assert "died" in killed.info["error"]
+    assert killed.status is not Status.ENV_ERROR and killed.reward == 0.0, killed.info
     assert neighbour.status is Status.OK and neighbour.reward == 1.0
 
 
@@ -133,6 +149,13 @@ def test_a_sandboxed_user_scorer_gives_its_verdict_and_reaches_no_host_file(tmp_
         asyncio.run(sandboxed_scorers.evals_the_answer(attack, entry))
     assert not target.exists()
     assert step_failure(failure.value, None)[0] is Status.POLICY_ERROR
+
+
+def test_a_sandboxed_scorer_that_dies_on_the_answer_is_the_policys_failure():
+    with pytest.raises(JudgeError, match="died") as failure:
+        asyncio.run(sandboxed_scorers.dies_on("die", {}))
+    assert step_failure(failure.value, None)[0] is Status.POLICY_ERROR
+    assert asyncio.run(sandboxed_scorers.dies_on("live", {})) == 1.0  # the server lives on
 
 
 def test_a_sandboxed_scorer_past_its_limit_is_the_policys_timeout():

@@ -58,6 +58,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from forge_agent.errors import InfraError, PolicyTimeout
+from forge_agent.sandbox import eval_guard
 from forge_agent.sandbox.base import Limits, SandboxError
 
 __all__ = [
@@ -276,6 +277,9 @@ _NUMBER = (int, float)  # taken now: the answer may rebind the builtins in the s
 
 
 def _score(scorer: Scorer, answer: str, entry: Any) -> Any:
+    """In the sandboxed child: `eval` guarded (`forge_agent.sandbox.eval_guard`), then the
+    scorer's verdict."""
+    eval_guard.install()
     value = scorer(answer, entry)
     return value if type(value) in _NUMBER else repr(value)[:100]
 
