@@ -226,8 +226,11 @@ class RolloutEngine:
             try:
                 env = await self.envs.acquire()
             except Exception as exc:  # a worker that cannot even start
+                configured = getattr(getattr(self.envs, "env", None), "failure_reward", None)
                 for traj in trajs:
                     traj.status, traj.info["error"] = _failure_status(exc), f"env start: {exc}"
+                    if configured is not None:  # no env to ask: `env.failure_reward` if set
+                        traj.info["failure_reward"] = float(configured)
             else:
                 try:
                     await body(env)

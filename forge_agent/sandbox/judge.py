@@ -13,6 +13,8 @@ other episodes timed out. Here:
   new PID, network and mount namespaces, the host read-only, fresh tmpfs, rlimits, the sandbox
   user, killed at `JUDGE_LIMITS.wall_s`); calls run side by side, each in its own process with
   its own time limit, so one episode's judge cannot delay, kill or change another's;
+- the verdict is computed where the answer runs, so the child guards `eval` and `compile`
+  first (`forge_agent.sandbox.eval_guard`): the answer computes a value, not code;
 - what goes in: the scorer's identity (`ScorerRef`: an importable factory and its arguments),
   the answer and the task entry it needs; what comes back: ``{"ok": true, "value": <number>}``
   or the reason it failed, as JSON (nothing from the sandbox is unpickled);
@@ -31,7 +33,8 @@ An env's own scorer asks for it with `sandboxed_scorer`:
         async def judge(self, answer):
             return {"correct": await exact(answer, self.task)}
 
-Cost: about 20-30 ms per verdict on a warm server (docs/rewards.md has the measurement).
+Cost: 30-50 ms per verdict on a warm server, on a busy 2-core machine (docs/rewards.md,
+`python -m apps.bench.judge_cost`).
 """
 
 from __future__ import annotations
