@@ -114,7 +114,7 @@ class JudgeServer:
     def __init__(self) -> None:
         self._proc: subprocess.Popen[bytes] | None = None
         self._lock = threading.Lock()
-        self._pending: dict[int, concurrent.futures.Future[dict[str, Any]]] = {}
+        self._pending: dict[int, tuple[Any, concurrent.futures.Future[dict[str, Any]]]] = {}
         self._ids = itertools.count()
 
     def submit(
@@ -133,7 +133,7 @@ class JudgeServer:
             call_id = next(self._ids)
             request["id"] = call_id
             data = pickle.dumps(request)
-            self._pending[call_id] = future
+            self._pending[call_id] = (proc, future)
             try:
                 assert proc.stdin is not None
                 proc.stdin.write(struct.pack("<I", len(data)) + data)
@@ -159,6 +159,12 @@ class JudgeServer:
                 f"the judge server gave no verdict within {waited:g} s"
             ) from None
         return verdict(reply, ref)
+
+    def start(self) -> None:
+        """Start the server now, if it is not running (blocking; idempotent): an env starts
+        it at reset, so its start-up never counts against a step's deadline."""
+        with self._lock:
+            self._started()
 
     def _started(self) -> subprocess.Popen[bytes]:
         if self._proc is not None and self._proc.poll() is None:
@@ -190,15 +196,15 @@ class JudgeServer:
         for line in proc.stdout:
             try:
                 reply = json.loads(line)
-                future = self._pending.pop(int(reply.pop("id")))
+                _, future = self._pending.pop(int(reply.pop("id")))
             except (ValueError, KeyError, TypeError):
                 continue
             future.set_result(reply)
-        with self._lock:
-            pending = [f for i, f in list(self._pending.items()) if self._proc in (proc, None)]
+        with self._lock:  # the calls this server still owed
+            owed = [i for i, (server, _) in self._pending.items() if server is proc]
+            pending = [self._pending.pop(i)[1] for i in owed]
             if self._proc is proc:
                 self._proc = None
-                self._pending.clear()
         for future in pending:
             if not future.done():
                 future.set_exception(JudgeServerError("the judge server died during a call"))

@@ -29,6 +29,7 @@ command), an unknown task (with near matches), an unknown config key (with the t
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import difflib
 import json
@@ -41,7 +42,7 @@ from forge_agent.env.protocol import ToolEnv
 from forge_agent.env.registry import UnknownEnvError, load_entry_point
 from forge_agent.env.sources import EnvSetupError, Split, holdout
 from forge_agent.sandbox.judge import JUDGE_LIMITS, ScorerRef, judge_server
-from forge_agent.types import Message
+from forge_agent.types import Message, ToolSpec
 
 __all__ = ["PIP_INSTALL", "ReasoningGymEnv", "extract_answer", "reasoning_gym_tasks", "scorer"]
 
@@ -172,6 +173,13 @@ class ReasoningGymEnv(ToolEnv):
         self.sandbox_backend = sandbox_backend
         self._backend: Any = None
         self.system_prompt = SYSTEM_PROMPT + (TOOL_PROMPT if self._tools else "")
+
+    async def reset(
+        self, task: dict[str, Any], seed: int | None = None
+    ) -> tuple[list[Message], list[ToolSpec]]:
+        # the judge server starts here, under the reset's deadline (infra if it fails)
+        await asyncio.to_thread(judge_server().start)
+        return await super().reset(task, seed)
 
     # ------------------------------------------------------------------ tasks and scoring
     def tasks(self, split: Split, n: int, seed: int) -> list[dict[str, Any]]:
