@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import ctypes
 import functools
 import importlib
 import itertools
@@ -50,7 +49,6 @@ import math
 import os
 import pickle
 import select
-import signal
 import struct
 import subprocess
 import sys
@@ -82,7 +80,7 @@ REPLY_MARGIN_S = 15.0  # past the call's wall time, a missing reply is the serve
 _SECRET_MARKERS = ("TOKEN", "KEY", "SECRET", "PASSWORD", "CREDENTIAL")
 _REPLY_MAX = 3000  # one reply line stays below PIPE_BUF, so concurrent writes never interleave
 
-Scorer = Callable[[str, Any], Any]
+Scorer = Callable[[Any, Any], Any]
 
 
 class JudgeError(Exception):
@@ -118,15 +116,22 @@ class JudgeServer:
         self._ids = itertools.count()
 
     def submit(
-        self, ref: ScorerRef, answer: str, entry: Any, limits: Limits = JUDGE_LIMITS
+        self,
+        ref: ScorerRef,
+        answer: Any,
+        entry: Any,
+        limits: Limits = JUDGE_LIMITS,
+        build_only: bool = False,
     ) -> concurrent.futures.Future[dict[str, Any]]:
-        """Send one call; the future's result is the server's JSON reply."""
+        """Send one call (or, `build_only`, have the server build the scorer); the future's
+        result is the server's JSON reply."""
         future: concurrent.futures.Future[dict[str, Any]] = concurrent.futures.Future()
         request = {
             "ref": (ref.factory, ref.args),
             "answer": answer,
             "entry": entry,
             "limits": limits.to_dict(),
+            "build_only": build_only,
         }
         with self._lock:
             proc = self._started()
@@ -144,10 +149,20 @@ class JudgeServer:
         return future
 
     async def score(
-        self, ref: ScorerRef, answer: str, entry: Any, limits: Limits = JUDGE_LIMITS
+        self, ref: ScorerRef, answer: Any, entry: Any, limits: Limits = JUDGE_LIMITS
     ) -> float:
         """The verdict of `ref` on `answer`; raises `JudgeError`, `JudgeTimeout` (the
         policy's) or `JudgeServerError` (infra)."""
+        return verdict(await self._reply(ref, answer, entry, limits), ref)
+
+    async def score_metrics(
+        self, ref: ScorerRef, answer: Any, entry: Any, limits: Limits = JUDGE_LIMITS
+    ) -> dict[str, float]:
+        """The verdict of a scorer that gives named numbers (a rubric's metrics); raises as
+        `score` does."""
+        return metrics_verdict(await self._reply(ref, answer, entry, limits), ref)
+
+    async def _reply(self, ref: ScorerRef, answer: Any, entry: Any, limits: Limits) -> dict:
         future = self.submit(ref, answer, entry, limits)
         try:
             reply = await asyncio.wait_for(
@@ -158,11 +173,22 @@ class JudgeServer:
             raise JudgeServerError(
                 f"the judge server gave no verdict within {waited:g} s"
             ) from None
-        return verdict(reply, ref)
+        return reply
+
+    async def prepare(self, ref: ScorerRef, timeout_s: float = START_TIMEOUT_S) -> None:
+        """Start the server and build `ref`'s scorer there now (idempotent): an env prepares
+        at reset, so neither counts against a step's deadline. Raises `JudgeServerError`."""
+        await asyncio.to_thread(self.start)
+        future = self.submit(ref, None, None, JUDGE_LIMITS, build_only=True)
+        try:
+            reply = await asyncio.wait_for(asyncio.wrap_future(future), timeout_s)
+        except TimeoutError:
+            raise JudgeServerError(f"{ref.factory} was not built within {timeout_s:g} s") from None
+        if "infra" in reply:
+            raise JudgeServerError(f"judge sandbox: {reply['infra']}")
 
     def start(self) -> None:
-        """Start the server now, if it is not running (blocking; idempotent): an env starts
-        it at reset, so its start-up never counts against a step's deadline."""
+        """Start the server now, if it is not running (blocking; idempotent)."""
         with self._lock:
             self._started()
 
@@ -220,16 +246,32 @@ class JudgeServer:
 
 def verdict(reply: dict[str, Any], ref: ScorerRef) -> float:
     """The number in a server reply, or the exception its failure is (see `JudgeServer.score`)."""
+    value = _value(reply, ref)
+    if not _finite(value):
+        raise JudgeError(f"the judge {ref.factory} gave no finite number: {str(value)[:100]!r}")
+    return float(value)
+
+
+def metrics_verdict(reply: dict[str, Any], ref: ScorerRef) -> dict[str, float]:
+    """The named numbers in a server reply, or the exception its failure is."""
+    value = _value(reply, ref)
+    if not isinstance(value, dict) or not all(_finite(v) for v in value.values()):
+        raise JudgeError(f"the judge {ref.factory} gave no finite numbers: {str(value)[:100]!r}")
+    return {str(k): float(v) for k, v in value.items()}
+
+
+def _value(reply: dict[str, Any], ref: ScorerRef) -> Any:
     if "infra" in reply:
         raise JudgeServerError(f"judge sandbox: {reply['infra']}")
     if reply.get("timed_out"):
         raise JudgeTimeout(f"the judge {ref.factory} {reply.get('error', 'timed out')}")
     if not reply.get("ok"):
         raise JudgeError(f"the judge {ref.factory} failed on the answer: {reply.get('error')}")
-    value = reply.get("value")
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise JudgeError(f"the judge {ref.factory} gave no finite number: {str(value)[:100]!r}")
-    return float(value)
+    return reply.get("value")
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 _SERVER: JudgeServer | None = None
@@ -282,7 +324,7 @@ def _load(path: str) -> Any:
 
 
 # ---------------------------------------------------------------------- the server process
-_NUMBER = (int, float)  # taken now: the answer may rebind the builtins in the sandbox
+_NUMBER, _DICT = (int, float), dict  # taken now: the answer may rebind the builtins
 
 
 def _score(scorer: Scorer, answer: str, entry: Any) -> Any:
@@ -290,6 +332,8 @@ def _score(scorer: Scorer, answer: str, entry: Any) -> Any:
     scorer's verdict."""
     eval_guard.install()
     value = scorer(answer, entry)
+    if type(value) is _DICT and all(type(v) in _NUMBER for v in value.values()):
+        return {str(k): v for k, v in value.items()}
     return value if type(value) in _NUMBER else repr(value)[:100]
 
 
@@ -323,10 +367,10 @@ def _frames(fd: int) -> Any:
 
 def serve() -> None:
     """Answer requests on stdin, each call in its own forked sandbox, side by side; replies
-    (JSON lines) on stdout as each call ends."""
+    (JSON lines) on stdout as each call ends. Ends when stdin does (the env worker ended; not
+    PR_SET_PDEATHSIG, which fires when the *thread* that started the server ends)."""
     from forge_agent.sandbox.forked import ForkedCall
 
-    ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: die with the env worker
     out_fd = os.dup(1)
     os.dup2(2, 1)  # what importing scorers prints goes to stderr, not into the replies
     scorers: dict[bytes, Scorer] = {}
@@ -356,6 +400,9 @@ def serve() -> None:
             except Exception as exc:
                 infra = {"infra": f"cannot build the scorer: {type(exc).__name__}: {exc}"}
                 os.write(out_fd, _reply(request["id"], infra))
+                continue
+            if request.get("build_only"):
+                os.write(out_fd, _reply(request["id"], {"ok": True, "value": 0}))
                 continue
             task = functools.partial(_score, scorer, request["answer"], request["entry"])
             running[ForkedCall(task, Limits(**request["limits"]))] = request["id"]

@@ -29,7 +29,6 @@ command), an unknown task (with near matches), an unknown config key (with the t
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import difflib
 import json
@@ -177,8 +176,8 @@ class ReasoningGymEnv(ToolEnv):
     async def reset(
         self, task: dict[str, Any], seed: int | None = None
     ) -> tuple[list[Message], list[ToolSpec]]:
-        # the judge server starts here, under the reset's deadline (infra if it fails)
-        await asyncio.to_thread(judge_server().start)
+        # the judge server starts and builds the scorer here, under the reset's deadline
+        await judge_server().prepare(self._scorer_ref)
         return await super().reset(task, seed)
 
     # ------------------------------------------------------------------ tasks and scoring
