@@ -202,9 +202,10 @@ MAX_ARGUMENT_CHARS = 100_000
 
 
 def _checked_call(call: dict[str, Any], error: str | None, tools: list[ToolSpec] | None) -> dict:
-    """`call` as data every later stage can handle: a failed call (``parse_error``, its name
-    and arguments made plain, short text) when its name is not a string naming an offered
-    tool, its arguments are too large, or any of its text holds a lone surrogate."""
+    """`call` as data every later stage can handle: a failed call (``parse_error``; a name
+    that is not a string blanked, lone surrogates replaced, arguments past the bound cut)
+    when its name is not a string naming an offered tool, its arguments are too large, or any
+    of its text holds a lone surrogate."""
     function = call["function"]
     name, arguments = function["name"], function["arguments"]
     offered = [spec.get("function", {}).get("name") for spec in tools or []]
@@ -222,8 +223,10 @@ def _checked_call(call: dict[str, Any], error: str | None, tools: list[ToolSpec]
         error = f"the tool call's text {near!r} is not valid Unicode text (a lone surrogate)"
     if error is None:
         return call
-    plain_name = clean_text(name)[:100] if isinstance(name, str) else ""
-    function = {"name": plain_name, "arguments": clean_text(str(arguments))[:2000]}
+    if len(arguments) > MAX_ARGUMENT_CHARS:
+        arguments = arguments[:2000]
+    plain_name = clean_text(name) if isinstance(name, str) else ""
+    function = {"name": plain_name, "arguments": clean_text(str(arguments))}
     return {**call, "function": function, "parse_error": error}
 
 
