@@ -27,6 +27,7 @@ __all__ = [
     "EXIT_RUN_FAILED",
     "EXIT_SETUP_ERROR",
     "InfraError",
+    "PolicyTimeout",
     "RunFailed",
     "SetupError",
     "TamperingError",
@@ -53,6 +54,12 @@ class InfraError(RuntimeError):
     ends as infra (`env_error`: excluded from training, counted); any other exception an env
     raises while acting on the policy's message is the policy's failure (`policy_error`,
     scored with the env's failure reward). See docs/rewards.md."""
+
+
+class PolicyTimeout(Exception):
+    """Work on the policy's output ran past its deadline inside a step (a sandboxed judge
+    evaluating its answer): an env raises it from `step` and the episode ends
+    `policy_timeout`, scoring the env's failure reward, like a step past its own deadline."""
 
 
 class TamperingError(Exception):

@@ -62,3 +62,14 @@ class LongOutputEnv(Env):
         return StepResult(
             messages=[{"role": "tool", "content": text, "tool_call_id": calls[0]["id"]}]
         )
+
+
+class ServerDownEnv(EchoToolEnv):
+    """A game whose server is down at the first move (infra); a lost game scores -1."""
+
+    failure_reward = -1.0
+
+    def step(self, assistant_message: Message) -> StepResult:
+        from forge_agent.errors import InfraError
+
+        raise InfraError("the game server is down")

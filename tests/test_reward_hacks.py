@@ -119,7 +119,10 @@ def _env_config(env_id: str, **kw) -> EnvConfig:
     return EnvConfig(env_id, kwargs={}, **kw)
 
 
-@pytest.mark.parametrize("env_id", ["calculator", "multihop", "code_exec", "repo_tasks", "sql_mcp"])
+@pytest.mark.parametrize(
+    "env_id",
+    ["calculator", "multihop", "code_exec", "repo_tasks", "sql_mcp", "reasoning_gym:leg_counting"],
+)
 def test_shipped_envs_nest_their_timeouts_under_the_default_step(env_id):
     from forge_agent.run.setup_checks import check_timeout_layers
 

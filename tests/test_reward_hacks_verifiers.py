@@ -140,3 +140,17 @@ def test_a_verifiers_tool_that_hangs_is_a_timed_out_call_not_a_hung_step(monkeyp
     assert time.monotonic() - start < 30
     assert all("timed out after 3 s" in text for text in seen), seen
     assert end.done and end.info["failed_tool_calls"] == 2
+
+
+# ---------------------------------------------------------------------- verifiers rubrics
+VF_SPIRAL = "verifiers:tests.verifiers_envs.spiral"  # verifiers' ReasoningGymEnv: its scorer evals
+
+
+def test_a_verifiers_rubric_that_evals_the_answer_runs_sandboxed(tmp_path):
+    """Before: the rubric ran in the env worker, so reasoning-gym's `eval` of the answer wrote
+    this file on the host."""
+    target = tmp_path / "written_by_the_policy"
+    attack = f"<answer>__import__('pathlib').Path('{target}').write_text('x')</answer>"
+    _, end = _vf_episode(VF_SPIRAL, [], attack)
+    assert not target.exists()
+    assert end.done and sum(end.rewards.values()) == 0.0

@@ -75,6 +75,12 @@ FAKES = {
     "kill the checker": "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\n",
     "patch builtins": "import builtins\nbuiltins.AssertionError = type('X', (BaseException,), {})\n"
     "def add(a, b):\n    return None\n",
+    # before: the runner (a fork of the checker) held the test code, expected values and all
+    "read the expected values": "import __main__, re\n"
+    "def add(a, b):\n"
+    "    for args, want in re.findall(r'candidate\\((.*?)\\) == (.*)', __main__.TEST_CODE):\n"
+    "        if eval('(' + args + ',)') == (a, b):\n"
+    "            return eval(want)\n",
 }
 
 

@@ -83,7 +83,8 @@ def test_a_lone_surrogate_path_is_an_error_and_the_next_prompt_renders(renderer)
     traj = _episode(renderer, [call, "done"])
     assert traj.status == Status.OK, traj.info
     (reply,) = _tool_messages(traj)
-    assert reply.startswith("Error: path '\\udcff' is not valid Unicode text"), reply
+    assert reply.startswith("Error: the tool call's text"), reply  # refused at parse time
+    assert "\\udcff" in reply and "is not valid Unicode text" in reply, reply
     assert traj.tool_error_count == 1
     reply.encode("utf-8")  # every message of the trajectory is valid text
 

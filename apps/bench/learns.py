@@ -11,6 +11,7 @@ scores its own outcome.
     frozen_lake            --config apps/agent/frozen_lake.yaml
     multihop               --config apps/agent/multihop.yaml
     blackjack              env.id=blackjack env.kwargs={}
+    reasoning_gym          env.id=reasoning_gym:basic_arithmetic (docs/envs.md's command)
     sql_mcp                --config apps/agent/sql_mcp.yaml (turns long enough for a query)
     openenv_url            env.id=http://127.0.0.1:PORT env.kwargs={} (the calculator's OpenEnv
                            server, `python -m envs.calculator.server`, started here)
@@ -49,6 +50,10 @@ RUNS: dict[str, list[str]] = {
     "frozen_lake": ["--config", "apps/agent/frozen_lake.yaml"],
     "multihop": ["--config", "apps/agent/multihop.yaml"],
     "blackjack": ["env.id=blackjack", "env.kwargs={}"],
+    "reasoning_gym": [  # docs/envs.md's command; its judge runs sandboxed (docs/rewards.md)
+        "env.id=reasoning_gym:basic_arithmetic",
+        "env.kwargs={max_terms: 3, max_digits: 2, tools: [tools.calculator:calculator]}",
+    ],
     "sql_mcp": ["--config", "apps/agent/sql_mcp.yaml"],
     "openenv_url": ["env.id={url}", "env.kwargs={}"],
     "docs_user_env": ["env.id=my_envs.reverse:ReverseEnv", "env.kwargs={}"],

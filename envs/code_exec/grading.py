@@ -14,7 +14,9 @@ Two kinds of tests:
   return value cannot fake equality (an object whose ``__eq__`` is always true arrives as plain
   data, or not at all), and the solution cannot reach the verdict: the checker is undumpable,
   and the secret that marks its record reaches it on a file read and deleted before the fork
-  (the runner's copy is zeroed).
+  (the runner's copy is zeroed). The test code (its expected values) is read only after the
+  fork, from a descriptor the runner closes before it imports the solution: before, the
+  runner held it in memory, and a solution could read its own expected answers.
 
 Every record the run prints is validated: a malformed, duplicated or unexpected record, from
 a solution that found the output channel, makes the solution fail (reward 0); it is never an
@@ -86,8 +88,7 @@ fd = os.open("nonce", os.O_RDONLY)
 size = os.readv(fd, [secret])
 os.close(fd)
 os.remove("nonce")
-with open("test_code.py") as f:
-    TEST_CODE = f.read()
+test_fd = os.open("test_code.py", os.O_RDONLY)  # read after the fork: never in the runner
 os.remove("test_code.py")
 out = os.dup(1)
 null = os.open(os.devnull, os.O_RDWR)
@@ -160,9 +161,10 @@ def receive(sock, buffer):
 
 
 def runner(sock):
-    # The solution's process: no secret, no output channel, answers calls until EOF.
+    # The solution's process: no secret, no tests, no output channel; answers calls until EOF.
     secret[:] = bytes(len(secret))
     os.close(out)
+    os.close(test_fd)
     sys.path.insert(0, "")
 
     def on_alarm(signum, frame):
@@ -219,6 +221,8 @@ if pid == 0:
     finally:
         os._exit(0)
 theirs.close()
+with os.fdopen(test_fd) as f:  # the tests (expected values) exist in this process only
+    TEST_CODE = f.read()
 ours.settimeout(PER_TEST_S + 2)
 buffer = bytearray()
 

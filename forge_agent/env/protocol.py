@@ -29,7 +29,7 @@ import inspect
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, ClassVar, Protocol, TypeVar, runtime_checkable
 
-from forge_agent.errors import InfraError, TamperingError
+from forge_agent.errors import InfraError, PolicyTimeout, TamperingError
 from forge_agent.toolset import ToolSet
 from forge_agent.types import Message, SeatStart, SeatStep, Status, StepResult, ToolSpec
 
@@ -93,8 +93,9 @@ def step_failure(exc: BaseException, env: object) -> tuple[Status, float]:
     blame, docs/rewards.md): an `EnvFailure` says so itself; an `InfraError` (a sandbox that
     does not start, a server that is down) or `MemoryError` is infra (`env_error`); anything
     else an env raises while acting on the policy's message (a judge parsing its answer, a
-    grader, a tool) is the policy's (`policy_error`), and a `TamperingError` (the grader caught
-    its code interfering) is `tampered`, both scored with the env's `failure_reward`."""
+    grader, a tool) is the policy's (`policy_error`), a `PolicyTimeout` (a sandboxed judge past
+    its limit) is `policy_timeout`, and a `TamperingError` (the grader caught its code
+    interfering) is `tampered`, all scored with the env's `failure_reward`."""
     reward = getattr(exc, "reward", None)
     if reward is None:
         reward = float(getattr(env, "failure_reward", 0.0))
@@ -102,6 +103,8 @@ def step_failure(exc: BaseException, env: object) -> tuple[Status, float]:
         return exc.status, reward
     if isinstance(exc, TamperingError):
         return Status.TAMPERED, reward
+    if isinstance(exc, PolicyTimeout):
+        return Status.POLICY_TIMEOUT, reward
     if isinstance(exc, InfraError | MemoryError):
         return Status.ENV_ERROR, reward
     return Status.POLICY_ERROR, reward

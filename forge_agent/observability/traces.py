@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import re
 import threading
 import time
 from pathlib import Path
@@ -65,6 +66,34 @@ def trajectory_from_record(rec: dict[str, Any]) -> Trajectory:
     return Trajectory.from_json({k: v for k, v in rec.items() if k in _TRAJECTORY_FIELDS})
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _trace_line(traj: Trajectory, extra: dict[str, Any] | None) -> str:
+    """`traj`'s record as one JSON line that always writes: lone surrogates (which UTF-8
+    cannot encode; the policy's text can hold them) become U+FFFD, and a record that does not
+    serialize at all (nested past the stack) becomes one naming the episode and the error."""
+    try:
+        line = json.dumps(trace_record(traj, extra), default=_json_default, ensure_ascii=False)
+    except (ValueError, TypeError, RecursionError) as exc:
+        logger.warning("trace of episode %s kept short: %s", traj.task_id, exc)
+        short = {
+            "task_id": str(traj.task_id),
+            "group_id": str(traj.group_id),
+            "status": str(getattr(traj.status, "value", traj.status)),
+            "reward": traj.reward,
+            "trace_error": f"{type(exc).__name__}: {exc}"[:300],
+            "written_at": time.time(),
+            "extra": {str(k): str(v)[:200] for k, v in (extra or {}).items()},
+        }
+        line = json.dumps(short, default=str, ensure_ascii=False)
+    try:
+        line.encode("utf-8")
+    except UnicodeEncodeError:
+        line = _SURROGATE.sub("\ufffd", line)
+    return line
+
+
 class TraceWriter:
     """Appends one JSON line per trajectory to `path` (created with its parent folders).
 
@@ -91,7 +120,7 @@ class TraceWriter:
         """Append `traj` (and `extra`, e.g. {"step": 3, "policy_version": 7}) as one line."""
         if self.keep == 0:
             return
-        line = json.dumps(trace_record(traj, extra), default=_json_default, ensure_ascii=False)
+        line = _trace_line(traj, extra)
         with self._lock:
             self._file.write(line + "\n")
             self._file.flush()

@@ -14,15 +14,20 @@ AGENT_REWARD = "agent_reward"
 
 
 def build_rubric(
-    weights: dict[str, float], max_total_tokens: int = 512, agent_reward: str | None = None
+    weights: dict[str, float],
+    max_total_tokens: int = 512,
+    agent_reward: str | None = None,
+    failure_reward: float | None = None,
 ) -> Any:
     """The run's rubric: the outcome (weight 1) plus the configured extra components.
 
     The outcome is the env's own reward (`env_outcome`) or, for an agent program, its reward
     function `agent_reward` ("module:fn", called as `fn(task, result, transcript)`): run
-    here, in the reward actors, like every other component. An extra component is a built-in
-    name (`tool_use`, `length_penalty`, `thinking_format`) or the import path of a user reward
-    function, `module:function` (sync or async, takes a `Trajectory`, returns a float).
+    here, in the reward actors, like every other component; it judges the policy's answer, so
+    its raising is the policy's failure, scored `failure_reward` (`env.failure_reward`, 0.0).
+    An extra component is a built-in name (`tool_use`, `length_penalty`, `thinking_format`) or
+    the import path of a user reward function, `module:function` (sync or async, takes a
+    `Trajectory`, returns a float).
     """
     from forge_agent.rewards import (
         RewardComponent,
@@ -41,7 +46,11 @@ def build_rubric(
     }
     if agent_reward:
         fn = program_reward(_import_reward(agent_reward, "env.kwargs.reward"))
-        components = [RewardComponent(AGENT_REWARD, fn, 1.0, timeout_s=60.0)]
+        judge = RewardComponent(
+            AGENT_REWARD, fn, 1.0, timeout_s=60.0, judges_policy=True,
+            failure_reward=float(failure_reward or 0.0),
+        )  # fmt: skip
+        components = [judge]
     else:
         components = [RewardComponent("env_outcome", env_outcome(), 1.0)]
     for name, weight in weights.items():

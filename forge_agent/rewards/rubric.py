@@ -10,6 +10,11 @@ and `Rubric.failures[name]` counts it. Nothing becomes NaN and scoring never rai
 Because a total missing a component is not comparable with its group mates, the advantage
 step treats a trajectory with `reward_errors` as an infra failure by default (excluded from
 its group's baseline and from the loss; see `AdvantageConfig.exclude_reward_errors`).
+
+Except a component that judges the policy's answer (`RewardComponent.judges_policy`: an agent
+program's own reward): like an env's judge, its raising on the answer is the policy's failure
+(`policy_error`, or `policy_timeout` past its `timeout_s`), scored with its `failure_reward`
+and trained on, never dropped as infra (docs/rewards.md, the rule of blame).
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from forge_agent.rewards.functions import RewardFn, RewardValue
-from forge_agent.types import Trajectory
+from forge_agent.types import Status, Trajectory
 
 
 @dataclass
@@ -30,7 +35,9 @@ class RewardComponent:
     """One named, weighted reward function (sync or async).
 
     `timeout_s` bounds one call (a timeout counts as a failure); `in_thread` runs a slow sync
-    function in a worker thread so it does not block the event loop.
+    function in a worker thread so it does not block the event loop. `judges_policy`: the
+    function judges the policy's answer, so its failure is the policy's (see the module
+    docstring), scored `failure_reward`.
     """
 
     name: str
@@ -38,6 +45,8 @@ class RewardComponent:
     weight: float = 1.0
     timeout_s: float | None = None
     in_thread: bool = False
+    judges_policy: bool = False
+    failure_reward: float = 0.0
 
 
 @dataclass
@@ -47,6 +56,7 @@ class RewardResult:
     total: float
     components: dict[str, float] = field(default_factory=dict)  # raw (unweighted) values
     errors: dict[str, str] = field(default_factory=dict)  # component -> "Type: message"
+    policy_failure: tuple[Status, str] | None = None  # a `judges_policy` component failed
 
 
 class Rubric:
@@ -113,6 +123,8 @@ class Rubric:
             if isinstance(value, BaseException):
                 result.errors[comp.name] = f"{type(value).__name__}: {value}"
                 self.failures[comp.name] += 1
+                if comp.judges_policy:
+                    return _policy_failure(comp, value)
                 continue
             result.components.update(value)
             result.total += comp.weight * sum(value.values())
@@ -135,6 +147,18 @@ class Rubric:
         return list(results)
 
 
+def _policy_failure(comp: RewardComponent, exc: BaseException) -> RewardResult:
+    """The score of an episode whose answer made `comp` (a judge of it) fail."""
+    timed_out = isinstance(exc, TimeoutError)
+    status = Status.POLICY_TIMEOUT if timed_out else Status.POLICY_ERROR
+    what = f"ran past {comp.timeout_s:g} s" if timed_out else f"raised {type(exc).__name__}: {exc}"
+    return RewardResult(
+        total=comp.failure_reward,
+        components={"policy_failure": comp.failure_reward},
+        policy_failure=(status, f"reward {comp.name!r} {what}"[:500]),
+    )
+
+
 async def _as_coroutine(fn: RewardFn, traj: Trajectory) -> object:
     value = fn(traj)
     if inspect.isawaitable(value):
@@ -143,7 +167,10 @@ async def _as_coroutine(fn: RewardFn, traj: Trajectory) -> object:
 
 
 def apply_result(traj: Trajectory, result: RewardResult) -> None:
-    """Write a `RewardResult` into a trajectory (the env's `reward_components` stay as they are)."""
+    """Write a `RewardResult` into a trajectory (the env's `reward_components` stay as they
+    are, unless a judge of the answer failed: then it is the policy's failure)."""
+    if result.policy_failure is not None:
+        traj.fail_by_policy(*result.policy_failure, failure_reward=result.total)
     traj.reward = result.total
     traj.info["reward_breakdown"] = dict(result.components)
     if result.errors:

@@ -226,8 +226,11 @@ class RolloutEngine:
             try:
                 env = await self.envs.acquire()
             except Exception as exc:  # a worker that cannot even start
+                configured = getattr(getattr(self.envs, "env", None), "failure_reward", None)
                 for traj in trajs:
                     traj.status, traj.info["error"] = _failure_status(exc), f"env start: {exc}"
+                    if configured is not None:  # no env to ask: `env.failure_reward` if set
+                        traj.info["failure_reward"] = float(configured)
             else:
                 try:
                     await body(env)
@@ -237,6 +240,10 @@ class RolloutEngine:
                     except Exception as exc:  # closing must not lose the trajectory
                         for traj in trajs:
                             traj.info.setdefault("close_error", str(exc))
+                for traj in trajs:  # eval counts an infra episode as a failure at this reward
+                    if traj.status.is_infra_failure:
+                        failure_reward = float(getattr(env, "failure_reward", 0.0))
+                        traj.info.setdefault("failure_reward", failure_reward)
             for traj in trajs:
                 traj.timings["total_s"] = time.monotonic() - started
                 if finish:

@@ -98,6 +98,12 @@ class ChatRenderer:
         answers it with that error for the model to read. A ``<tool_call>`` written inside
         the ``<think>`` block is not executed; it becomes such a failed call
         (`THINK_CALL_ERROR`), so the model is told instead of the call vanishing.
+
+        What comes back is data no later stage can choke on (`_checked_call`): a call's name
+        is a string naming an offered tool, its arguments JSON text of at most
+        `MAX_ARGUMENT_CHARS` and `JSON_MAX_DEPTH` levels, and no text holds a lone surrogate
+        (content is repaired with U+FFFD; a call holding one fails); anything else is a
+        failed call with a ``parse_error``.
         """
         from renderers import ToolCallParseStatus
 
@@ -107,9 +113,9 @@ class ChatRenderer:
             )
         except Exception as exc:  # RecursionError on deep nesting, or any parser bug
             return self._unparsed(completion_ids, exc, call_prefix)
-        message: Message = {"role": "assistant", "content": parsed.content or ""}
+        message: Message = {"role": "assistant", "content": clean_text(parsed.content or "")}
         if parsed.reasoning_content:
-            message["reasoning_content"] = parsed.reasoning_content
+            message["reasoning_content"] = clean_text(parsed.reasoning_content)
         calls = []
         for i, tc in enumerate(parsed.tool_calls):
             error = None
@@ -125,16 +131,14 @@ class ChatRenderer:
                 "type": "function",
                 "function": {"name": tc.name or "", "arguments": arguments},
             }
-            if error is not None:
-                call["parse_error"] = error
-            calls.append(call)
+            calls.append(_checked_call(call, error, tools))
         for raw in _calls_in(parsed.reasoning_content or ""):
             name = _call_name(raw)
             calls.append(
                 {
                     "id": f"{call_prefix}_{len(calls)}",
                     "type": "function",
-                    "function": {"name": name, "arguments": _body(raw)[:2000]},
+                    "function": {"name": name, "arguments": clean_text(_body(raw)[:2000])},
                     "parse_error": THINK_CALL_ERROR,
                 }
             )
@@ -146,7 +150,9 @@ class ChatRenderer:
         """The message of a completion the parser could not handle: its text as content, and
         one failed tool call (with the reason) when it tried to call a tool."""
         try:
-            text = self.tokenizer.decode(list(completion_ids), skip_special_tokens=False)
+            text = clean_text(
+                self.tokenizer.decode(list(completion_ids), skip_special_tokens=False)
+            )
         except Exception:
             text = ""
         message: Message = {"role": "assistant", "content": text}
@@ -196,6 +202,49 @@ THINK_CALL_ERROR = (
     "write the <tool_call> after </think>"
 )
 """What the model is told about a tool call it wrote while thinking."""
+
+
+MAX_ARGUMENT_CHARS = 100_000
+"""The longest arguments text a parsed call keeps (the ToolSet's `max_argument_chars`)."""
+
+
+def _checked_call(call: dict[str, Any], error: str | None, tools: list[ToolSpec] | None) -> dict:
+    """`call` as data every later stage can handle: a failed call (``parse_error``; a name
+    that is not a string blanked, lone surrogates replaced, arguments past the bound cut)
+    when its name is not a string naming an offered tool, its arguments are too large, or any
+    of its text holds a lone surrogate."""
+    function = call["function"]
+    name, arguments = function["name"], function["arguments"]
+    offered = [spec.get("function", {}).get("name") for spec in tools or []]
+    if error is None and not isinstance(name, str):
+        kind = type(name).__name__
+        error = f'the tool call\'s "name" must be a string naming a tool, got {kind} {name!r:.50}'
+    elif error is None and offered and name not in offered:
+        error = f"unknown tool {name[:100]!r}; available: {', '.join(map(str, offered))}"
+    if error is None and len(arguments) > MAX_ARGUMENT_CHARS:
+        error = f"the arguments are {len(arguments)} characters; at most {MAX_ARGUMENT_CHARS}"
+    text = f"{name}\n{arguments}" if isinstance(name, str) else arguments
+    lone = _SURROGATE.search(text) or _SURROGATE.search(_unescaped(arguments))
+    if error is None and lone:
+        near = lone.string[max(0, lone.start() - 10) : lone.end() + 10]
+        error = f"the tool call's text {near!r} is not valid Unicode text (a lone surrogate)"
+    if error is None:
+        return call
+    if len(arguments) > MAX_ARGUMENT_CHARS:
+        arguments = arguments[:2000]
+    plain_name = clean_text(name) if isinstance(name, str) else ""
+    function = {"name": plain_name, "arguments": clean_text(str(arguments))}
+    return {**call, "function": function, "parse_error": error}
+
+
+def _unescaped(arguments: str) -> str:
+    """The strings inside JSON arguments, decoded (``"\\ud800"`` becomes a surrogate)."""
+    if "\\u" not in arguments:
+        return ""
+    try:
+        return json.dumps(json.loads(arguments), ensure_ascii=False)
+    except (ValueError, RecursionError):
+        return ""
 
 
 def _calls_in(reasoning: str) -> list[str]:

@@ -138,7 +138,10 @@ def agent_rubric_score(cfg: AgentConfig) -> ScoreFn:
     from forge_agent.rewards.build import AGENT_REWARD, build_rubric
 
     rubric = build_rubric(
-        dict(cfg.rewards.components), cfg.rollout.max_total_tokens, cfg.env.agent_reward
+        dict(cfg.rewards.components),
+        cfg.rollout.max_total_tokens,
+        cfg.env.agent_reward,
+        cfg.env.failure_reward,
     )
 
     async def score(trajectories: list[Trajectory]) -> list[Trajectory]:

@@ -313,6 +313,7 @@ class Services:
             dict(cfg.rewards.components),
             cfg.rollout.max_total_tokens,
             cfg.env.agent_reward,
+            cfg.env.failure_reward,
         )
         procs = self.placement.reward_procs()
         rewards = procs.spawn("reward", RewardActor, rubric)

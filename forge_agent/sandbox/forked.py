@@ -9,25 +9,32 @@ once, and each call forks a child that, before the function runs:
 
 - enters new PID, network and mount namespaces: no network (not even loopback), a `/proc` of
   its own (host processes are invisible), every process it starts dies with it;
-- gets fresh, bounded tmpfs on ``/tmp``, ``/var/tmp`` and ``/dev/shm`` (nothing crosses calls)
-  and an empty ``/root`` with only the interpreter's folders bound back, read-only;
+- sees every mount of the host read-only, then gets fresh, bounded tmpfs on ``/tmp``,
+  ``/var/tmp`` and ``/dev/shm`` (nothing crosses calls) and an empty ``/root`` with only the
+  interpreter's folders bound back, read-only: what it may write is an allow-list (those
+  tmpfs), not "whatever the host left world-writable" (``/run/lock`` was);
+- keeps no descriptor but its reply pipe (not its server's requests or replies);
 - takes the rlimits of `Limits` (CPU seconds, address space beyond what the warm process
   holds, processes, file size, descriptors, no core files) and an empty environment;
 - drops to the sandbox user (uid/gid 65534, no groups, no capabilities, ``no_new_privs``),
-  so the host's files are read-only to it and those only root may read stay unread;
+  so the host's files are read-only to it and those only root may read stay unread, and runs
+  under the seccomp filter of every sandbox (`forge_agent.sandbox.seccomp`: no ptrace, no new
+  namespaces or mounts, no keyrings, BPF or io_uring);
 - is killed, with its whole PID namespace, at `Limits.wall_s`.
 
-What it lacks beside bwrap: the seccomp filter, and a view of the file system limited to
-``/usr``, ``/etc`` and the workspace (host files any user may read stay readable). It needs
+What it lacks beside bwrap: a view of the file system limited to ``/usr``, ``/etc`` and the
+workspace (host files any user may read stay readable, though nothing is writable). It needs
 root (CAP_SYS_ADMIN for the namespaces and mounts); elsewhere `run_forked` raises
 `SandboxError` (infra: the run stops, naming it), never runs the function unsandboxed.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import json
 import os
+import re
 import resource
 import select
 import signal
@@ -37,20 +44,23 @@ from collections.abc import Callable
 from typing import Any
 
 from forge_agent.sandbox.base import Limits, SandboxError
+from forge_agent.sandbox.seccomp import bwrap_filter
 
-__all__ = ["ForkedResult", "run_forked"]
+__all__ = ["ForkedCall", "ForkedResult", "run_forked"]
 
 SANDBOX_ID = 65534  # the sandbox user of every backend (nobody/nogroup)
 CLONE_NEWNS, CLONE_NEWPID, CLONE_NEWNET = 0x00020000, 0x20000000, 0x40000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 0x1, 0x2, 0x4, 0x8
 MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 0x20, 0x1000, 0x4000, 0x40000
 MNT_DETACH, PR_SET_NO_NEW_PRIVS = 2, 38
+PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 22, 2
 SETUP_FAILED = 125  # the child's exit status when its sandbox could not be set up
 _libc = ctypes.CDLL(None, use_errno=True)
 
 ForkedResult = dict[str, Any]
 """``{"ok": True, "value": ...}``, ``{"ok": False, "error": "..."}`` (the function raised, ran
-out of time or memory, or died); `value` is what the function returned (JSON data)."""
+out of time (then ``"timed_out": True`` too) or memory, or died); `value` is what the function
+returned (JSON data)."""
 
 
 def _check(rc: int, what: str) -> None:
@@ -78,9 +88,38 @@ def _kept_paths() -> list[str]:
     return sorted(p for p in prefixes if p.startswith("/root/"))
 
 
-def _enter_sandbox(limits: Limits) -> None:
-    """In the forked child (PID 1 of its namespaces, still root): mounts, rlimits, identity."""
+def _mount_points() -> list[tuple[str, int]]:
+    """The mount points of this mount namespace and the flags to keep on each (nosuid, ...)."""
+    kept = {"nosuid": MS_NOSUID, "nodev": MS_NODEV, "noexec": MS_NOEXEC}
+    points = []
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            fields = line.split()
+            path = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), fields[4])
+            flags = sum(kept.get(option, 0) for option in fields[5].split(","))
+            points.append((path, flags))
+    return points
+
+
+def _read_only_host() -> None:
+    """Every mount the child inherited becomes read-only; one that refuses is detached."""
+    for path, flags in _mount_points():
+        try:
+            _mount(None, path, None, MS_BIND | MS_REMOUNT | MS_RDONLY | flags)
+        except OSError:
+            if _libc.umount2(path.encode(), MNT_DETACH) != 0 and os.path.ismount(path):
+                raise
+
+
+def _enter_sandbox(limits: Limits, keep_fd: int, seccomp_filter: bytes) -> None:
+    """In the forked child (PID 1 of its namespaces, still root): descriptors, mounts, rlimits,
+    identity."""
+    for fd in [int(name) for name in os.listdir("/proc/self/fd")]:
+        if fd > 2 and fd != keep_fd:
+            with contextlib.suppress(OSError):  # the listing's own descriptor is gone
+                os.close(fd)
     _mount(None, "/", None, MS_REC | MS_PRIVATE)
+    _read_only_host()
     _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
     tmp_size = f"size={int(limits.file_size_mb)}m,mode=1777"
     _mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, tmp_size)
@@ -111,11 +150,27 @@ def _enter_sandbox(limits: Limits) -> None:
     os.setgid(SANDBOX_ID)
     os.setuid(SANDBOX_ID)
     _check(_libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(no_new_privs)")
+    _load_seccomp(seccomp_filter)
     os.environ.clear()
     os.environ.update({"PATH": "/usr/bin:/bin", "HOME": "/tmp", "TMPDIR": "/tmp"})
     devnull = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):  # what the function prints goes nowhere
         os.dup2(devnull, fd)
+    os.close(devnull)
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+
+def _load_seccomp(program: bytes) -> None:
+    """Install the sandboxes' seccomp filter (`forge_agent.sandbox.seccomp`, compiled BPF)."""
+    buffer = ctypes.create_string_buffer(program, len(program))
+    fprog = _SockFprog(len(program) // 8, ctypes.addressof(buffer))
+    _check(
+        _libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0),
+        "prctl(seccomp)",
+    )
 
 
 def _virtual_size() -> int:
@@ -123,7 +178,7 @@ def _virtual_size() -> int:
         return int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
 
 
-def _child(fn: Callable[[], Any], limits: Limits, write_fd: int) -> None:
+def _child(fn: Callable[[], Any], limits: Limits, write_fd: int, seccomp_filter: bytes) -> None:
     """The forked process: new namespaces, then PID 1 of them runs `fn`; this one bounds it
     in time (killing PID 1 takes the whole namespace along). Never returns."""
     try:
@@ -131,7 +186,7 @@ def _child(fn: Callable[[], Any], limits: Limits, write_fd: int) -> None:
         inner = os.fork()
         if inner == 0:
             try:
-                _enter_sandbox(limits)
+                _enter_sandbox(limits, write_fd, seccomp_filter)
             except BaseException as exc:
                 _write(write_fd, {"ok": False, "setup_error": f"{type(exc).__name__}: {exc}"})
                 os._exit(SETUP_FAILED)
@@ -144,17 +199,21 @@ def _child(fn: Callable[[], Any], limits: Limits, write_fd: int) -> None:
             _write(write_fd, reply, limits.output_bytes)
             os._exit(0)
         os.close(write_fd)
-        deadline = time.monotonic() + float(limits.wall_s)
-        while time.monotonic() < deadline:
-            pid, _ = os.waitpid(inner, os.WNOHANG)
-            if pid:
-                os._exit(0)
-            time.sleep(0.005)
-        os.kill(inner, signal.SIGKILL)
-        os.waitpid(inner, 0)
-        os._exit(124)
+        signal.signal(signal.SIGALRM, _timed_out)
+        signal.setitimer(signal.ITIMER_REAL, float(limits.wall_s))
+        try:
+            os.waitpid(inner, 0)
+        except TimeoutError:
+            os.kill(inner, signal.SIGKILL)
+            os.waitpid(inner, 0)
+            os._exit(124)
+        os._exit(0)
     except BaseException:
         os._exit(SETUP_FAILED)
+
+
+def _timed_out(signum: int, frame: Any) -> None:
+    raise TimeoutError
 
 
 def _write(fd: int, reply: ForkedResult, limit: int = 65536) -> None:
@@ -169,6 +228,64 @@ def _write(fd: int, reply: ForkedResult, limit: int = 65536) -> None:
         view = view[os.write(fd, view) :]
 
 
+class ForkedCall:
+    """One call running in a forked sandbox, read without blocking: `start`, then `read` each
+    time `fileno()` is readable until it returns True, then `result` (what `run_forked` does;
+    a server with several calls in flight selects over their `fileno()`s)."""
+
+    def __init__(self, fn: Callable[[], Any], limits: Limits) -> None:
+        self.limits = limits
+        self.deadline = time.monotonic() + float(limits.wall_s) + 5.0
+        self._chunks: list[bytes] = []
+        self._size = 0
+        seccomp_filter = bwrap_filter()  # built once per process (a run of the system Python)
+        read_fd, write_fd = os.pipe()
+        self.pid = os.fork()
+        if self.pid == 0:
+            os.close(read_fd)
+            _child(fn, limits, write_fd, seccomp_filter)
+        os.close(write_fd)
+        self._fd: int | None = read_fd
+
+    def fileno(self) -> int:
+        assert self._fd is not None, "the call's output is closed"
+        return self._fd
+
+    def read(self) -> bool:
+        """Read what is there; True when the output is complete (or over its limit)."""
+        chunk = os.read(self.fileno(), 1 << 16)
+        self._chunks.append(chunk)
+        self._size += len(chunk)
+        return not chunk or self._size > self.limits.output_bytes + 8192
+
+    def result(self) -> ForkedResult:
+        """How the call went (the child reaped; killed first if past its deadline).
+
+        Raises:
+            SandboxError: the sandbox could not be set up here (not root, no namespaces).
+        """
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+        code = os.waitstatus_to_exitcode(_reap(self.pid, self.deadline))
+        try:
+            reply = json.loads(b"".join(self._chunks)) if self._chunks else None
+        except ValueError:
+            reply = None
+        if code == SETUP_FAILED or (isinstance(reply, dict) and "setup_error" in reply):
+            detail = (reply or {}).get("setup_error", "the child could not enter its namespaces")
+            raise SandboxError(f"the forked sandbox could not be set up: {detail} (it needs root)")
+        if code == 124:
+            error = f"timed out after {float(self.limits.wall_s):g} s"
+            return {"ok": False, "error": error, "timed_out": True}
+        if not isinstance(reply, dict):
+            return {
+                "ok": False,
+                "error": "the call died without a result (killed, or out of memory)",
+            }
+        return reply
+
+
 def run_forked(fn: Callable[[], Any], limits: Limits) -> ForkedResult:
     """Run `fn()` in a forked sandbox (see the module docstring) and return how it went.
 
@@ -177,41 +294,12 @@ def run_forked(fn: Callable[[], Any], limits: Limits) -> ForkedResult:
     Raises:
         SandboxError: the sandbox could not be set up here (not root, no namespaces).
     """
-    read_fd, write_fd = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        os.close(read_fd)
-        _child(fn, limits, write_fd)
-    os.close(write_fd)
-    chunks, size = [], 0
-    deadline = time.monotonic() + float(limits.wall_s) + 5.0
-    try:
-        while time.monotonic() < deadline:
-            ready, _, _ = select.select([read_fd], [], [], 0.1)
-            if ready:
-                chunk = os.read(read_fd, 1 << 16)
-                if not chunk:
-                    break
-                chunks.append(chunk)
-                size += len(chunk)
-                if size > limits.output_bytes + 8192:
-                    break
-    finally:
-        os.close(read_fd)
-    status = _reap(pid, deadline)
-    code = os.waitstatus_to_exitcode(status)
-    try:
-        reply = json.loads(b"".join(chunks)) if chunks else None
-    except ValueError:
-        reply = None
-    if code == SETUP_FAILED or (reply and "setup_error" in reply):
-        detail = (reply or {}).get("setup_error", "the child could not enter its namespaces")
-        raise SandboxError(f"the forked sandbox could not be set up: {detail} (it needs root)")
-    if code == 124:
-        return {"ok": False, "error": f"timed out after {float(limits.wall_s):g} s"}
-    if not isinstance(reply, dict):
-        return {"ok": False, "error": "the call died without a result (killed, or out of memory)"}
-    return reply
+    call = ForkedCall(fn, limits)
+    while time.monotonic() < call.deadline:
+        ready, _, _ = select.select([call], [], [], 0.1)
+        if ready and call.read():
+            break
+    return call.result()
 
 
 def _reap(pid: int, deadline: float) -> int:
@@ -220,6 +308,6 @@ def _reap(pid: int, deadline: float) -> int:
         done, status = os.waitpid(pid, os.WNOHANG)
         if done:
             return status
-        time.sleep(0.005)
+        time.sleep(0.001)
     os.kill(pid, signal.SIGKILL)
     return os.waitpid(pid, 0)[1]

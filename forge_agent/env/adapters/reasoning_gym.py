@@ -9,7 +9,10 @@
   the question picks the split) and come from different seeds.
 - reward: the task's own scorer (`dataset.score_answer(answer, entry)`), as `{"score": s}`.
   The answer is the text inside the last `<answer>...</answer>` of the final message, or the
-  whole final message when it has no tags.
+  whole final message when it has no tags. Several scorers `eval` or `sympy.parse_expr` the
+  answer, so every verdict runs sandboxed (`forge_agent.sandbox.judge`), never in the env
+  worker: a scorer that raises, dies or runs out of memory on the answer is `policy_error`,
+  one past `grader_timeout_s` is `policy_timeout`; a score outside [0, 1] is clipped.
 - several tasks: `reasoning_gym:composite` with
   `datasets: [{name: leg_counting}, {name: basic_arithmetic, weight: 2, config: {...}}]`.
 - difficulty: `level=k` starts from reasoning-gym's own curriculum for the task at global
@@ -37,9 +40,10 @@ from typing import Any
 from forge_agent.env.protocol import ToolEnv
 from forge_agent.env.registry import UnknownEnvError, load_entry_point
 from forge_agent.env.sources import EnvSetupError, Split, holdout
-from forge_agent.types import Message
+from forge_agent.sandbox.judge import JUDGE_LIMITS, ScorerRef, judge_server
+from forge_agent.types import Message, ToolSpec
 
-__all__ = ["PIP_INSTALL", "ReasoningGymEnv", "extract_answer", "reasoning_gym_tasks"]
+__all__ = ["PIP_INSTALL", "ReasoningGymEnv", "extract_answer", "reasoning_gym_tasks", "scorer"]
 
 PIP_INSTALL = "pip install reasoning-gym==0.1.25  (or: pip install -e '.[ecosystems]')"
 
@@ -68,6 +72,14 @@ def _reasoning_gym(env_id: str) -> Any:
     return reasoning_gym
 
 
+def scorer(task: str, config: dict[str, Any]) -> Callable[[str, Any], float]:
+    """The scorer of `task` under `config` (`score_answer(answer, entry)`), as the judge
+    server builds it: its `ScorerRef` is `forge_agent.env.adapters.reasoning_gym:scorer`."""
+    import reasoning_gym
+
+    return reasoning_gym.create_dataset(task, seed=0, size=1, **config).score_answer
+
+
 def reasoning_gym_tasks() -> list[str]:
     """The task names of the installed reasoning-gym."""
     from reasoning_gym.factory import DATASETS
@@ -88,6 +100,7 @@ class ReasoningGymEnv(ToolEnv):
 
     required_fields = ("prompt", "answer", "entry")
     tool_timeout_s = 10.0
+    grader_timeout_s = JUDGE_LIMITS.wall_s
 
     def __init__(
         self,
@@ -153,11 +166,19 @@ class ReasoningGymEnv(ToolEnv):
             raise EnvSetupError(
                 self.env_id, "env.kwargs", f"reasoning-gym refused the config: {exc}"
             ) from exc
+        self._scorer_ref = ScorerRef(f"{__name__}:scorer", (task, self.config))
         self.tool_paths = [str(t) for t in tools]
         self._tools = [_load_tool(self.env_id, path) for path in self.tool_paths]
         self.sandbox_backend = sandbox_backend
         self._backend: Any = None
         self.system_prompt = SYSTEM_PROMPT + (TOOL_PROMPT if self._tools else "")
+
+    async def reset(
+        self, task: dict[str, Any], seed: int | None = None
+    ) -> tuple[list[Message], list[ToolSpec]]:
+        # the judge server starts and builds the scorer here, under the reset's deadline
+        await judge_server().prepare(self._scorer_ref)
+        return await super().reset(task, seed)
 
     # ------------------------------------------------------------------ tasks and scoring
     def tasks(self, split: Split, n: int, seed: int) -> list[dict[str, Any]]:
@@ -179,20 +200,14 @@ class ReasoningGymEnv(ToolEnv):
     def default_task(self, seed: int) -> dict[str, Any]:
         return (self.tasks("train", 8, seed) or self.tasks("eval", 8, seed))[0]
 
-    def judge(self, answer: str) -> tuple[dict[str, float], dict[str, Any]]:
+    async def judge(self, answer: str) -> tuple[dict[str, float], dict[str, Any]]:
         given = extract_answer(answer)
-        try:
-            score = float(self._scorer.score_answer(given, self.task["entry"]))
-        except Exception as exc:  # a scorer that chokes on the model's text: no credit
-            score, error = 0.0, f"{type(exc).__name__}: {exc}"[:200]
-        else:
-            error = None
+        verdict = await judge_server().score(self._scorer_ref, given, self.task["entry"])
+        score = min(max(verdict, 0.0), 1.0)
         outcome = "correct" if score >= 1.0 else ("partial" if score > 0 else "wrong")
         info = {"outcome": outcome, "answer": given[:200], "expected": self.task["answer"][:200]}
         if self._tools:
             info["used_tool"] = sum(self.toolset.call_counts.values()) > 0
-        if error:
-            info["scorer_error"] = error
         return {"score": score}, info
 
     # ------------------------------------------------------------------ tools and sandbox

@@ -21,7 +21,9 @@ API, `verifiers.legacy`). What maps to what:
   `tool_timeout_s`), a failed call an error observation that no rubric pays for
   (environments whose tools need Prime's remote sandboxes cannot run here).
 - reward: at the end of the rollout its rubric scores it (`rubric.score_rollout`, with its
-  parser and class objects); every reward function of weight w != 0 is a component
+  parser and class objects), in a judge's sandbox (`verifiers_rubric`: its functions read,
+  and some `eval`, the policy's answer), except a rubric that asks a model (`JudgeRubric`),
+  scored in the env worker; every reward function of weight w != 0 is a component
   `{name: w * score}` (their sum is verifiers' reward); weight-0 metrics go to
   `info["metrics"]`. The parser is the environment's own, used by its rubric functions.
   Group-level reward functions (scored over a group of rollouts) are refused at build time.
@@ -44,10 +46,13 @@ import uuid
 import weakref
 from typing import Any
 
+from forge_agent.env.adapters.verifiers_rubric import asks_a_model, rubric_ref, sandboxed_scores
 from forge_agent.env.adapters.verifiers_tools import ToolGuard, capped_metrics, signal_handlers_kept
 from forge_agent.env.protocol import Env
 from forge_agent.env.registry import UnknownEnvError
 from forge_agent.env.sources import Dataset, EnvSetupError
+from forge_agent.errors import InfraError, PolicyTimeout
+from forge_agent.sandbox.judge import JudgeError, judge_server
 from forge_agent.types import Message, StepResult, ToolSpec
 
 __all__ = ["PIP_INSTALL", "VerifiersEnv"]
@@ -221,6 +226,8 @@ class VerifiersEnv(Env):
                 "supported: each episode is scored on its own",
             )
         self.weights = _reward_weights(rubric)
+        self.module, self.env_args = module, env_args
+        self.sandboxed_rubric = not asks_a_model(rubric)  # a model judge needs the network
         self.tools: ToolGuard | None = None
         if callable(getattr(self.vf_env, "call_tool", None)):  # a ToolEnv: calls guarded
             self.tools = ToolGuard(self.vf_env, module, env_args, self.tool_timeout_s)
@@ -268,6 +275,8 @@ class VerifiersEnv(Env):
         if self.tools is not None:
             self.tools.failed.clear()
         self._capped = {}
+        if self.sandboxed_rubric:  # the judge server loads the environment now, not in a step
+            await judge_server().prepare(rubric_ref(self.module, self.env_args))
         self._client = _policy_client_class(self._vf)()
         prompt = task["prompt"]
         rollout_input = {
@@ -303,9 +312,16 @@ class VerifiersEnv(Env):
         assert client is not None
         try:
             state = await self.vf_env.rollout(rollout_input, client, MODEL_NAME, {})
-            await self.vf_env.rubric.score_rollout(state)
-            if self.tools is not None and self.tools.failed:  # failed calls pay nothing
-                self._capped = await capped_metrics(self.vf_env.rubric, state, self.tools.failed)
+            failed = self.tools.failed if self.tools is not None else set()
+            if self.sandboxed_rubric:
+                metrics, reward, capped = await sandboxed_scores(
+                    self.module, self.env_args, state, failed
+                )
+                state["metrics"], state["reward"], self._capped = metrics, reward, capped
+            else:
+                await self.vf_env.rubric.score_rollout(state)
+                if failed:  # failed calls pay nothing
+                    self._capped = await capped_metrics(self.vf_env.rubric, state, failed)
             await client.requests.put(("done", state))
         except asyncio.CancelledError:
             raise
@@ -313,6 +329,8 @@ class VerifiersEnv(Env):
             await client.requests.put(("error", exc))
 
     def _raise_unless_generate(self, kind: str, payload: Any) -> None:
+        if kind == "error" and isinstance(payload, InfraError | PolicyTimeout | JudgeError):
+            raise payload  # its blame is its own (a judge's sandbox, or its verdict)
         if kind == "error":
             raise RuntimeError(f"{self.env_id}: the verifiers rollout failed: {payload!r}")
         raise RuntimeError(f"{self.env_id}: the rollout ended before the model was asked")

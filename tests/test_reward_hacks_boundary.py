@@ -1,0 +1,137 @@
+"""The reward-hack suite's boundary cases: policy output that no later stage may choke on.
+
+A tool call whose name is not a string or holds a lone surrogate: the renderer
+turns each into a failed call (a `parse_error` the policy reads) at parse time, so no later
+stage (the next render, the pickle to the env worker, the trace file) can fail on it and make
+it infra. And a reward function that judges the policy's answer (an agent program's) raising
+on it is the policy's failure, not a reward error dropped as infra.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from forge_agent.algorithms.advantages import compute_advantages
+from forge_agent.env import EnvConfig
+from forge_agent.env.worker import EnvPool
+from forge_agent.observability.traces import TraceWriter, read_traces
+from forge_agent.rewards.build import build_rubric
+from forge_agent.types import Completion, Group, Status, Trajectory
+
+TASK = {"task_id": "t0", "prompt": "What is 78 * 52?", "answer": "4056", "expression": "78 * 52"}
+
+
+class ScriptPolicy:
+    """A scripted policy: its messages in order, one per turn."""
+
+    def __init__(self, tokenizer, texts: list[str]) -> None:
+        self.tokenizer, self.texts = tokenizer, list(texts)
+
+    async def __call__(self, prompt_ids, sampling, session) -> Completion:
+        text = self.texts.pop(0) if len(self.texts) > 1 else self.texts[0]
+        ids = self.tokenizer.encode(text + "<|im_end|>", add_special_tokens=False)
+        return Completion(ids, [-0.1] * len(ids), "stop", policy_version=0)
+
+
+def _call(body: str) -> str:
+    return f"<tool_call>\n{body}\n</tool_call>"
+
+
+BAD_CALLS = {
+    "name-a-number": _call('{"name": 5, "arguments": {"expression": "1"}}'),
+    "name-a-list": _call('{"name": ["calculator"], "arguments": {}}'),
+    "name-a-lone-surrogate": _call('{"name": "calc\\udc00", "arguments": {}}'),
+    "argument-a-lone-surrogate": _call(
+        '{"name": "calculator", "arguments": {"expression": "1\\ud800"}}'
+    ),
+}
+
+
+@pytest.mark.parametrize("call", list(BAD_CALLS.values()), ids=list(BAD_CALLS))
+def test_a_tool_call_no_stage_could_handle_is_a_failed_call_not_infra(
+    tiny_tokenizer, tmp_path, call
+):
+    """Before: a name that is a number or list made the next full render (a rewritten
+    context) raise (`env_error`, excluded); a surrogate name did too; an argument with a lone
+    surrogate reached the tool."""
+    from forge_agent.rollout import ChatRenderer, RolloutConfig, RolloutEngine
+    from forge_agent.rollout.context import ContextConfig
+
+    async def run() -> Trajectory:
+        async with EnvPool(EnvConfig("calculator", {"difficulty": 1}), size=1) as pool:
+            policy = ScriptPolicy(tiny_tokenizer, [call, r"\boxed{4056}"])
+            config = RolloutConfig(  # a prompt past 64 tokens is rewritten: a full render
+                max_turns=3,
+                max_total_tokens=2048,
+                max_new_tokens_per_turn=512,
+                context=ContextConfig(strategy="drop_tool_outputs", budget=64),
+            )
+            engine = RolloutEngine(policy, pool, ChatRenderer(tiny_tokenizer), config)
+            return await engine.run_episode(TASK, 0)
+
+    traj = asyncio.run(run())
+    assert traj.status is Status.OK, traj.info.get("error")
+    (reply,) = [m["content"] for m in traj.messages if m.get("role") == "tool"]
+    assert reply.startswith("Error:"), reply
+    assert traj.tool_error_count == 1 and traj.reward == 1.0
+    with TraceWriter(tmp_path / "traces.jsonl") as writer:
+        writer.write(traj)
+    assert read_traces(tmp_path / "traces.jsonl")[0]["status"] == "ok"
+
+
+def test_the_trace_writer_writes_a_lone_surrogate_as_a_replacement_character(tmp_path):
+    """Before: `UnicodeEncodeError` out of `TraceWriter.write` ended the run."""
+    traj = Trajectory(task_id="t", group_id="g")
+    traj.messages = [{"role": "assistant", "content": "ok \ud800 then"}]
+    traj.info["answer"] = "\udcff"
+    with TraceWriter(tmp_path / "traces.jsonl") as writer:
+        writer.write(traj)
+    (record,) = read_traces(tmp_path / "traces.jsonl")
+    assert record["messages"][0]["content"] == "ok \ufffd then"
+    assert record["info"]["answer"] == "\ufffd"
+
+
+def test_the_trace_writer_keeps_a_record_it_cannot_serialize_short(tmp_path):
+    nested: list = []
+    for _ in range(100_000):
+        nested = [nested]
+    traj = Trajectory(task_id="t", group_id="g")
+    traj.info["result"] = nested
+    with TraceWriter(tmp_path / "traces.jsonl") as writer:
+        writer.write(traj)
+    (record,) = read_traces(tmp_path / "traces.jsonl")
+    assert record["task_id"] == "t" and "RecursionError" in record["trace_error"]
+
+
+def _agent_episode(result: str) -> Trajectory:
+    traj = Trajectory(task_id="t0", group_id="g", turn_spans=[(0, 1)], turn_rewards=[0.0])
+    traj.info.update(task=TASK, result=result)
+    return traj
+
+
+def test_an_agent_programs_reward_raising_on_the_answer_is_the_policys_failure():
+    """Before: `int(",")` in the program's reward made `reward_errors`, which the advantage
+    step drops as infra: the old `\\boxed{,}` exclusion, back through the rubric."""
+    rubric = build_rubric({}, agent_reward="tests.endpoint_agents:calculator_reward")
+    raised, wrong, solved = (
+        _agent_episode(r) for r in (r"\boxed{,}", r"\boxed{1}", r"\boxed{4056}")
+    )
+    asyncio.run(rubric.score_all([raised, wrong, solved]))
+    assert raised.status is Status.POLICY_ERROR and "ValueError" in raised.info["error"]
+    assert raised.reward == 0.0 and "reward_errors" not in raised.info
+    kept, stats = compute_advantages([Group("t0", [raised, wrong, solved])])
+    assert raised in kept and stats.dropped.get("infra_failure", 0) == 0
+    assert raised.advantage < 0 < solved.advantage
+
+
+def test_an_agent_programs_failed_reward_scores_the_envs_failure_reward():
+    rubric = build_rubric(
+        {"tool_use": 0.5},
+        agent_reward="tests.endpoint_agents:calculator_reward",
+        failure_reward=-1.0,
+    )
+    raised = _agent_episode(r"\boxed{,}")
+    asyncio.run(rubric.score_all([raised]))
+    assert raised.reward == -1.0 and raised.info["reward_breakdown"] == {"policy_failure": -1.0}

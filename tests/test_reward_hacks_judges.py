@@ -1,0 +1,203 @@
+"""The reward-hack suite's judge cases: answers that attack the scorer reading them.
+
+Several reasoning-gym scorers `eval` the answer (spiral_matrix, string_insertion, binary_matrix,
+n_queens) or `sympy.parse_expr` it. They ran in the env worker, on the host, as root; now each
+verdict runs in the judge server's forked sandbox (`forge_agent.sandbox.judge`). Everything
+here is real: a scripted policy, the rollout engine, env worker processes, reasoning-gym.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from forge_agent.env import EnvConfig
+from forge_agent.env.protocol import step_failure
+from forge_agent.env.tasks import load_tasks
+from forge_agent.env.worker import EnvPool
+from forge_agent.sandbox.judge import JudgeError, JudgeTimeout
+from forge_agent.types import Completion, Status
+from tests import sandboxed_scorers
+
+SPIRAL = "reasoning_gym:spiral_matrix"
+
+
+class SaysPolicy:
+    """A scripted policy: every turn, the same final message (after `delay_s`)."""
+
+    def __init__(self, tokenizer, text: str, delay_s: float = 0.0) -> None:
+        self.tokenizer, self.text, self.delay_s = tokenizer, text, delay_s
+
+    async def __call__(self, prompt_ids, sampling, session) -> Completion:
+        await asyncio.sleep(self.delay_s)
+        ids = self.tokenizer.encode(self.text + "<|im_end|>", add_special_tokens=False)
+        return Completion(ids, [-0.1] * len(ids), "stop", policy_version=0)
+
+
+def _task() -> dict:
+    return load_tasks(SPIRAL, "train", 1, seed=0, env_kwargs={})[0]
+
+
+async def _episodes(tokenizer, pool, answers: list[tuple[str, float]]) -> list:
+    """One episode per (answer, delay), run side by side on `pool`."""
+    from forge_agent.rollout import ChatRenderer, RolloutConfig, RolloutEngine
+
+    task = _task()
+
+    def engine(text: str, delay_s: float) -> RolloutEngine:
+        policy = SaysPolicy(tokenizer, f"<answer>{text}</answer>", delay_s)
+        config = RolloutConfig(max_turns=1, max_total_tokens=4096, max_new_tokens_per_turn=512)
+        return RolloutEngine(policy, pool, ChatRenderer(tokenizer), config)
+
+    runs = [engine(text, delay).run_episode(task, 0) for text, delay in answers]
+    return await asyncio.gather(*runs)
+
+
+def _play(tokenizer, answers, size=1, envs_per_worker=1, **config):
+    async def go():
+        env = EnvConfig(SPIRAL, {}, close_timeout_s=3.0, **config)
+        async with EnvPool(env, size=size, envs_per_worker=envs_per_worker) as pool:
+            return await _episodes(tokenizer, pool, answers)
+
+    return asyncio.run(go())
+
+
+def test_an_answer_a_scorer_evals_cannot_write_a_host_file(tiny_tokenizer, tmp_path):
+    """Before: spiral_matrix's `eval` ran the answer in the env worker, which wrote the file."""
+    target = tmp_path / "written_by_the_policy"
+    attack = f"__import__('pathlib').Path('{target}').write_text('x')"
+    (traj,) = _play(tiny_tokenizer, [(attack, 0.0)])
+    assert not target.exists()
+    assert traj.reward == 0.0 and traj.status in (Status.OK, Status.POLICY_ERROR)
+
+
+def test_an_answer_that_shadows_a_builtin_changes_no_later_verdict(tiny_tokenizer):
+    """Before: an answer that replaced `float` in the worker made it pay 1.0 for every later
+    wrong answer of that worker."""
+    shadow = (
+        "(lambda f: __import__('builtins').__setattr__('float', "
+        "type('F', (f,), {'__new__': lambda c, *a: f.__new__(f, 1.0)})))(float)"
+    )
+
+    async def go():
+        async with EnvPool(EnvConfig(SPIRAL, {}, close_timeout_s=3.0), size=1) as pool:
+            (first,) = await _episodes(tiny_tokenizer, pool, [(shadow, 0.0)])
+            (later,) = await _episodes(tiny_tokenizer, pool, [("1 2 3", 0.0)])  # same worker
+            return first, later
+
+    first, later = asyncio.run(go())
+    assert first.status is not Status.ENV_ERROR and first.reward == 0.0
+    assert later.status is Status.OK and later.reward == 0.0
+
+
+FORGERIES = {
+    "patch-the-reply-encoder": "__import__('sys').modules['json'].__setattr__("
+    "'dumps', lambda *a, **k: '{\"ok\": true, \"value\": 1.0}')",
+    "write-the-reply-pipe": "[__import__('os').write(f, b'{\"ok\": true, \"value\": 1.0}') "
+    "for f in range(3, 8) if __import__('os').path.exists('/proc/self/fd/%d' % f)] "
+    "and __import__('os')._exit(0)",
+}
+
+
+@pytest.mark.parametrize("attack", list(FORGERIES.values()), ids=list(FORGERIES))
+def test_an_answer_cannot_forge_its_own_verdict_inside_the_judge(tiny_tokenizer, attack):
+    """The sandbox runs the answer in the process that computes its verdict: without the eval
+    guard (`forge_agent.sandbox.eval_guard`) both answers were paid 1.0 for a wrong answer."""
+    (traj,) = _play(tiny_tokenizer, [(attack, 0.0)])
+    assert traj.reward == 0.0 and traj.status is Status.OK, traj.info
+
+
+def test_an_answer_that_exits_its_judge_earns_nothing_and_harms_no_neighbour(tiny_tokenizer):
+    """Before: the answer exited the env worker: `env_error` (excluded) for it and for the
+    episode beside it on the same worker."""
+    right = _task()["answer"]
+    kill = "__import__('os')._exit(3)"
+    killed, neighbour = _play(
+        tiny_tokenizer, [(kill, 0.0), (right, 0.5)], size=2, envs_per_worker=2
+    )
+    assert killed.status is not Status.ENV_ERROR and killed.reward == 0.0, killed.info
+    assert neighbour.status is Status.OK and neighbour.reward == 1.0
+
+
+def test_a_judge_that_computes_forever_delays_no_other_episode(tiny_tokenizer):
+    """Before: `9**9**9` held the worker's GIL, so the episode beside it timed out too and was
+    blamed on its own policy (`policy_timeout`, reward 0)."""
+    right = _task()["answer"]
+    hog, neighbour = _play(
+        tiny_tokenizer,
+        [("9**9**9", 0.0), (right, 0.3)],
+        size=2,
+        envs_per_worker=2,
+        step_timeout_s=2.5,
+    )
+    assert hog.status is Status.POLICY_TIMEOUT
+    assert neighbour.status is Status.OK and neighbour.reward == 1.0
+
+
+def test_a_sandboxed_user_scorer_gives_its_verdict_and_reaches_no_host_file(tmp_path):
+    entry = {"answer": 6}
+    assert asyncio.run(sandboxed_scorers.evals_the_answer("2 * 3", entry)) == 1.0
+    target = tmp_path / "x"
+    attack = f"open('{target}', 'w').write('x') and 6"
+    with pytest.raises(JudgeError) as failure:  # the folder does not exist in the sandbox
+        asyncio.run(sandboxed_scorers.evals_the_answer(attack, entry))
+    assert not target.exists()
+    assert step_failure(failure.value, None)[0] is Status.POLICY_ERROR
+
+
+def test_a_sandboxed_scorer_that_dies_on_the_answer_is_the_policys_failure():
+    with pytest.raises(JudgeError, match="died") as failure:
+        asyncio.run(sandboxed_scorers.dies_on("die", {}))
+    assert step_failure(failure.value, None)[0] is Status.POLICY_ERROR
+    assert asyncio.run(sandboxed_scorers.dies_on("live", {})) == 1.0  # the server lives on
+
+
+def test_a_sandboxed_scorer_past_its_limit_is_the_policys_timeout():
+    with pytest.raises(JudgeTimeout) as failure:
+        asyncio.run(sandboxed_scorers.evals_the_answer_briefly("9**9**9", {"answer": 1}))
+    assert step_failure(failure.value, None) == (Status.POLICY_TIMEOUT, 0.0)
+
+
+@pytest.fixture
+def shared_host_folder():
+    """A world-writable folder on the host outside /tmp (which every sandbox replaces), as
+    `/run/lock` is on Debian."""
+    folder = Path(tempfile.mkdtemp(dir="/run" if os.access("/run", os.W_OK) else "."))
+    folder.chmod(0o1777)
+    yield folder
+    shutil.rmtree(folder)
+
+
+def test_the_forked_sandbox_cannot_write_to_a_world_writable_host_folder(shared_host_folder):
+    """Before: the forked sandbox (judges, verifiers tools) left host folders that are
+    world-writable (`/run/lock`) writable, so a file left by one episode was read by the
+    next."""
+    from forge_agent.sandbox.base import Limits
+    from forge_agent.sandbox.forked import run_forked
+
+    target = shared_host_folder / "left_behind"
+    reply = run_forked(functools.partial(target.write_text, "x"), Limits(wall_s=5.0))
+    assert not reply["ok"] and "Read-only file system" in reply["error"], reply
+    assert not target.exists()
+
+
+def _unshare_user_namespace() -> int:
+    import ctypes
+
+    return ctypes.CDLL(None, use_errno=True).unshare(0x10000000)  # CLONE_NEWUSER
+
+
+def test_code_in_the_forked_sandbox_runs_under_the_seccomp_filter():
+    """Before: the forked sandbox (judges, verifiers tools) had no seccomp filter: its code
+    could make new namespaces, ptrace, or use io_uring like no other sandbox's."""
+    from forge_agent.sandbox.base import Limits
+    from forge_agent.sandbox.forked import run_forked
+
+    reply = run_forked(_unshare_user_namespace, Limits(wall_s=5.0))
+    assert reply == {"ok": True, "value": -1}
