@@ -12,21 +12,12 @@ import pytest
 
 from forge_agent.rollout.chatml import TOOLS_HEADER
 from forge_agent.rollout.renderer import ChatRenderer, RendererConfig
+from forge_agent.tool_schema import tool_spec
 from forge_agent.warm_start import demo_trajectory
 from tests.gguf_files import write_tiny_gguf
+from tools.calculator import calculator
 
-CALC = {
-    "type": "function",
-    "function": {
-        "name": "calculator",
-        "description": "Evaluate an arithmetic expression.",
-        "parameters": {
-            "type": "object",
-            "properties": {"expression": {"type": "string"}},
-            "required": ["expression"],
-        },
-    },
-}
+CALC = tool_spec(calculator)
 
 
 @pytest.fixture(scope="module")
@@ -47,9 +38,11 @@ def _conversation() -> list[dict]:
     return [
         {"role": "system", "content": "Solve it."},
         {"role": "user", "content": "What is 37 * 48?"},
-        {"role": "assistant", "content": "", "tool_calls": [
-            {"id": "call_0", "type": "function", "function": call}
-        ]},
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [{"id": "call_0", "type": "function", "function": call}],
+        },
         {"role": "tool", "tool_call_id": "call_0", "name": "calculator", "content": "1776"},
         {"role": "assistant", "content": "1776"},
     ]

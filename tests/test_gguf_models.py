@@ -72,8 +72,12 @@ def _episodes(vocab: int) -> list[Trajectory]:
         ids = [(7 * i + 13 * j + 5) % (vocab - 3) for j in range(24)]
         out.append(
             Trajectory(
-                task_id="t", group_id="g", token_ids=ids, loss_mask=[0] * 20 + [1] * 4,
-                logprobs=[0.0] * 24, advantage=1.0,
+                task_id="t",
+                group_id="g",
+                token_ids=ids,
+                loss_mask=[0] * 20 + [1] * 4,
+                logprobs=[0.0] * 24,
+                advantage=1.0,
             )
         )
     return out

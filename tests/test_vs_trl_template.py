@@ -145,12 +145,16 @@ def test_trl_chatml_prompt_and_tool_result_tokens_equal_the_renderers(chatml_sid
     for task in load_tasks("calculator", "train", 3, 0, {"difficulty": 2}):
         ours = renderer.render_prompt(_prompt(task), tools)
         theirs = trl_tok.apply_chat_template(
-            _prompt(task), tools=[trl_tool(calculator)], add_generation_prompt=True,
+            _prompt(task),
+            tools=[trl_tool(calculator)],
+            add_generation_prompt=True,
             return_dict=False,
         )
         assert list(theirs) == ours, trl_tok.decode(theirs)
     body = json.dumps({"name": "calculator", "arguments": {"expression": task["expression"]}})
-    completion = trl_tok.encode(f"<tool_call>{body}</tool_call><|im_end|>", add_special_tokens=False)
+    completion = trl_tok.encode(
+        f"<tool_call>{body}</tool_call><|im_end|>", add_special_tokens=False
+    )
     result = trl_tool(calculator)(task["expression"])
     message = {"role": "tool", "tool_call_id": "call_0", "name": "calculator", "content": result}
     bridged = renderer.bridge(ours, completion, [message], tools)

@@ -74,8 +74,13 @@ def _rss_gb() -> float:
 
 
 def time_mode(folder: Path, mode: str, trajs: list[Trajectory], steps: int) -> list[float]:
-    cfg = TrainerConfig(lr=1e-5, loss=LossConfig.preset("dapo"), row_tokens=512,
-                        microbatch_tokens=2048, **MODES[mode])
+    cfg = TrainerConfig(
+        lr=1e-5,
+        loss=LossConfig.preset("dapo"),
+        row_tokens=512,
+        microbatch_tokens=2048,
+        **MODES[mode],
+    )
     trainer = Trainer(cfg, str(folder), device="cpu", dtype="float32")
     times = [trainer.train_step(trajs)["train/step_s"] for _ in range(steps + 1)]
     del trainer
@@ -93,8 +98,11 @@ def main(model: str, groups: int, rounds: int, steps: int, modes: list[str]) -> 
             print(f"  {mode}: {runs[mode][-steps:]}", flush=True)
     base = statistics.median(runs[modes[0]])
     rows = {
-        m: {"step_s": statistics.median(t), "vs_" + modes[0]: statistics.median(t) / base,
-            "all_s": t}
+        m: {
+            "step_s": statistics.median(t),
+            "vs_" + modes[0]: statistics.median(t) / base,
+            "all_s": t,
+        }
         for m, t in runs.items()
     }
     return {
@@ -119,8 +127,10 @@ if __name__ == "__main__":
     ap.add_argument("--out", default="bench_results/real_model_step.json")
     args = ap.parse_args()
     res = main(args.model, args.groups, args.rounds, args.steps, args.modes.split(","))
-    print(f"{res['model']}: {res['episodes']} episodes, {res['tokens']} tokens "
-          f"({res['loss_tokens']} trained), {res['torch_threads']} threads")
+    print(
+        f"{res['model']}: {res['episodes']} episodes, {res['tokens']} tokens "
+        f"({res['loss_tokens']} trained), {res['torch_threads']} threads"
+    )
     first = args.modes.split(",")[0]
     print(f"{'mode':>14} | {'step s':>7} | {'vs ' + first:>10}")
     for mode, r in res["rows"].items():

@@ -260,8 +260,12 @@ def prompt_tokens(cfg: Any, policy: Path) -> int:
     from tools.calculator import calculator
 
     renderer = ChatRenderer(load_tokenizer(policy))
-    spec = {"steps": cfg.training.steps, "groups_per_step": cfg.training.groups_per_step,
-            "train_seed": cfg.env.train_seed, "env": dict(cfg.env.kwargs)}
+    spec = {
+        "steps": cfg.training.steps,
+        "groups_per_step": cfg.training.groups_per_step,
+        "train_seed": cfg.env.train_seed,
+        "env": dict(cfg.env.kwargs),
+    }
     longest = max(
         len(renderer.render_prompt(row["prompt"], [tool_spec(calculator)]))
         for row in trl_rows(spec)

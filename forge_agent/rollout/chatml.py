@@ -34,6 +34,7 @@ It implements the part of `renderers`' renderer protocol that `ChatRenderer` use
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 from typing import Any
@@ -158,8 +159,8 @@ class ChatMLToolRenderer:
         self,
         token_ids: list[int],
         *,
-        tools: list[ToolSpec] | None = None,  # noqa: ARG002 - names are checked by the ToolSet
-        prompt_ids: list[int] | None = None,  # noqa: ARG002 - ChatML has no prefilled reasoning
+        tools: list[ToolSpec] | None = None,  # unused: names are checked by the ToolSet
+        prompt_ids: list[int] | None = None,  # unused: ChatML has no prefilled reasoning
     ) -> ParsedResponse:
         ids = list(token_ids)
         while ids and ids[-1] == self._end:
@@ -179,10 +180,8 @@ def assistant_text(message: Message) -> str:
         fn = call.get("function", {})
         args = fn.get("arguments", {})
         if isinstance(args, str):
-            try:
+            with contextlib.suppress(ValueError):  # else written as the policy wrote it
                 args = json.loads(args)
-            except ValueError:
-                pass  # written as the policy wrote it
         body = json.dumps({"name": fn.get("name", ""), "arguments": args}, ensure_ascii=False)
         parts.append(f"{CALL_OPEN}{body}{CALL_CLOSE}")
     return "\n".join(parts)

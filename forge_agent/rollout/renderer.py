@@ -38,7 +38,9 @@ class ChatRenderer:
         self.tokenizer = tokenizer
         kind = self.config.kind
         if kind == "auto":
-            kind = "qwen3" if _is_qwen3(tokenizer) else "chatml" if is_chatml(tokenizer) else "default"
+            kind = (
+                "qwen3" if _is_qwen3(tokenizer) else "chatml" if is_chatml(tokenizer) else "default"
+            )
         if kind == "qwen3":
             rcfg: Any = renderers.Qwen3RendererConfig(enable_thinking=self.config.enable_thinking)
             self._renderer = renderers.create_renderer(tokenizer, rcfg)
