@@ -33,7 +33,7 @@ from typing import Any
 
 import psutil
 
-from forge_agent.bench_util import print_table, write_json
+from apps.bench.util import print_table, write_json
 
 REPO = Path(__file__).resolve().parents[2]
 ROLES = (  # (role, substring of the command line), first match wins
