@@ -32,6 +32,7 @@ from forge_agent.env.seam import (
     schema_demonstrations,
 )
 from forge_agent.env.sources import EnvSetupError
+from forge_agent.rollout.config import RolloutConfig
 from forge_agent.rollout.history import TokenHistory
 from forge_agent.rollout.renderer import ChatRenderer
 from forge_agent.tool_schema import ToolSchemaError
@@ -416,7 +417,7 @@ def demo_lengths(demos: list[Trajectory]) -> dict[str, int]:
     return {"turn_tokens": turn, "episode_tokens": episode}
 
 
-def demo_fit_warnings(policy: Path, rollout: Any) -> list[str]:
+def demo_fit_warnings(policy: Path, rollout: RolloutConfig) -> list[str]:
     """What of the warm start's demonstrations the rollout limits cut off: a turn longer than
     `rollout.max_new_tokens_per_turn` or an episode longer than `rollout.max_total_tokens`
     (the policy is taught calls it is then never let finish: they end `truncated_length` and

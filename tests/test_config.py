@@ -370,7 +370,7 @@ def test_one_class_per_component():
     """The run's sections are the components' own config classes (no mirrors)."""
     from forge_agent.algorithms.advantages import AdvantageConfig
     from forge_agent.generator.config import GeneratorConfig
-    from forge_agent.rollout.engine import RolloutConfig
+    from forge_agent.rollout.config import RolloutConfig
     from forge_agent.trainer.config import TrainerConfig
 
     cfg = AgentConfig()

@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[1] / "forge_agent"
 # Top to bottom; a name is a package (folder) or a module of forge_agent/.
 LAYERS: list[set[str]] = [
     {"run"},  # the run: config, driver, services, placement, recovery
-    {"warm_start", "evaluation", "endpoint", "bench_util"},  # programs over the engines
+    {"warm_start", "evaluation", "endpoint"},  # programs over the engines
     {"rollout"},  # episodes: rendering, the engine
     {"generator", "models"},  # the policy's sampler and the models
     {"env", "mcp"},  # environments, their workers and tasks

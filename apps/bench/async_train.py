@@ -28,7 +28,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from forge_agent.bench_util import machine_info, print_table, write_json
+from apps.bench.util import machine_info, print_table, write_json
 from forge_agent.run.config import load_config
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -27,7 +27,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from forge_agent.bench_util import new_figure, print_table, run_agent, save_figure, write_json
+from apps.bench.util import new_figure, print_table, run_agent, save_figure, write_json
 
 REPO = Path(__file__).resolve().parents[2]
 MODES = ("none", "discounted", "gigpo")

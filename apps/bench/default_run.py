@@ -33,12 +33,12 @@ from typing import Any
 
 import psutil
 
-from forge_agent.bench_util import print_table, write_json
+from apps.bench.util import print_table, write_json
 
 REPO = Path(__file__).resolve().parents[2]
 ROLES = (  # (role, substring of the command line), first match wins
     ("vllm", "VLLM::"),
-    ("env workers", "forge_agent.env._worker_main"),
+    ("env workers", "forge_agent.env.worker_process"),
     ("monarch procs", "monarch._src.actor.bootstrap"),
     ("controller", "apps.agent.main"),
 )

@@ -17,7 +17,7 @@ import os
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from forge_agent.bench_util import Timer, generation_args, print_table, write_json
+from apps.bench.util import Timer, generation_args, print_table, write_json
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 

@@ -45,7 +45,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from forge_agent.bench_util import machine_info, print_table, write_json
+from apps.bench.util import machine_info, print_table, write_json
 
 SECTIONS = ("engine", "llm", "sync", "step", "trl")
 SIZES = {  # (prompts, prompt tokens, tokens out, steps): issue 40's work, and a CPU check

@@ -39,7 +39,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from forge_agent.bench_util import write_json
+from apps.bench.util import write_json
 
 MODES = ("full", "lora", "lora_merged")
 SHAPE = {  # 51.9 M parameters: 18x the default tiny model's 2.9 M

@@ -42,7 +42,7 @@ from typing import Any
 
 import psutil
 
-from forge_agent.bench_util import generation_args, percentile, print_table, write_json
+from apps.bench.util import generation_args, percentile, print_table, write_json
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 

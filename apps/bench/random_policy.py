@@ -261,7 +261,7 @@ def table_row(row: dict[str, Any]) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     """Parse the command line, measure the baseline, print the table of `--out`'s rows."""
-    from forge_agent.bench_util import print_table, write_json
+    from apps.bench.util import print_table, write_json
     from forge_agent.errors import SetupError, report_setup_error
     from forge_agent.run.config import load_config
     from forge_agent.run.setup_checks import check_env_seats, check_setup

@@ -12,8 +12,8 @@ import asyncio
 import json
 from typing import Any
 
+from apps.bench.util import Timer, machine_info, print_table, write_json
 from envs.repo_tasks import RepoTaskEnv, apply_patch, check_task, load_repo_tasks
-from forge_agent.bench_util import Timer, machine_info, print_table, write_json
 
 
 def _oracle_episode(env: RepoTaskEnv, task: dict[str, Any]) -> float:

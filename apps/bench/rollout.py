@@ -38,8 +38,8 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
+from apps.bench.util import print_table, write_json
 from envs.calculator import CalculatorEnv
-from forge_agent.bench_util import print_table, write_json
 from forge_agent.types import Completion, Message, StepResult, ToolSpec, Trajectory
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

@@ -29,7 +29,7 @@ from typing import Any
 
 import psutil
 
-from forge_agent.bench_util import machine_info, print_table, write_json
+from apps.bench.util import machine_info, print_table, write_json
 from forge_agent.run.config import load_config
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -45,7 +45,7 @@ def role(p: psutil.Process) -> str:
         return f"vllm:{name}"
     if p.pid == os.getpid():
         return "controller"
-    if "_worker_main" in cmd or "forge_agent.env" in cmd:
+    if "env.worker_process" in cmd or "forge_agent.env" in cmd:
         return "env_worker"
     if name == "bwrap" or "supervisor" in cmd:
         return "sandbox"

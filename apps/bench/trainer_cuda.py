@@ -44,7 +44,7 @@ from typing import Any
 import torch
 
 from apps.bench.train_step import mixed_trajectories
-from forge_agent.bench_util import write_json
+from apps.bench.util import write_json
 from forge_agent.models.tiny import TinyModelConfig, build_model
 from forge_agent.trainer.core import compile_decoder_layers
 

@@ -336,7 +336,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.trl_run is not None:  # inside the venv: the TRL side of one round
         trl_train(json.loads(args.trl_run))
         return
-    from forge_agent.bench_util import print_table, write_json
+    from apps.bench.util import print_table, write_json
     from forge_agent.run.config import load_config
     from forge_agent.warm_start import policy_model
 
@@ -377,7 +377,7 @@ def main(argv: list[str] | None = None) -> None:
 
 def plot(results: dict[str, list[dict]], path: Path) -> None:
     """Held-out reward vs train-loop seconds, every run of every scenario."""
-    from forge_agent.bench_util import new_figure, save_figure
+    from apps.bench.util import new_figure, save_figure
 
     fig = new_figure(7, 4)
     ax = fig.add_subplot(1, 1, 1)

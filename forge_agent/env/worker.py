@@ -1,6 +1,6 @@
 """Env workers: env instances live in child processes, never in the controller's event loop.
 
-`EnvWorker` is one child process (`python -m forge_agent.env._worker_main`) speaking a small
+`EnvWorker` is one child process (`python -m forge_agent.env.worker_process`) speaking a small
 pickle protocol over its stdin/stdout pipes. It serves up to `slots` env instances at once
 (each on a thread of its own there); every request names its slot and has its own timeout.
 `EnvPool` keeps up to `size` env instances on `ceil(size / envs_per_worker)` warm workers and
@@ -96,7 +96,7 @@ class EnvWorker:
         self._proc = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
-            "forge_agent.env._worker_main",
+            "forge_agent.env.worker_process",
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
             env=env,

@@ -1,15 +1,12 @@
-"""Multi-turn rollouts: rendering, the episode loop and the concurrent engine."""
+"""Multi-turn rollouts: rendering, the episode loop and the concurrent engine.
 
+`import forge_agent.rollout` loads only the configs; the engine and the renderer (its chat
+templates pull in `renderers`) load on first use.
+"""
+
+from forge_agent.lazy import lazy_exports
+from forge_agent.rollout.config import RolloutConfig
 from forge_agent.rollout.context import ContextConfig
-from forge_agent.rollout.engine import (
-    EnvSource,
-    GenerateFn,
-    LocalEnvs,
-    RolloutConfig,
-    RolloutEngine,
-    SessionRouter,
-)
-from forge_agent.rollout.renderer import ChatRenderer, RendererConfig
 
 __all__ = [
     "ChatRenderer",
@@ -22,3 +19,16 @@ __all__ = [
     "RolloutEngine",
     "SessionRouter",
 ]
+
+__getattr__ = lazy_exports(
+    __name__,
+    {
+        "ChatRenderer": "forge_agent.rollout.renderer",
+        "EnvSource": "forge_agent.rollout.engine",
+        "GenerateFn": "forge_agent.rollout.engine",
+        "LocalEnvs": "forge_agent.rollout.engine",
+        "RendererConfig": "forge_agent.rollout.renderer",
+        "RolloutEngine": "forge_agent.rollout.engine",
+        "SessionRouter": "forge_agent.rollout.engine",
+    },
+)

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from forge_agent.generator.config import SamplingConfig
+from forge_agent.rollout.config import RolloutConfig
 from forge_agent.rollout.context import Compactor
 from forge_agent.rollout.history import TokenHistory
 from forge_agent.rollout.players import Player
@@ -41,7 +42,7 @@ class EpisodeContext:
 
     generate: GenerateFn
     renderer: ChatRenderer
-    config: Any  # RolloutConfig
+    config: RolloutConfig
     limit: int
     compactor: Compactor | None = None
     stats: dict[str, float] = field(default_factory=dict)

@@ -30,7 +30,7 @@ from forge_agent.algorithms.loss_config import LossConfig
 from forge_agent.env.config import EnvConfig
 from forge_agent.generator.config import GeneratorConfig
 from forge_agent.observability.metrics import MetricsConfig
-from forge_agent.rollout.engine import RolloutConfig
+from forge_agent.rollout.config import RolloutConfig
 from forge_agent.rollout.renderer import RendererConfig
 from forge_agent.run.host_placement import HostsConfig
 from forge_agent.run.placement import PlacementConfig

@@ -1,6 +1,6 @@
 """The env worker process: serves several env instances ("slots") at once.
 
-Started by `EnvWorker` as `python -m forge_agent.env._worker_main`. Frames on stdin/stdout are a
+Started by `EnvWorker` as `python -m forge_agent.env.worker_process`. Frames on stdin/stdout are a
 4-byte big-endian length and a pickle. Requests: (request_id, slot, command, *args) with the
 commands ("init", spec, kwargs) (slot None), ("reset", task, seed), ("step", message),
 ("close",); ("exit",) ends the process. Replies: (request_id, "ok", value) or
