@@ -16,7 +16,7 @@ import asyncio
 import time
 from typing import Any
 
-from forge_agent.bench_util import print_table, write_json
+from apps.bench.util import print_table, write_json
 from forge_agent.env.adapters.reasoning_gym import scorer
 from forge_agent.env.tasks import load_tasks
 from forge_agent.sandbox.judge import ScorerRef, judge_server
