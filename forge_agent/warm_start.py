@@ -21,11 +21,12 @@ import random
 import re
 import shutil
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from forge_agent.env.registry import env_spec
+from forge_agent.env.resolved import ResolvedEnv
 from forge_agent.env.seam import (
     demonstrations_of,
     demonstrations_origin,
@@ -118,19 +119,19 @@ def _assistant_tokens(
 
 
 def demonstrations(
-    env_id: str, env_kwargs: dict[str, Any], n: int, demo_fraction: float, seed: int
+    env: ResolvedEnv, n: int, demo_fraction: float, seed: int
 ) -> tuple[list[list[Message]], list[ToolSpec]]:
-    """`n` conversations of `env_id` from the env's `demonstrations(n, seed, demo_fraction)`
+    """`n` conversations of `env` from the env's `demonstrations(n, seed, demo_fraction)`
     hook, and the tool specs they were written against.
 
     Raises `EnvSetupError` when the env has none (`has_demonstrations` checks first).
     """
-    convos = demonstrations_of(env_id, env_kwargs, n, seed, demo_fraction)
+    convos = demonstrations_of(env, n, seed, demo_fraction)
     if not convos:  # an env without demonstrations: calls sampled from its tool schemas
-        convos = schema_demonstrations(env_id, env_kwargs, n, seed)
+        convos = schema_demonstrations(env, n, seed)
     if not convos:
         raise EnvSetupError(
-            env_id,
+            env.id,
             "its demonstrations()",
             "no demonstrations for the warm start and no tools to build them from (give the "
             "env class a `demonstrations(n, seed, demo_fraction)` method, or set "
@@ -139,23 +140,23 @@ def demonstrations(
     return [messages for messages, _ in convos], convos[0][1]
 
 
-def demonstration_source(env_id: str, env_kwargs: dict[str, Any]) -> str | None:
-    """Where `env_id`'s warm start comes from: "demonstrations" (the env's own, or for an
+def demonstration_source(env: ResolvedEnv) -> str | None:
+    """Where `env`'s warm start comes from: "demonstrations" (the env's own, or for an
     agent program those of its `tasks_from` env), "tool schemas" (`schema_demonstrations`:
     calls sampled from the env's tool schemas, for an env without demonstrations), or None
     (no demonstrations and no tools: the warm start is skipped)."""
     try:
-        if demonstrations_of(env_id, env_kwargs, 1, 0, 0.5):
+        if demonstrations_of(env, 1, 0, 0.5):
             return "demonstrations"
-        if schema_demonstrations(env_id, env_kwargs, 1, 0):
+        if schema_demonstrations(env, 1, 0):
             return "tool schemas"
     except EnvSetupError:
         raise
     except ToolSchemaError as exc:  # the env's tools, not its demonstrations(), are at fault
-        raise EnvSetupError(env_id, "its tools", str(exc)) from exc
+        raise EnvSetupError(env.id, "its tools", str(exc)) from exc
     except Exception as exc:  # a broken hook must not quietly skip the warm start
         raise EnvSetupError(
-            env_id,
+            env.id,
             "its demonstrations() (or a reset for demonstrations from its tool schemas)",
             f"raised {type(exc).__name__}: {exc!r} (fix the env, or set warm_start.enabled=false)",
         ) from exc
@@ -173,6 +174,10 @@ TOKENIZER_FILES = (
     "chat_template.jinja",
 )
 """The files of a model folder that make its tokenizer and chat template (hashed into the key)."""
+
+WarmEnvs = Sequence[ResolvedEnv | list[ResolvedEnv]]
+"""What a warm start demonstrates: envs, each alone or as a list (a ladder's levels, keyed
+together under the env's id)."""
 
 KEY_DEMONSTRATIONS = 4
 """Demonstrations of each env generated to key the cache: a change to what `demonstrations()`
@@ -196,9 +201,9 @@ def _tokenizer_digest(model_path: Path) -> str:
     return h.hexdigest()[:12]
 
 
-def _source_digest(env_id: str) -> str:
-    """A digest of the source files of `env_id`'s class and of its `demonstrations` method."""
-    factory = env_spec(env_id).factory()
+def _source_digest(env: ResolvedEnv) -> str:
+    """A digest of the source files of `env`'s class and of its `demonstrations` method."""
+    factory = env.factory()
     files = set()
     for obj in (factory, getattr(factory, "demonstrations", None)):
         try:
@@ -211,37 +216,32 @@ def _source_digest(env_id: str) -> str:
     return h.hexdigest()[:12]
 
 
-def _env_key(env_id: str, kwargs: dict[str, Any], cfg: WarmStartConfig) -> dict[str, Any]:
+def _env_key(env: ResolvedEnv, cfg: WarmStartConfig) -> dict[str, Any]:
     """What of one env (id, kwargs) shapes its demonstrations: the kwargs, the env's source and
     a digest of the first `KEY_DEMONSTRATIONS` demonstrations it gives at `cfg`'s seed."""
-    sample = demonstrations_of(env_id, kwargs, KEY_DEMONSTRATIONS, cfg.seed, cfg.demo_fraction)
+    sample = demonstrations_of(env, KEY_DEMONSTRATIONS, cfg.seed, cfg.demo_fraction)
     text = json.dumps(sample, sort_keys=True, default=str)
     return {
-        "kwargs": kwargs,
-        "source": _source_digest(env_id),
+        "kwargs": dict(env.kwargs),
+        "source": _source_digest(env),
         "demonstrations": _digest(text.encode()),
     }
 
 
-def warm_start_key(
-    model_path: str | Path,
-    envs: dict[str, dict[str, Any] | list[dict[str, Any]]],
-    cfg: WarmStartConfig,
-) -> dict[str, Any]:
+def warm_start_key(model_path: str | Path, envs: WarmEnvs, cfg: WarmStartConfig) -> dict[str, Any]:
     """Everything that shapes the warm start of `model_path` on `envs`: the model folder, its
     tokenizer (a digest of its files), the settings `cfg`, and per env (keyed by the env each
     demonstration comes from, `demonstrations_origin`: an OpenEnv URL by the env its server
     serves, an agent program by its `tasks_from` env) its kwargs, a digest of its source and
     one of a sample of its demonstrations."""
     origins: dict[str, Any] = {}
-    for env_id, variants in envs.items():
-        if isinstance(variants, list):
-            pairs = [demonstrations_origin(env_id, kwargs) for kwargs in variants]
-            keys = [_env_key(origin, kwargs, cfg) for origin, kwargs in pairs]
-            origins[pairs[0][0] if pairs else env_id] = keys
+    for item in envs:
+        if isinstance(item, list):  # a ladder's levels
+            levels = [demonstrations_origin(level) for level in item]
+            origins[levels[0].id] = [_env_key(level, cfg) for level in levels]
         else:
-            origin_id, kwargs = demonstrations_origin(env_id, variants)
-            origins[origin_id] = _env_key(origin_id, kwargs, cfg)
+            origin = demonstrations_origin(item)
+            origins[origin.id] = _env_key(origin, cfg)
     model_path = Path(model_path)
     return {
         "model": str(model_path.resolve()),
@@ -252,10 +252,7 @@ def warm_start_key(
 
 
 def warm_start_dir(
-    model_path: str | Path,
-    envs: dict[str, dict[str, Any] | list[dict[str, Any]]],
-    cfg: WarmStartConfig,
-    cache_dir: str | Path,
+    model_path: str | Path, envs: WarmEnvs, cfg: WarmStartConfig, cache_dir: str | Path
 ) -> Path:
     """The cached warm start of `model_path` on `envs` under `cache_dir`, keyed by
     `warm_start_key` (the model, its tokenizer, `cfg`, each env's kwargs, source and
@@ -289,14 +286,14 @@ def describe_key(key: dict[str, Any]) -> str:
 
 def warm_start(
     model_path: str | Path,
-    envs: dict[str, dict[str, Any] | list[dict[str, Any]]],
+    envs: WarmEnvs,
     cfg: WarmStartConfig,
     cache_dir: str | Path | None = None,
     device: str = "auto",
     autocast: str | None = None,
 ) -> Path:
-    """SFT `model_path` on demonstrations of `envs` ({env id: env kwargs, or a list of env
-    kwargs such as a ladder's levels}, demonstrations split evenly over every env and kwargs);
+    """SFT `model_path` on demonstrations of `envs` (resolved envs, or lists of them such as a
+    ladder's levels; demonstrations split evenly over every env and kwargs);
     returns the new model folder. `autocast`: the trainer's mixed precision (`trainer.autocast`).
 
     The result is cached under a key of the inputs, so a second run reuses it.
@@ -326,7 +323,7 @@ def warm_start(
     rng = random.Random(cfg.seed)
     print(
         f"[warm start] {cfg.steps} supervised steps on {len(demos)} demonstrations of "
-        f"{', '.join(envs)} (cached: a later run with the same settings skips it)",
+        f"{', '.join(sorted(key['envs']))} (cached: a later run with the same settings skips it)",
         flush=True,
     )
     started = time.monotonic()
@@ -361,25 +358,19 @@ def warm_start(
 
 
 def demonstration_trajectories(
-    renderer: ChatRenderer,
-    envs: dict[str, dict[str, Any] | list[dict[str, Any]]],
-    cfg: WarmStartConfig,
+    renderer: ChatRenderer, envs: WarmEnvs, cfg: WarmStartConfig
 ) -> list[Trajectory]:
     """`cfg.num_demos` demonstrations split evenly over every env and kwargs of `envs`, as
     trajectories; those of one env and kwargs form one group, so the trainer computes their
     common prompt (the system prompt and tool specs) once per packed row (`share_prefix`)."""
-    sources = [
-        (env_id, kwargs)
-        for env_id, variants in envs.items()
-        for kwargs in (variants if isinstance(variants, list) else [variants])
-    ]
+    sources = [env for item in envs for env in (item if isinstance(item, list) else [item])]
     demos = []
-    for k, (env_id, env_kwargs) in enumerate(sources):
+    for k, env in enumerate(sources):
         n = cfg.num_demos // len(sources)
-        convos, tools = demonstrations(env_id, env_kwargs, n, cfg.demo_fraction, cfg.seed)
+        convos, tools = demonstrations(env, n, cfg.demo_fraction, cfg.seed)
         for i, convo in enumerate(convos):
-            demo = demo_trajectory(renderer, convo, tools, f"{env_id}-{k}-{i}")
-            demo.group_id = f"{env_id}-{k}"
+            demo = demo_trajectory(renderer, convo, tools, f"{env.id}-{k}-{i}")
+            demo.group_id = f"{env.id}-{k}"
             demos.append(demo)
     return demos
 
@@ -444,10 +435,11 @@ def demo_fit_warnings(policy: Path, rollout: RolloutConfig) -> list[str]:
     return out
 
 
-def policy_model(cfg: Any) -> Path:
+def policy_model(cfg: Any, env: ResolvedEnv) -> Path:
     """The policy folder an `AgentConfig` starts from: the tiny model (built here) or
     `model.name` (a folder or a hub name in the local HF cache), after the warm start when
-    `warm_start.enabled` (cached). The warm start demonstrates `env.kwargs`; with a
+    `warm_start.enabled` (cached). `env`: `cfg.env` as the driver resolved it. The warm start
+    demonstrates `env.kwargs`; with a
     difficulty ladder, every level of it (demonstrations split evenly), so that RL finds a
     reward signal at each level it climbs to (warm-started on the first level only, the
     calculator earned nothing at difficulty 2 and the ladder stalled there)."""
@@ -461,26 +453,24 @@ def policy_model(cfg: Any) -> Path:
     ws = cfg.warm_start
     if not ws.enabled or ws.steps <= 0:
         return base
-    kwargs = dict(cfg.env.kwargs)
-    ladder = cfg.env.curriculum
-    levels = [{**kwargs, ladder.kwarg: level} for level in ladder.levels] if ladder.ladder else []
-    source = demonstration_source(cfg.env.id, levels[0] if levels else kwargs)
+    ladder = env.config.curriculum
+    levels = [env.with_kwargs({**env.kwargs, ladder.kwarg: v}) for v in ladder.levels]
+    levels = levels if ladder.ladder else []
+    source = demonstration_source(levels[0] if levels else env)
     if source is None:
         logger.warning(
             "warm start skipped: env %r has no demonstrations() and no tools (RL starts from %s)",
-            cfg.env.id,
+            env.id,
             base,
         )
         return base
     if source == "tool schemas":
         print(
-            f"[warm start] env {cfg.env.id!r} has no demonstrations(): the warm start teaches "
+            f"[warm start] env {env.id!r} has no demonstrations(): the warm start teaches "
             "the call format with calls sampled from its tool schemas",
             flush=True,
         )
-    policy = warm_start(
-        base, {cfg.env.id: levels or kwargs}, ws, device=cfg.device, autocast=cfg.trainer.autocast
-    )
+    policy = warm_start(base, [levels or env], ws, device=cfg.device, autocast=cfg.trainer.autocast)
     if cfg.model.name == "tiny":
         refresh_chat_template(policy)  # warm starts cached before a template fix
     for warning in demo_fit_warnings(policy, cfg.rollout):

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from forge_agent.env.resolved import ResolvedEnv
+
 pytest_plugins = ["tests.skip_policy"]
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -38,7 +40,11 @@ def policy_model_path(tiny_model_path):
     from forge_agent.warm_start import WarmStartConfig, warm_start
 
     cfg = WarmStartConfig(steps=120, batch_size=32, lr=1e-3, demo_fraction=1.0, num_demos=512)
-    return warm_start(tiny_model_path, {"calculator": {}, "code_exec": {}}, cfg)
+    return warm_start(
+        tiny_model_path,
+        [ResolvedEnv.of("calculator"), ResolvedEnv.of("code_exec")],
+        cfg,
+    )
 
 
 @pytest.fixture(scope="session")

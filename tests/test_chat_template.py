@@ -8,6 +8,7 @@ import asyncio
 import pytest
 
 from forge_agent.env.registry import make_env, registered_env_ids
+from forge_agent.env.resolved import ResolvedEnv
 from forge_agent.env.tasks import load_tasks
 
 CONVERSATION = [
@@ -96,7 +97,7 @@ async def reset(env_id: str):
     env = make_env(env_id)
     try:
         try:
-            (task,) = load_tasks(env_id, "train", 1, seed=0)
+            (task,) = load_tasks(ResolvedEnv.of(env_id), "train", 1, seed=0)
         except ValueError:  # an env with no task source (a wrapped Gymnasium env) takes none
             task = {}
         return await env.reset(task, seed=0)

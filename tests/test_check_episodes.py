@@ -7,6 +7,7 @@ import textwrap
 import pytest
 
 from apps.agent.main import main
+from forge_agent.env.resolved import ResolvedEnv
 from forge_agent.run.check_episodes import check_episodes
 from forge_agent.run.config import load_config
 
@@ -38,7 +39,7 @@ def user_envs(tmp_path, monkeypatch):
 def lines_of(env_id: str) -> list[str]:
     cfg = load_config(None, [f"env.id={env_id}", "env.kwargs={}"])
     task = {"task_id": "t0", "prompt": "Say hi.", "answer": "hi"}
-    return check_episodes(cfg, [task], [{**task, "task_id": "t1"}]).lines()
+    return check_episodes(cfg, ResolvedEnv.of(cfg.env), [task], [{**task, "task_id": "t1"}]).lines()
 
 
 def test_check_plays_a_train_and_a_held_out_episode_and_names_their_status(user_envs):
@@ -68,7 +69,7 @@ def test_check_does_not_play_an_agent_program():
     cfg = load_config(
         None, ["env.id=agent:json:dumps", "env.kwargs={reward: 'json:dumps', tasks_from: x}"]
     )
-    (line,) = check_episodes(cfg, [{"task_id": "t0"}], []).lines()
+    (line,) = check_episodes(cfg, ResolvedEnv.of(cfg.env), [{"task_id": "t0"}], []).lines()
     assert "not played by --check" in line and "agent program" in line
 
 
@@ -78,6 +79,6 @@ def test_check_plays_a_seated_game_with_every_seat_answering():
         ["env.id=textarena:ConnectFour-v0", "env.kwargs={board_only: true}"],
     )
     task = {"task_id": "c4", "seed": 0}
-    (line,) = check_episodes(cfg, [task], []).lines()
+    (line,) = check_episodes(cfg, ResolvedEnv.of(cfg.env), [task], []).lines()
     # the scripted answer is no move: the game's invalid-move rule ends it, player_0 losing
     assert line.startswith("episode (train, task c4): ok, reward -1 after 2 turn(s)")

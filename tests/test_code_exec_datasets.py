@@ -9,6 +9,7 @@ import json
 
 import pytest
 
+from forge_agent.env.resolved import ResolvedEnv
 from forge_agent.env.tasks import load_tasks
 
 HUMANEVAL_FIELDS = {"test_code": "test", "reference": "{prompt}{canonical_solution}"}
@@ -23,7 +24,9 @@ def _all_tasks(dataset: str, fields: dict[str, str]) -> list[dict]:
     return [
         task
         for split in ("train", "eval")
-        for task in load_tasks("code_exec", split, 1_000, 0, {}, dataset, fields)
+        for task in load_tasks(
+            ResolvedEnv.of("code_exec", kwargs={}, dataset=dataset, fields=fields), split, 1_000, 0
+        )
     ]
 
 

@@ -13,6 +13,7 @@ import asyncio
 
 import pytest
 
+from forge_agent.env.resolved import ResolvedEnv
 from forge_agent.run.config import load_config
 from tests.config_reads import record_reads
 
@@ -49,7 +50,7 @@ def replay_actor_reads(cfg) -> None:
     from forge_agent.warm_start import policy_model
     from tests.helpers import random_trajectories
 
-    path = str(policy_model(cfg))
+    path = str(policy_model(cfg, ResolvedEnv.of(cfg.env)))
     run = {"device": cfg.device, "dtype": cfg.model.dtype, "seed": cfg.seed}
     trainer = build_trainer(cfg.trainer, path, 1, **run)
     trainer.train_step(random_trajectories(trainer.model.config.vocab_size))

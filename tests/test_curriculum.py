@@ -14,6 +14,7 @@ import pytest
 
 from forge_agent.env import EnvConfig
 from forge_agent.env.curriculum import LEVEL_KEY, Curriculum, CurriculumConfig
+from forge_agent.env.resolved import ResolvedEnv
 from forge_agent.env.sources import EnvSetupError
 from forge_agent.env.tasks import TaskStream
 from forge_agent.run.config import load_config
@@ -32,7 +33,7 @@ def _difficulty(task) -> int:
 
 
 def test_the_ladder_moves_up_when_the_running_reward_passes_the_threshold() -> None:
-    cur = Curriculum(_ladder())
+    cur = Curriculum(ResolvedEnv.of(_ladder()))
     task, _ = next(cur)
     assert cur.level == 1 and _difficulty(task) == 1 and task[LEVEL_KEY] == 0
     assert not cur.observe(task, [1, 1, 0, 0])  # window not full: 1 of 3
@@ -53,7 +54,7 @@ def test_the_ladder_moves_up_when_the_running_reward_passes_the_threshold() -> N
 
 
 def test_resume_keeps_the_level_the_window_and_the_stream_position() -> None:
-    cur = Curriculum(_ladder())
+    cur = Curriculum(ResolvedEnv.of(_ladder()))
     for _ in range(3):
         cur.observe(next(cur)[0], [1.0])
     assert cur.level == 2
@@ -62,22 +63,22 @@ def test_resume_keeps_the_level_the_window_and_the_stream_position() -> None:
     state = json.loads(json.dumps(cur.state()))  # as it is saved with a checkpoint
     expected = [next(cur)[0]["task_id"] for _ in range(5)]
 
-    resumed = Curriculum(_ladder())
+    resumed = Curriculum(ResolvedEnv.of(_ladder()))
     resumed.load_state(state)
     assert resumed.level == 2
     assert resumed.metrics()["curriculum/running_reward"] == 0.5
     assert [next(resumed)[0]["task_id"] for _ in range(5)] == expected
     with pytest.raises(ValueError, match="levels"):
-        Curriculum(_ladder(levels=[1, 3])).load_state(state)
+        Curriculum(ResolvedEnv.of(_ladder(levels=[1, 3]))).load_state(state)
 
 
 def test_a_plain_task_streams_checkpoint_resumes_under_the_curriculum() -> None:
 
     env = EnvConfig("calculator", {"difficulty": 1})
-    stream = TaskStream(env)
+    stream = TaskStream(ResolvedEnv.of(env))
     for _ in range(7):
         next(stream)
-    cur = Curriculum(env)
+    cur = Curriculum(ResolvedEnv.of(env))
     cur.load_state(stream.state())
     assert next(cur)[0]["task_id"] == next(stream)[0]["task_id"]
 
@@ -93,12 +94,12 @@ def test_selection_skips_settled_tasks_and_retries_them_later(tmp_path) -> None:
     # The epochs' order is a shuffle seeded by the data set's path (tmp_path): read epoch 2's
     # order from a plain stream and settle two tasks it offers first, so that the rest of
     # epoch 2 is exactly `per_epoch - 2` draws whatever the shuffle.
-    order = TaskStream(env)
+    order = TaskStream(ResolvedEnv.of(env))
     per_epoch = len(order._block)
     _ = [next(order) for _ in range(per_epoch)]
     second_epoch = [next(order)[0] for _ in range(per_epoch)]
     solved, unsolved, mixed = second_epoch[0], second_epoch[1], second_epoch[-1]
-    cur = Curriculum(env)
+    cur = Curriculum(ResolvedEnv.of(env))
     _ = [next(cur) for _ in range(per_epoch)]
     cur.observe(solved, [1, 1, 1, 1])
     cur.observe(unsolved, [0, 0, 0, 0])
@@ -109,7 +110,9 @@ def test_selection_skips_settled_tasks_and_retries_them_later(tmp_path) -> None:
     assert cur.skipped == 2 and cur.metrics()["curriculum/skipped_tasks"] == 2.0
     # after retry_after draws they come back
     retry_soon = CurriculumConfig(select=True, retry_after=1)
-    cur = Curriculum(EnvConfig("calculator", {}, dataset=str(data), curriculum=retry_soon))
+    cur = Curriculum(
+        ResolvedEnv.of(EnvConfig("calculator", {}, dataset=str(data), curriculum=retry_soon))
+    )
     task = next(cur)[0]
     cur.observe(task, [1, 1])
     later = [next(cur)[0]["task_id"] for _ in range(2 * per_epoch)]
@@ -136,24 +139,25 @@ def test_bad_curriculum_values_fail_naming_the_key(override, named) -> None:
 def test_a_kwarg_the_env_does_not_take_and_a_level_it_rejects_fail_before_any_actor() -> None:
     bad_kwarg = load_config(None, ["env.curriculum.kwarg=hardness", "env.curriculum.levels=[1,2]"])
     with pytest.raises(EnvSetupError) as err:
-        check_run_choices(bad_kwarg)
+        check_run_choices(bad_kwarg, ResolvedEnv.of(bad_kwarg.env))
     text = str(err.value)
     assert "'hardness'" in text and "calculator" in text and "difficulty" in text
     bad_level = load_config(
         None, ["env.curriculum.kwarg=difficulty", "env.curriculum.levels=[1,2,7]"]
     )
     with pytest.raises(EnvSetupError) as err:
-        check_run_choices(bad_level)
+        check_run_choices(bad_level, ResolvedEnv.of(bad_level.env))
     assert "difficulty=7" in str(err.value) and "(1, 2, 3)" in str(err.value)
 
 
 def test_gigpo_needs_an_env_with_a_state_key() -> None:
     with pytest.raises(EnvSetupError) as err:
-        check_run_choices(load_config(None, ["advantages.turn_credit=gigpo"]))
+        gigpo = load_config(None, ["advantages.turn_credit=gigpo"])
+        check_run_choices(gigpo, ResolvedEnv.of(gigpo.env))
     text = str(err.value)
     assert "calculator" in text and "state_key" in text and "advantages.turn_credit" in text
     ok = load_config(None, ["advantages.turn_credit=gigpo", "env.id=frozen_lake", "env.kwargs={}"])
-    check_run_choices(ok)  # FrozenLake's state is its cell
+    check_run_choices(ok, ResolvedEnv.of(ok.env))  # FrozenLake's state is its cell
 
 
 def test_step_zero_without_any_reward_stops_naming_the_cause(capsys) -> None:
@@ -201,9 +205,11 @@ def test_step_zero_names_the_model_and_its_size_when_the_task_is_beyond_it(tmp_p
     }
     beyond = r"env 'code_exec' \(tool-call rate 0.30\): the task is beyond this model"
     with pytest.raises(SetupError, match=beyond + r" \(model.name=tiny, 2.9 M parameters\)"):
-        check_start_signal(nothing, cfg, 2_886_400)
+        check_start_signal(nothing, cfg, 2_886_400, warm_start="demonstrations")
     with pytest.raises(SetupError, match=r"never called a tool.*\(model.name=tiny, 2.9 M param"):
-        check_start_signal({**nothing, "eval/tool_call_rate": 0.0}, cfg, 2_886_400)
+        check_start_signal(
+            {**nothing, "eval/tool_call_rate": 0.0}, cfg, 2_886_400, warm_start="demonstrations"
+        )
 
 
 def test_step_zero_without_reward_on_held_out_tasks_above_the_ladders_first_level_goes_on(capsys):
@@ -235,9 +241,9 @@ def test_the_warm_start_of_a_ladder_demonstrates_every_level(
     asked = []
     real = ws.demonstrations
 
-    def recording(env_id, env_kwargs, n, demo_fraction, seed):
-        asked.append((env_id, dict(env_kwargs), n))
-        return real(env_id, env_kwargs, n, demo_fraction, seed)
+    def recording(env, n, demo_fraction, seed):
+        asked.append((env.id, dict(env.kwargs), n))
+        return real(env, n, demo_fraction, seed)
 
     monkeypatch.setattr(ws, "demonstrations", recording)
     monkeypatch.setattr(forge_agent.models.tiny, "default_cache_dir", lambda: tmp_path)
@@ -246,6 +252,6 @@ def test_the_warm_start_of_a_ladder_demonstrates_every_level(
         config,
         [f"model.name={tiny_model_path}", "warm_start.steps=1", "warm_start.num_demos=6"],
     )
-    policy = ws.policy_model(cfg)
+    policy = ws.policy_model(cfg, ResolvedEnv.of(cfg.env))
     assert policy.parent == tmp_path and (policy / "config.json").exists()
     assert asked == [("calculator", {"difficulty": d}, 2) for d in (1, 2, 3)]

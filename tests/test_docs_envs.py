@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from forge_agent.env.resolved import ResolvedEnv
 from tests.user_envs import (
     docs_blocks,
     docs_commands,
@@ -67,7 +68,7 @@ def test_the_docs_env_gives_warm_start_demonstrations(reverse_package, tiny_toke
     from forge_agent.rollout.renderer import ChatRenderer
     from forge_agent.warm_start import demo_trajectory, demonstrations
 
-    convos, tools = demonstrations("my_envs.reverse:ReverseEnv", {}, 8, 1.0, seed=0)
+    convos, tools = demonstrations(ResolvedEnv.of("my_envs.reverse:ReverseEnv"), 8, 1.0, seed=0)
     renderer = ChatRenderer(tiny_tokenizer)
     for convo in convos:
         traj = demo_trajectory(renderer, convo, tools)
@@ -84,7 +85,7 @@ def test_the_pyproject_entry_point_block_makes_an_env_id(reverse_package, tmp_pa
     root = make_user_package(tmp_path / "meta", {}, entry_points=declared, dist="my-envs")
     try:
         assert "reverse" in registered_env_ids()
-        assert len(load_tasks("reverse", "eval", 5, seed=0)) == 5
+        assert len(load_tasks(ResolvedEnv.of("reverse"), "eval", 5, seed=0)) == 5
     finally:
         remove_user_package(root)
 
@@ -125,7 +126,12 @@ def test_the_humaneval_command_loads_code_exec_tasks(tmp_path):
     tasks = [
         task
         for split in ("train", "eval")
-        for task in load_tasks(env.id, split, 10, 0, env.kwargs, env.dataset, env.fields)
+        for task in load_tasks(
+            ResolvedEnv.of(env),
+            split,
+            10,
+            0,
+        )
     ]
     by_id = {t["task_id"]: t for t in tasks}
     assert sorted(by_id) == sorted(row["task_id"] for row in HUMANEVAL_ROWS)

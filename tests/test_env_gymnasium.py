@@ -16,6 +16,7 @@ from envs.frozen_lake import DEFAULT_MAP, FrozenLakeEnv, shortest_path
 from forge_agent.env import EnvConfig, EnvPool, make_env
 from forge_agent.env.adapters.agent_gym import parse_text_action, register_gymnasium_envs
 from forge_agent.env.adapters.gymnasium import ACTION_NAMES
+from forge_agent.env.resolved import ResolvedEnv
 from forge_agent.types import StepResult
 
 pytestmark = pytest.mark.timeout(120)
@@ -172,7 +173,7 @@ async def cliff_episode(actions: list[str], answer: bool) -> list[StepResult]:
     """One CliffWalking episode through an env worker: `actions`, then (with `answer`) a
     text answer that ends it unfinished; the step results."""
     config = EnvConfig("gymnasium:CliffWalking-v1", kwargs={}, step_timeout_s=10)
-    async with EnvPool(config, size=1) as pool, pool.lease() as env:
+    async with EnvPool(ResolvedEnv.of(config), size=1) as pool, pool.lease() as env:
         await env.reset({"task_id": "cliff", "seed": 0}, 0)
         results = [await env.step(act(a)) for a in actions]
         if answer:
@@ -296,7 +297,7 @@ def test_the_class_path_scores_an_unplayed_cliff_through_a_worker_as_the_id_does
 
     async def quit_in_a_worker(env_id: str, kwargs: dict[str, Any]) -> tuple[float, float]:
         config = EnvConfig(env_id, kwargs=kwargs, step_timeout_s=10)
-        async with EnvPool(config, size=1) as pool, pool.lease() as env:
+        async with EnvPool(ResolvedEnv.of(config), size=1) as pool, pool.lease() as env:
             await env.reset({"task_id": "cliff", "seed": 0}, 0)
             result = await env.step(QUIT)
             return sum(result.rewards.values()), env.failure_reward
@@ -335,11 +336,14 @@ def test_a_deterministic_game_demonstrates_best_return_games_in_its_own_replies(
         assert moves is None or len(calls) == moves  # a shortest path
         assert last_reward in convo[-1]["content"] + "\n" and "terminated" in convo[-1]["content"]
         assert tools[0]["function"]["name"] == "act"
-    assert demonstration_source(f"gymnasium:{gym_id}", kwargs) == "demonstrations"
+    assert (
+        demonstration_source(ResolvedEnv.of(f"gymnasium:{gym_id}", kwargs=kwargs))
+        == "demonstrations"
+    )
 
 
 def test_a_game_without_a_deterministic_table_falls_back_to_the_tool_schemas():
     from forge_agent.warm_start import demonstration_source
 
     assert make_env("gymnasium:FrozenLake-v1").demonstrations(2, 0, 1.0) == []  # slippery
-    assert demonstration_source("gymnasium:FrozenLake-v1", {}) == "tool schemas"
+    assert demonstration_source(ResolvedEnv.of("gymnasium:FrozenLake-v1")) == "tool schemas"

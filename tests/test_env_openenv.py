@@ -11,6 +11,7 @@ import pytest
 
 from envs.code_exec import load_tasks
 from forge_agent.env import OpenEnvAgentEnv, serve_openenv
+from forge_agent.env.resolved import ResolvedEnv
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -95,9 +96,9 @@ def test_a_url_env_warm_starts_from_the_demonstrations_of_the_env_it_serves(
 ) -> None:
     from forge_agent.warm_start import demonstration_source, demonstrations
 
-    by_url, url_tools = demonstrations(server_url, {}, 4, 0.5, seed=3)
-    served, served_tools = demonstrations("code_exec", {}, 4, 0.5, seed=3)
-    assert demonstration_source(server_url, {}) == "demonstrations"  # not "tool schemas"
+    by_url, url_tools = demonstrations(ResolvedEnv.of(server_url), 4, 0.5, seed=3)
+    served, served_tools = demonstrations(ResolvedEnv.of("code_exec"), 4, 0.5, seed=3)
+    assert demonstration_source(ResolvedEnv.of(server_url)) == "demonstrations"  # not schemas
     assert by_url == served and url_tools == served_tools
 
 
@@ -107,8 +108,8 @@ def test_a_url_envs_warm_start_is_cached_under_the_served_env_not_the_url(
     from forge_agent.warm_start import WarmStartConfig, warm_start_dir
 
     cfg = WarmStartConfig()
-    by_url = warm_start_dir("/models/tiny", {server_url: {}}, cfg, tmp_path)
-    assert by_url == warm_start_dir("/models/tiny", {"code_exec": {}}, cfg, tmp_path)
+    by_url = warm_start_dir("/models/tiny", [ResolvedEnv.of(server_url)], cfg, tmp_path)
+    assert by_url == warm_start_dir("/models/tiny", [ResolvedEnv.of("code_exec")], cfg, tmp_path)
     assert by_url.name.startswith("warm-tiny-code_exec-")
 
 
@@ -120,7 +121,8 @@ def test_a_server_that_does_not_serve_demonstrations_leaves_the_url_as_the_cache
     server = serve_openenv(NoDemosEnv, port=0, block=False)
     assert server is not None
     with server:
-        assert demonstrations_origin(server.url, {}) == (server.url, {})
+        url = ResolvedEnv.of(server.url)
+        assert demonstrations_origin(url) is url  # the URL itself keys the cache
         assert OpenEnvAgentEnv(base_url=server.url).demonstrations(2, 0, 0.5) == []
 
 

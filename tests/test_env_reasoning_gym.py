@@ -12,6 +12,7 @@ import pytest
 from forge_agent.env import EnvConfig, EnvSetupError, make_env
 from forge_agent.env.curriculum import CurriculumConfig, check_curriculum
 from forge_agent.env.registry import UnknownEnvError
+from forge_agent.env.resolved import ResolvedEnv
 from forge_agent.env.tasks import load_tasks
 
 CALC = "tools.calculator:calculator"
@@ -30,7 +31,7 @@ def _play(env, task, answer: str) -> tuple[dict, dict]:
 @pytest.mark.parametrize("task", ["basic_arithmetic", "leg_counting", "spell_backward"])
 def test_the_expected_answer_scores_one_and_a_wrong_one_less(task):
     env = make_env(f"reasoning_gym:{task}")
-    (first, *_) = load_tasks(f"reasoning_gym:{task}", "train", 4, seed=0, env_kwargs={})
+    (first, *_) = load_tasks(ResolvedEnv.of(f"reasoning_gym:{task}"), "train", 4, seed=0)
     assert _play(env, first, f"<answer>{first['answer']}</answer>")[0] == {"score": 1.0}
     assert _play(env, first, "<answer>not it</answer>")[0]["score"] < 1.0  # partial credit
     assert _play(env, first, "")[1]["outcome"] != "correct"
@@ -38,8 +39,12 @@ def test_the_expected_answer_scores_one_and_a_wrong_one_less(task):
 
 def test_config_keys_reach_the_generator_and_splits_never_share_a_question():
     kwargs = {"min_terms": 2, "max_terms": 2, "operators": ["+"]}
-    train = load_tasks("reasoning_gym:basic_arithmetic", "train", 40, seed=0, env_kwargs=kwargs)
-    held_out = load_tasks("reasoning_gym:basic_arithmetic", "eval", 40, seed=0, env_kwargs=kwargs)
+    train = load_tasks(
+        ResolvedEnv.of("reasoning_gym:basic_arithmetic", kwargs=kwargs), "train", 40, seed=0
+    )
+    held_out = load_tasks(
+        ResolvedEnv.of("reasoning_gym:basic_arithmetic", kwargs=kwargs), "eval", 40, seed=0
+    )
     assert all(t["entry"]["metadata"]["num_terms"] == 2 for t in train + held_out)
     expressions = [t["entry"]["metadata"]["expression"] for t in train]
     assert all(
@@ -57,7 +62,7 @@ def test_a_level_is_the_tasks_curriculum_level_and_a_ladder_over_it_is_accepted(
         {},
         curriculum=CurriculumConfig(kwarg="level", levels=[0, 1, 2]),
     )
-    check_curriculum(env)  # builds each level and draws a task from it
+    check_curriculum(ResolvedEnv.of(env))  # builds each level and draws a task from it
 
 
 def test_a_tool_is_offered_and_demonstrated_where_it_solves_the_task():
@@ -67,7 +72,7 @@ def test_a_tool_is_offered_and_demonstrated_where_it_solves_the_task():
         call = convo[2]["tool_calls"][0]["function"]
         assert call["name"] == "calculator"
         assert convo[-1]["content"] == f"<answer>{convo[3]['content']}</answer>"
-    (task,) = load_tasks("reasoning_gym:basic_arithmetic", "train", 1, seed=0, env_kwargs={})
+    (task,) = load_tasks(ResolvedEnv.of("reasoning_gym:basic_arithmetic"), "train", 1, seed=0)
 
     async def tools():
         _, specs = await env.reset(task, 0)
@@ -94,7 +99,9 @@ def test_without_the_package_the_error_gives_the_pip_command(monkeypatch):
 
 def test_composite_mixes_tasks_from_yaml_mappings_and_scores_each_by_its_own_scorer():
     kwargs = {"datasets": [{"name": "leg_counting"}, {"name": "basic_arithmetic", "weight": 1}]}
-    tasks = load_tasks("reasoning_gym:composite", "train", 12, seed=0, env_kwargs=kwargs)
+    tasks = load_tasks(
+        ResolvedEnv.of("reasoning_gym:composite", kwargs=kwargs), "train", 12, seed=0
+    )
     sources = {t["entry"]["metadata"]["source_dataset"] for t in tasks}
     assert sources == {"leg_counting", "basic_arithmetic"}
     env = make_env("reasoning_gym:composite", **kwargs)

@@ -23,6 +23,7 @@ from envs.repo_tasks import (
     load_swebench_instance,
 )
 from forge_agent.env import EnvSetupError
+from forge_agent.env.resolved import ResolvedEnv
 from forge_agent.env.tasks import load_tasks
 
 try:
@@ -123,7 +124,7 @@ def test_a_docker_image_missing_from_the_engine_is_named_before_training(
     )
     kwargs = {"tasks": str(tmp_path), "sandbox_backend": "docker", "docker_url": docker_engine}
     with pytest.raises(EnvSetupError, match=r"harbor/t.*python:3.11-slim"):
-        load_tasks("envs.repo_tasks:RepoTaskEnv", "train", 4, 0, kwargs)
+        load_tasks(ResolvedEnv.of("envs.repo_tasks:RepoTaskEnv", kwargs=kwargs), "train", 4, 0)
 
 
 def test_on_docker_a_dockerfile_with_run_steps_is_built_offline_and_graded_on_it(
@@ -211,7 +212,10 @@ def test_a_task_whose_tests_fail_on_its_oracle_is_refused_before_training(tmp_pa
     )
     with pytest.raises(EnvSetupError, match=r"harbor/bad.*fail on the oracle patch.*touching"):
         load_tasks(
-            "envs.repo_tasks:RepoTaskEnv", "train", 4, seed=0, env_kwargs={"tasks": str(tmp_path)}
+            ResolvedEnv.of("envs.repo_tasks:RepoTaskEnv", kwargs={"tasks": str(tmp_path)}),
+            "train",
+            4,
+            seed=0,
         )
 
 
@@ -220,7 +224,12 @@ def test_a_harbor_environment_that_needs_a_build_step_is_refused_naming_it(tmp_p
     dockerfile = folder / "environment" / "Dockerfile"
     dockerfile.write_text(dockerfile.read_text() + "RUN pip install requests\n")
     with pytest.raises(EnvSetupError, match=r"harbor/needs-pip.*RUN pip install requests.*docker"):
-        load_tasks("envs.repo_tasks:RepoTaskEnv", "train", 4, 0, {"tasks": str(tmp_path)})
+        load_tasks(
+            ResolvedEnv.of("envs.repo_tasks:RepoTaskEnv", kwargs={"tasks": str(tmp_path)}),
+            "train",
+            4,
+            0,
+        )
 
 
 def _git(repo: Path, *args: str) -> str:

@@ -20,6 +20,7 @@ from forge_agent.env import (
     register,
     registered_env_ids,
 )
+from forge_agent.env.resolved import ResolvedEnv
 from forge_agent.env.tasks import TaskStream, load_tasks
 from tests.user_envs import make_user_package, remove_user_package
 
@@ -164,8 +165,8 @@ def test_shipped_envs_are_registered_through_entry_points_only():
 
 def test_module_class_and_register_name_the_same_env(user_package):
     register("seam_registered", "seam_user_envs:CountEnv", overwrite=True)
-    by_id = load_tasks("seam_registered", "train", 10, seed=0)
-    by_path = load_tasks("seam_user_envs:CountEnv", "train", 10, seed=0)
+    by_id = load_tasks(ResolvedEnv.of("seam_registered"), "train", 10, seed=0)
+    by_path = load_tasks(ResolvedEnv.of("seam_user_envs:CountEnv"), "train", 10, seed=0)
     assert by_id == by_path and len(by_id) == 10
 
 
@@ -177,8 +178,8 @@ def test_an_openenv_url_is_an_env_id():
 
 # ---------------------------------------------------------------------------- task sources
 def test_a_task_list_needs_no_task_code_and_splits_by_task_id(user_package):
-    train = load_tasks("seam_list", "train", 100, seed=0)
-    held_out = load_tasks("seam_list", "eval", 100, seed=0)
+    train = load_tasks(ResolvedEnv.of("seam_list"), "train", 100, seed=0)
+    held_out = load_tasks(ResolvedEnv.of("seam_list"), "eval", 100, seed=0)
     assert train and held_out
     assert {t["task_id"] for t in train} | {t["task_id"] for t in held_out} == {
         f"w{i}" for i in range(15)
@@ -187,8 +188,11 @@ def test_a_task_list_needs_no_task_code_and_splits_by_task_id(user_package):
 
 
 def test_a_generator_stream_never_yields_an_eval_task(user_package):
-    held_out = {t["prompt"] for t in load_tasks("seam_user_envs:CountEnv", "eval", 50, seed=0)}
-    stream = TaskStream("seam_user_envs:CountEnv")
+    held_out = {
+        t["prompt"]
+        for t in load_tasks(ResolvedEnv.of("seam_user_envs:CountEnv"), "eval", 50, seed=0)
+    }
+    stream = TaskStream(ResolvedEnv.of("seam_user_envs:CountEnv"))
     train = {next(stream)[0]["prompt"] for _ in range(300)}
     assert len(held_out) == 50 and len(train) == 300 and not held_out & train
 
@@ -205,10 +209,16 @@ def test_local_files_load_with_a_field_mapping(user_package, tmp_path, suffix):
         getattr(datasets.Dataset.from_list(rows), f"to_{suffix}")(str(path))
     fields = {"task_id": "id", "prompt": "Please answer: {question}", "answer": "solution"}
     tasks = load_tasks(
-        "seam_user_envs:FileEnv", "train", 100, seed=0, dataset=str(path), fields=fields
+        ResolvedEnv.of("seam_user_envs:FileEnv", dataset=str(path), fields=fields),
+        "train",
+        100,
+        seed=0,
     )
     tasks += load_tasks(
-        "seam_user_envs:FileEnv", "eval", 100, seed=0, dataset=str(path), fields=fields
+        ResolvedEnv.of("seam_user_envs:FileEnv", dataset=str(path), fields=fields),
+        "eval",
+        100,
+        seed=0,
     )
     assert sorted(t["task_id"] for t in tasks) == sorted(r["id"] for r in rows)
     task = next(t for t in tasks if t["task_id"] == "r3")
@@ -219,8 +229,8 @@ def test_the_config_dataset_overrides_the_envs_own(user_package, tmp_path):
     path = tmp_path / "other.jsonl"
     rows = [{"task_id": f"x{i}", "prompt": "p", "answer": "a"} for i in range(10)]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    tasks = load_tasks("seam_list", "train", 10, 0, dataset=str(path))
-    tasks += load_tasks("seam_list", "eval", 10, 0, dataset=str(path))
+    tasks = load_tasks(ResolvedEnv.of("seam_list", dataset=str(path)), "train", 10, 0)
+    tasks += load_tasks(ResolvedEnv.of("seam_list", dataset=str(path)), "eval", 10, 0)
     assert sorted(t["task_id"] for t in tasks) == [f"x{i}" for i in range(10)]
 
 
@@ -235,7 +245,7 @@ def test_a_dataset_object_keeps_its_split_key():
 # ---------------------------------------------------------------------------- bad input
 def test_env_without_tasks_names_the_env_and_what_to_add(user_package):
     with pytest.raises(EnvSetupError) as err:
-        load_tasks("seam_user_envs:NoTasksEnv", "train", 4, seed=0)
+        load_tasks(ResolvedEnv.of("seam_user_envs:NoTasksEnv"), "train", 4, seed=0)
     text = str(err.value)
     assert "'seam_user_envs:NoTasksEnv'" in text and "NoTasksEnv" in text
     assert "no tasks" in text and "tasks(split, n, seed)" in text and "env.dataset" in text
@@ -244,7 +254,7 @@ def test_env_without_tasks_names_the_env_and_what_to_add(user_package):
 def test_missing_dataset_file_names_env_and_path(user_package, tmp_path):
     missing = str(tmp_path / "nope.jsonl")
     with pytest.raises(EnvSetupError) as err:
-        TaskStream(EnvConfig("seam_user_envs:FileEnv", {"path": missing}))
+        TaskStream(ResolvedEnv.of(EnvConfig("seam_user_envs:FileEnv", {"path": missing})))
     assert "'seam_user_envs:FileEnv'" in str(err.value)
     assert missing in str(err.value) and "does not exist" in str(err.value)
 
@@ -253,7 +263,7 @@ def test_task_missing_a_field_names_env_source_task_and_field(user_package, tmp_
     path = tmp_path / "rows.jsonl"
     path.write_text(json.dumps({"task_id": "t1", "prompt": "p"}) + "\n")
     with pytest.raises(EnvSetupError) as err:
-        load_tasks("seam_user_envs:FileEnv", "train", 4, seed=0, dataset=str(path))
+        load_tasks(ResolvedEnv.of("seam_user_envs:FileEnv", dataset=str(path)), "train", 4, seed=0)
     text = str(err.value)
     assert "'seam_user_envs:FileEnv'" in text and str(path) in text
     assert "'t1'" in text and "answer" in text
@@ -261,7 +271,7 @@ def test_task_missing_a_field_names_env_source_task_and_field(user_package, tmp_
 
 def test_generated_task_missing_a_field_names_env_and_field(user_package):
     with pytest.raises(EnvSetupError) as err:
-        TaskStream("seam_user_envs:BrokenTasksEnv")
+        TaskStream(ResolvedEnv.of("seam_user_envs:BrokenTasksEnv"))
     text = str(err.value)
     assert "BrokenTasksEnv" in text and "tasks()" in text and "prompt" in text
 
@@ -271,14 +281,17 @@ def test_field_mapping_of_an_absent_column_lists_the_columns(user_package, tmp_p
     path.write_text(json.dumps({"task_id": "t1", "q": "p", "a": "x"}) + "\n")
     with pytest.raises(EnvSetupError) as err:
         load_tasks(
-            "seam_user_envs:FileEnv", "train", 4, 0, dataset=str(path), fields={"prompt": "text"}
+            ResolvedEnv.of("seam_user_envs:FileEnv", dataset=str(path), fields={"prompt": "text"}),
+            "train",
+            4,
+            0,
         )
     assert "'text'" in str(err.value) and "columns: a, q, task_id" in str(err.value)
 
 
 def test_entry_point_that_does_not_import_names_env_and_entry_point(user_package):
     with pytest.raises(EnvSetupError) as err:
-        load_tasks("seam_broken_import", "train", 4, seed=0)
+        load_tasks(ResolvedEnv.of("seam_broken_import"), "train", 4, seed=0)
     text = str(err.value)
     assert "'seam_broken_import'" in text
     assert "seam_user_envs_missing.module:Env" in text and "does not import" in text
@@ -307,12 +320,12 @@ def test_bad_env_fails_before_any_actor_starts(user_package, tmp_path):
 def test_demonstrations_come_from_the_env(user_package):
     from forge_agent.warm_start import demonstration_source, demonstrations
 
-    convos, tools = demonstrations("seam_list", {}, 4, 1.0, seed=0)
+    convos, tools = demonstrations(ResolvedEnv.of("seam_list"), 4, 1.0, seed=0)
     assert [c[-1]["content"] for c in convos] == ["apple", "pear", "plum", "fig"]
     assert [t["function"]["name"] for t in tools] == ["echo"]
-    assert demonstration_source("seam_list", {}) == "demonstrations"
-    assert demonstration_source("seam_user_envs:CountEnv", {}) == "tool schemas"
-    assert demonstration_source("seam_user_envs:GuessEnv", {}) is None
+    assert demonstration_source(ResolvedEnv.of("seam_list")) == "demonstrations"
+    assert demonstration_source(ResolvedEnv.of("seam_user_envs:CountEnv")) == "tool schemas"
+    assert demonstration_source(ResolvedEnv.of("seam_user_envs:GuessEnv")) is None
 
 
 def test_a_tool_without_a_type_hint_is_blamed_on_the_tool_not_on_demonstrations(user_package):
@@ -320,7 +333,7 @@ def test_a_tool_without_a_type_hint_is_blamed_on_the_tool_not_on_demonstrations(
     from forge_agent.warm_start import demonstration_source
 
     with pytest.raises(EnvSetupError) as raised:
-        demonstration_source("seam_user_envs:UntypedToolEnv", {})
+        demonstration_source(ResolvedEnv.of("seam_user_envs:UntypedToolEnv"))
     message = str(raised.value)
     assert "(source: its tools)" in message and "demonstrations()" not in message, message
     assert "tool function untyped_price" in message and "parameter 'item'" in message, message
@@ -330,7 +343,7 @@ def test_a_tool_without_a_type_hint_is_blamed_on_the_tool_not_on_demonstrations(
 def test_an_env_without_demonstrations_gets_calls_sampled_from_its_tool_schemas(user_package):
     from forge_agent.warm_start import demonstrations
 
-    convos, tools = demonstrations("seam_user_envs:CountEnv", {}, 6, 0.5, seed=0)
+    convos, tools = demonstrations(ResolvedEnv.of("seam_user_envs:CountEnv"), 6, 0.5, seed=0)
     assert len(convos) == 6 and [t["function"]["name"] for t in tools] == ["echo"]
     for convo in convos:
         assert convo[0]["content"].startswith("Count to")  # the env's own reset messages
@@ -354,7 +367,7 @@ def test_env_without_demonstrations_skips_the_warm_start_with_one_line(
         None, ["env.id=seam_user_envs:GuessEnv", "env.kwargs={}", f"model.name={tmp_path}"]
     )
     with caplog.at_level("WARNING", logger="forge_agent.warm_start"):
-        assert policy_model(cfg) == tmp_path
+        assert policy_model(cfg, ResolvedEnv.of(cfg.env)) == tmp_path
     (line,) = [r.getMessage() for r in caplog.records]
     assert "warm start skipped" in line and "seam_user_envs:GuessEnv" in line
 
@@ -363,13 +376,19 @@ def test_an_agent_program_warm_starts_and_caches_as_its_tasks_from_env(user_pack
     from forge_agent.warm_start import WarmStartConfig, demonstrations, warm_start_dir
 
     program = {"reward": "json:dumps", "tasks_from": "seam_list"}
-    convos, tools = demonstrations("agent:json:dumps", program, 4, 1.0, seed=0)
-    assert (convos, tools) == demonstrations("seam_list", {}, 4, 1.0, seed=0)
+    convos, tools = demonstrations(
+        ResolvedEnv.of("agent:json:dumps", kwargs=program), 4, 1.0, seed=0
+    )
+    assert (convos, tools) == demonstrations(ResolvedEnv.of("seam_list"), 4, 1.0, seed=0)
     cfg = WarmStartConfig()
-    cached = warm_start_dir("/models/tiny", {"agent:json:dumps": program}, cfg, tmp_path)
-    assert cached == warm_start_dir("/models/tiny", {"seam_list": {}}, cfg, tmp_path)
+    cached = warm_start_dir(
+        "/models/tiny", [ResolvedEnv.of("agent:json:dumps", kwargs=program)], cfg, tmp_path
+    )
+    assert cached == warm_start_dir("/models/tiny", [ResolvedEnv.of("seam_list")], cfg, tmp_path)
     no_demos = {"reward": "json:dumps", "tasks_from": "seam_user_envs:CountEnv"}
-    own = warm_start_dir("/models/tiny", {"agent:json:dumps": no_demos}, cfg, tmp_path)
+    own = warm_start_dir(
+        "/models/tiny", [ResolvedEnv.of("agent:json:dumps", kwargs=no_demos)], cfg, tmp_path
+    )
     assert own.name.startswith("warm-tiny-agent:json:dumps-")
 
 
@@ -377,7 +396,7 @@ def test_corpus_without_a_hook_is_the_rendered_reset_messages(user_package):
     from forge_agent.models.tiny import env_corpus
 
     texts = env_corpus(["seam_list"])
-    ours = texts[-len(load_tasks("seam_list", "train", 100, seed=0)) :]
+    ours = texts[-len(load_tasks(ResolvedEnv.of("seam_list"), "train", 100, seed=0)) :]
     assert all('"name": "echo"' in t and "<|im_start|>user\nSay " in t for t in ours)
 
 
@@ -428,7 +447,7 @@ def test_code_exec_task_shapes_normalize():
 
 def test_kwargs_meant_for_another_env_name_the_env_and_the_kwargs(user_package):
     with pytest.raises(EnvSetupError) as err:
-        TaskStream(EnvConfig("seam_user_envs:CountEnv", {"difficulty": 1}))
+        TaskStream(ResolvedEnv.of(EnvConfig("seam_user_envs:CountEnv", {"difficulty": 1})))
     text = str(err.value)
     assert "'seam_user_envs:CountEnv'" in text and "env.kwargs={'difficulty': 1}" in text
 

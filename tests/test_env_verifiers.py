@@ -13,6 +13,7 @@ import pytest
 
 from forge_agent.env import EnvSetupError, make_env
 from forge_agent.env.registry import UnknownEnvError
+from forge_agent.env.resolved import ResolvedEnv
 from forge_agent.env.tasks import load_tasks
 
 TOOLS = "verifiers:tests.verifiers_envs.tools"
@@ -25,8 +26,8 @@ def _lookup(word: str) -> dict:
 
 
 def test_dataset_rows_are_tasks_and_the_eval_dataset_is_held_out():
-    train = load_tasks(TOOLS, "train", 10, seed=0, env_kwargs={})
-    held_out = load_tasks(TOOLS, "eval", 10, seed=0, env_kwargs={})
+    train = load_tasks(ResolvedEnv.of(TOOLS), "train", 10, seed=0)
+    held_out = load_tasks(ResolvedEnv.of(TOOLS), "eval", 10, seed=0)
     assert len(train) == 5 and len(held_out) == 2
     assert train[0]["prompt"][0]["role"] == "system"  # formatted by verifiers
     assert all(t["answer"] for t in train)
@@ -34,7 +35,9 @@ def test_dataset_rows_are_tasks_and_the_eval_dataset_is_held_out():
 
 def test_a_tool_episode_plays_through_verifiers_rollout_and_its_rubric_scores_it():
     env = make_env(TOOLS)
-    (task,) = [t for t in load_tasks(TOOLS, "train", 10, 0, {}) if "stone" in str(t["prompt"])]
+    (task,) = [
+        t for t in load_tasks(ResolvedEnv.of(TOOLS), "train", 10, 0) if "stone" in str(t["prompt"])
+    ]
 
     async def play(final: str, call: bool):
         messages, tools = await env.reset(task, 0)
@@ -62,7 +65,12 @@ def test_a_tool_episode_plays_through_verifiers_rollout_and_its_rubric_scores_it
 
 def test_a_single_turn_environment_ends_after_one_answer_scored_by_its_own_scorer():
     env = make_env(ARITH, num_train_examples=8, num_eval_examples=4)
-    task = load_tasks(ARITH, "train", 1, 0, {"num_train_examples": 8, "num_eval_examples": 4})[0]
+    task = load_tasks(
+        ResolvedEnv.of(ARITH, kwargs={"num_train_examples": 8, "num_eval_examples": 4}),
+        "train",
+        1,
+        0,
+    )[0]
     truth = env.vf_env.rg_dataset[int(task["answer"])]["answer"]
 
     async def play(text: str):
@@ -96,7 +104,7 @@ def test_without_the_package_the_error_gives_the_pip_command(monkeypatch):
 
 def test_a_multi_turn_environment_answers_with_its_env_response_until_it_ends():
     env_id = "verifiers:tests.verifiers_envs.guess"
-    tasks = [t for s in ("train", "eval") for t in load_tasks(env_id, s, 30, 0, {})]
+    tasks = [t for s in ("train", "eval") for t in load_tasks(ResolvedEnv.of(env_id), s, 30, 0)]
     assert sorted(int(t["answer"]) for t in tasks) == list(range(1, 31))  # no overlap
     (task,) = [t for t in tasks if t["answer"] == "5"]
     env = make_env(env_id)

@@ -14,6 +14,7 @@ from typing import Any, ClassVar
 import pytest
 
 from forge_agent.env import Env, EnvConfig, EnvFailure, EnvPool
+from forge_agent.env.resolved import ResolvedEnv
 from forge_agent.errors import InfraError
 from forge_agent.types import Status, StepResult
 
@@ -65,7 +66,9 @@ async def episode(pool: EnvPool, text: str) -> StepResult:
 
 def test_episode_runs_in_a_worker_process() -> None:
     async def main() -> None:
-        async with EnvPool(EnvConfig(ECHO, kwargs={}, step_timeout_s=10), size=1) as pool:
+        async with EnvPool(
+            ResolvedEnv.of(EnvConfig(ECHO, kwargs={}, step_timeout_s=10)), size=1
+        ) as pool:
             result = await episode(pool, "ok")
             assert int(result.messages[0]["content"]) != os.getpid()
             assert result.rewards == {"r": 1.0} and result.done
@@ -75,7 +78,9 @@ def test_episode_runs_in_a_worker_process() -> None:
 
 def test_worker_is_reused_across_episodes() -> None:
     async def main() -> None:
-        async with EnvPool(EnvConfig(ECHO, kwargs={}, step_timeout_s=10), size=1) as pool:
+        async with EnvPool(
+            ResolvedEnv.of(EnvConfig(ECHO, kwargs={}, step_timeout_s=10)), size=1
+        ) as pool:
             first = await episode(pool, "ok")
             second = await episode(pool, "print")
             assert first.messages == second.messages
@@ -98,7 +103,8 @@ def test_failed_step_is_marked_and_next_episode_runs_on_a_fresh_worker(
 ) -> None:
     async def main() -> None:
         async with EnvPool(
-            EnvConfig(ECHO, kwargs={}, step_timeout_s=1.0, reset_timeout_s=30), size=1
+            ResolvedEnv.of(EnvConfig(ECHO, kwargs={}, step_timeout_s=1.0, reset_timeout_s=30)),
+            size=1,
         ) as pool:
             start = time.monotonic()
             with pytest.raises(EnvFailure) as failure:
@@ -117,7 +123,7 @@ def test_failed_step_is_marked_and_next_episode_runs_on_a_fresh_worker(
 
 def test_a_step_that_raises_infra_error_is_infra_not_the_policys_failure() -> None:
     async def main() -> None:
-        async with EnvPool(EnvConfig(ECHO, kwargs={}), size=1) as pool:
+        async with EnvPool(ResolvedEnv.of(ECHO), size=1) as pool:
             with pytest.raises(EnvFailure) as failure:
                 await episode(pool, "infra")
             assert failure.value.status is Status.ENV_ERROR
@@ -132,7 +138,7 @@ def test_a_policy_failure_carries_the_envs_failure_reward_or_the_configured_one(
 ) -> None:
     async def main() -> None:
         env = EnvConfig(ECHO, kwargs={}, step_timeout_s=1.0, failure_reward=configured)
-        async with EnvPool(env, size=1) as pool:
+        async with EnvPool(ResolvedEnv.of(env), size=1) as pool:
             for behaviour in ("raise", "hang"):
                 with pytest.raises(EnvFailure) as failure:
                     await episode(pool, behaviour)
@@ -146,7 +152,7 @@ def test_a_policy_failure_carries_the_envs_failure_reward_or_the_configured_one(
 def test_lease_after_failure_keeps_failing_with_the_same_status() -> None:
     async def main() -> None:
         async with (
-            EnvPool(EnvConfig(ECHO, kwargs={}, step_timeout_s=0.5), size=1) as pool,
+            EnvPool(ResolvedEnv.of(EnvConfig(ECHO, kwargs={}, step_timeout_s=0.5)), size=1) as pool,
             pool.lease() as env,
         ):
             await env.reset({}, 0)
@@ -161,7 +167,9 @@ def test_lease_after_failure_keeps_failing_with_the_same_status() -> None:
 
 def test_pool_runs_episodes_concurrently_up_to_its_size() -> None:
     async def main() -> None:
-        async with EnvPool(EnvConfig(ECHO, kwargs={}, step_timeout_s=10), size=2) as pool:
+        async with EnvPool(
+            ResolvedEnv.of(EnvConfig(ECHO, kwargs={}, step_timeout_s=10)), size=2
+        ) as pool:
             await pool.start()
             results = await asyncio.gather(*(episode(pool, "ok") for _ in range(4)))
             pids = {r.messages[0]["content"] for r in results}
@@ -177,7 +185,9 @@ def test_registered_env_runs_in_pool() -> None:
         task = generate_tasks(1, seed=3)[0]
         demo = demonstration(task)
         async with (
-            EnvPool(EnvConfig("calculator", kwargs={}, step_timeout_s=10), size=1) as pool,
+            EnvPool(
+                ResolvedEnv.of(EnvConfig("calculator", kwargs={}, step_timeout_s=10)), size=1
+            ) as pool,
             pool.lease() as env,
         ):
             messages, tools = await env.reset(task, 0)
@@ -202,7 +212,7 @@ def test_worker_serves_its_envs_at_once_on_their_own_threads() -> None:
 
     async def main() -> None:
         async with EnvPool(
-            EnvConfig(ECHO, kwargs={}, step_timeout_s=30), size=8, envs_per_worker=4
+            ResolvedEnv.of(EnvConfig(ECHO, kwargs={}, step_timeout_s=30)), size=8, envs_per_worker=4
         ) as pool:
             await pool.start()
             results = await asyncio.gather(*(episode(pool, "meet") for _ in range(8)))
@@ -247,7 +257,7 @@ def test_envs_that_share_an_event_loop_run_their_episodes_as_tasks_on_one_thread
     async def main() -> None:
         env_kwargs = {"shared": shared}
         env = EnvConfig(f"{__name__}:LoopEnv", kwargs=env_kwargs)
-        async with EnvPool(env, size=4, envs_per_worker=4) as pool:
+        async with EnvPool(ResolvedEnv.of(env), size=4, envs_per_worker=4) as pool:
             results = await asyncio.gather(*(episode(pool, "go") for _ in range(4)))
             where = [r.messages[0]["content"].split() for r in results]
             assert {pid for pid, _, _ in where} != {str(os.getpid())}
@@ -289,7 +299,7 @@ def test_a_closed_pool_leaves_no_event_loop_or_shared_resource_unclosed(
 
     async def main() -> None:
         env = EnvConfig(f"{__name__}:SharingEnv", kwargs={"shared": shared})
-        async with EnvPool(env, size=2, envs_per_worker=2) as pool:
+        async with EnvPool(ResolvedEnv.of(env), size=2, envs_per_worker=2) as pool:
             await asyncio.gather(episode(pool, "go"), episode(pool, "go"))
 
     asyncio.run(main())
@@ -301,7 +311,9 @@ def test_a_closed_pool_leaves_no_event_loop_or_shared_resource_unclosed(
 def test_a_hung_env_fails_alone_and_its_worker_is_replaced_after_its_other_episodes() -> None:
     async def main() -> None:
         async with EnvPool(
-            EnvConfig(ECHO, kwargs={}, step_timeout_s=2.5), size=3, envs_per_worker=3
+            ResolvedEnv.of(EnvConfig(ECHO, kwargs={}, step_timeout_s=2.5)),
+            size=3,
+            envs_per_worker=3,
         ) as pool:
             await pool.start()
 
@@ -324,7 +336,7 @@ def test_a_hung_env_fails_alone_and_its_worker_is_replaced_after_its_other_episo
 def test_a_dying_worker_marks_every_episode_it_was_running() -> None:
     async def main() -> None:
         async with EnvPool(
-            EnvConfig(ECHO, kwargs={}, step_timeout_s=20), size=3, envs_per_worker=3
+            ResolvedEnv.of(EnvConfig(ECHO, kwargs={}, step_timeout_s=20)), size=3, envs_per_worker=3
         ) as pool:
             await pool.start()
 

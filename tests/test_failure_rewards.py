@@ -11,6 +11,7 @@ from importlib.metadata import entry_points
 import pytest
 
 from forge_agent.env import EnvConfig, make_env
+from forge_agent.env.resolved import ResolvedEnv
 from forge_agent.env.tasks import load_tasks
 from forge_agent.env.worker import EnvPool
 from forge_agent.evaluation import evaluate
@@ -42,7 +43,7 @@ async def _episode(env, task: dict, moves) -> float:
 
 
 def _task(env_id: str) -> dict:
-    return load_tasks(env_id, "train", 1, seed=0, env_kwargs={})[0]
+    return load_tasks(ResolvedEnv.of(env_id), "train", 1, seed=0)[0]
 
 
 # Each shipped env's worst outcome, reached by playing it: a wrong answer, a lost hand, ...
@@ -105,7 +106,7 @@ def test_a_blackjack_hand_cut_by_max_turns_scores_a_lost_bet(tiny_tokenizer):
     call = '<tool_call>\n{"name": "act", "arguments": {"action": "fold"}}\n</tool_call>'
 
     async def run():
-        async with EnvPool(EnvConfig("blackjack", {}), size=1) as pool:
+        async with EnvPool(ResolvedEnv.of(EnvConfig("blackjack", {})), size=1) as pool:
             return await _engine(tiny_tokenizer, call, pool).run_episode(_task("blackjack"), 0)
 
     traj = asyncio.run(run())
@@ -119,7 +120,7 @@ def test_an_infra_episode_counts_in_eval_at_its_envs_failure_reward(tiny_tokeniz
 
     async def run():
         config = EnvConfig("tests.rollout_envs:ServerDownEnv", {})
-        async with EnvPool(config, size=1) as pool:
+        async with EnvPool(ResolvedEnv.of(config), size=1) as pool:
             engine = _engine(tiny_tokenizer, "my move", pool)
             return await evaluate(engine, [{"task_id": "g0", "prompt": "play"}], k=2)
 

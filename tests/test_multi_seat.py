@@ -23,6 +23,7 @@ from forge_agent.env.adapters.textarena import (
     tictactoe_heuristic,
     tictactoe_mixed,
 )
+from forge_agent.env.resolved import ResolvedEnv
 from forge_agent.env.sources import EnvSetupError
 from forge_agent.rollout import ChatRenderer, LocalEnvs, RolloutConfig, RolloutEngine
 from forge_agent.rollout.players import EndpointPlayer, ScriptedPlayer, check_seats
@@ -334,9 +335,9 @@ def test_the_run_config_refuses_a_seated_env_without_env_seats() -> None:
 
     cfg = load_config(None, ["env.id=textarena:TicTacToe-v0", "env.kwargs={}"])
     with pytest.raises(EnvSetupError, match="say who plays each"):
-        check_env_seats(cfg)
+        check_env_seats(cfg, ResolvedEnv.of(cfg.env))
     cfg = load_config(None, ["env.id=calculator"])
-    assert check_env_seats(cfg) == {}  # a one-seat env runs as before
+    assert check_env_seats(cfg, ResolvedEnv.of(cfg.env)) == {}  # a one-seat env runs as before
 
 
 def test_the_trace_page_shows_the_seats_of_an_episode_side_by_side(tiny_tokenizer, renderer):

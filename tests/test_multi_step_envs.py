@@ -11,6 +11,7 @@ import pytest
 from envs.frozen_lake.env import FrozenLakeEnv
 from envs.multihop import MultiHopEnv, demonstration, generate_tasks
 from forge_agent.env.registry import make_env
+from forge_agent.env.resolved import ResolvedEnv
 
 
 async def _replay(env, task, convo):
@@ -58,8 +59,10 @@ def test_multihop_rejects_a_chain_longer_than_its_table() -> None:
 def test_the_warm_start_reads_the_demonstrations_inside_a_running_event_loop(env_id) -> None:
     from forge_agent.warm_start import demonstration_source, demonstrations
 
+    env = ResolvedEnv.of(env_id)
+
     async def read():  # as the controller's setup does
-        return demonstration_source(env_id, {}), demonstrations(env_id, {}, 4, 0.5, seed=0)
+        return demonstration_source(env), demonstrations(env, 4, 0.5, seed=0)
 
     source, (convos, tools) = asyncio.run(read())
     assert source == "demonstrations" and len(convos) == 4

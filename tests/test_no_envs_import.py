@@ -43,15 +43,17 @@ for name in modules:
 
 from forge_agent.env import register, registered_env_ids
 from forge_agent.models.tiny import env_corpus
+from forge_agent.env.resolved import ResolvedEnv
 from forge_agent.env.tasks import TaskStream, load_tasks
 from forge_agent.warm_start import demonstrations
 
 register("user_reverse", "user_reverse_env:ReverseEnv")
+env = ResolvedEnv.of("user_reverse")
 exercised = {
     "ids": registered_env_ids(),
-    "eval": len(load_tasks("user_reverse", "eval", 5, seed=1)),
-    "train": next(TaskStream("user_reverse"))[0]["prompt"],
-    "demos": len(demonstrations("user_reverse", {}, 3, 1.0, seed=0)[0]),
+    "eval": len(load_tasks(env, "eval", 5, seed=1)),
+    "train": next(TaskStream(env))[0]["prompt"],
+    "demos": len(demonstrations(env, 3, 1.0, seed=0)[0]),
     "corpus": len(env_corpus(["user_reverse"])),
 }
 print(json.dumps({"modules": modules, "failed": failed, "attempts": attempts,

@@ -4,7 +4,6 @@ env id up again."""
 
 from __future__ import annotations
 
-import itertools
 import pickle
 
 import pytest
@@ -56,8 +55,10 @@ def test_tasks_and_the_curriculum_of_a_resolved_env_look_nothing_up(lookups) -> 
 def test_a_resolved_env_gives_the_same_tasks_as_its_config() -> None:
     cfg = EnvConfig("calculator", {"difficulty": 2}, train_seed=5)
     env = ResolvedEnv.of(cfg)
-    assert eval_tasks(env, 8) == eval_tasks(cfg, 8)
-    assert list(itertools.islice(TaskStream(env), 8)) == list(itertools.islice(TaskStream(cfg), 8))
+    assert [t["task_id"] for t in eval_tasks(env, 8)] == [
+        t["task_id"] for t in load_tasks(env, "eval", 8, seed=cfg.eval_seed)
+    ]
+    assert next(TaskStream(env)) == next(TaskStream(ResolvedEnv.of(cfg)))
 
 
 def test_env_workers_get_the_spec_resolved_at_setup(lookups) -> None:
@@ -91,10 +92,55 @@ def test_a_curriculum_level_keeps_the_spec_and_changes_the_kwargs() -> None:
     level = env.with_kwargs({"difficulty": 2})
     assert level.spec is env.spec and level.config.kwargs == {"difficulty": 2}
     assert env.config.kwargs == {"difficulty": 1}
-    (task,) = load_tasks(level.spec, "eval", 1, seed=3, env_kwargs=level.config.kwargs)
+    (task,) = load_tasks(level, "eval", 1, seed=3)
     assert task["task_id"].startswith("calculator-d2-")
 
 
 def test_an_unknown_env_id_fails_when_it_is_resolved() -> None:
     with pytest.raises(UnknownEnvError, match="no-such-env"):
         ResolvedEnv.of(EnvConfig("no-such-env"))
+
+
+def test_an_env_that_is_already_resolved_is_not_resolved_again() -> None:
+    env = ResolvedEnv.of("calculator")
+    with pytest.raises(TypeError, match="EnvConfig or an env id"):
+        ResolvedEnv.of(env)  # type: ignore[arg-type]
+
+
+# Where the library may turn an env id into an env: where an id is read from a config or a
+# hook (the driver's setup, evaluation's setup, the model recipe, an env naming another env),
+# never below it. Every other module takes the `ResolvedEnv` it is handed.
+RESOLVES_IDS = {
+    "env/registry.py": "env_spec and make_env themselves",
+    "env/resolved.py": "ResolvedEnv.of",
+    "env/seam.py": "demonstrations_origin: the env an env's hook names",
+    "env/adapters/agent_gym.py": "GymnasiumAgentEnv(env_id): a user names the env to wrap",
+    "env/adapters/openenv.py": "serve_openenv(env_id): the env a server serves",
+    "endpoint/agents.py": "an agent program's tasks_from, resolved once",
+    "models/tiny.py": "the tokenizer corpus envs of the model's recipe",
+    "run/controller.py": "the driver's setup: the run's env",
+    "run/setup_checks.py": "check_setup: the config's env",
+}
+
+
+def test_env_ids_are_resolved_only_where_they_are_read() -> None:
+    import ast
+    from pathlib import Path
+
+    root = Path(registry.__file__).resolve().parents[1]
+    lookups = {"env_spec", "make_env", "of"}
+    found = set()
+    for path in root.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            func = node.func if isinstance(node, ast.Call) else None
+            name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+            if name not in lookups:
+                continue
+            owner = getattr(func, "value", None)
+            if name == "of" and getattr(owner, "id", None) not in ("ResolvedEnv", "cls"):
+                continue
+            found.add(str(path.relative_to(root)))
+    assert found <= set(RESOLVES_IDS), (
+        f"env ids resolved below setup in {found - set(RESOLVES_IDS)}"
+    )
+    assert "run/controller.py" in found and "env/tasks.py" not in found  # the check can see

@@ -17,6 +17,7 @@ import pytest
 
 from forge_agent.algorithms.advantages import compute_advantages
 from forge_agent.env import EnvConfig
+from forge_agent.env.resolved import ResolvedEnv
 from forge_agent.env.worker import EnvPool
 from forge_agent.evaluation import evaluate
 from forge_agent.rewards import RewardComponent, Rubric
@@ -51,7 +52,7 @@ def _calculator_engine(tokenizer, policy, pool):
 
 
 async def _evaluate_in_workers(tokenizer, text: str, k: int = 2):
-    async with EnvPool(EnvConfig("calculator", {"difficulty": 1}), size=2) as pool:
+    async with EnvPool(ResolvedEnv.of(EnvConfig("calculator", {"difficulty": 1})), size=2) as pool:
         engine = _calculator_engine(tokenizer, SaysPolicy(tokenizer, text), pool)
         return await evaluate(engine, CALC_TASKS, k=k)
 
@@ -73,7 +74,9 @@ def test_an_answer_that_makes_the_judge_raise_evaluates_at_its_true_rate(tiny_to
 
 def test_a_judge_raising_is_trained_on_as_a_failure_not_excluded(tiny_tokenizer):
     async def run() -> list[Trajectory]:
-        async with EnvPool(EnvConfig("calculator", {"difficulty": 1}), size=2) as pool:
+        async with EnvPool(
+            ResolvedEnv.of(EnvConfig("calculator", {"difficulty": 1})), size=2
+        ) as pool:
             engine = _calculator_engine(tiny_tokenizer, SaysPolicy(tiny_tokenizer, "x"), pool)
             right = _calculator_engine(
                 tiny_tokenizer, SaysPolicy(tiny_tokenizer, r"\boxed{4056}"), pool
@@ -126,7 +129,9 @@ def _env_config(env_id: str, **kw) -> EnvConfig:
 def test_shipped_envs_nest_their_timeouts_under_the_default_step(env_id):
     from forge_agent.run.setup_checks import check_timeout_layers
 
-    check_timeout_layers(_env_config(env_id))  # tool < grader < step at the defaults
+    check_timeout_layers(
+        ResolvedEnv.of(_env_config(env_id))
+    )  # tool < grader < step at the defaults
 
 
 def test_a_step_timeout_not_above_the_grader_is_refused_naming_the_key():
@@ -134,7 +139,7 @@ def test_a_step_timeout_not_above_the_grader_is_refused_naming_the_key():
     from forge_agent.run.setup_checks import check_timeout_layers
 
     with pytest.raises(SetupError, match=r"env\.step_timeout_s.*grader_timeout_s is 25 s"):
-        check_timeout_layers(_env_config("code_exec", step_timeout_s=20.0))
+        check_timeout_layers(ResolvedEnv.of(_env_config("code_exec", step_timeout_s=20.0)))
 
 
 def test_eval_report_json_keeps_the_policy_failure_count(tiny_tokenizer):
@@ -214,7 +219,7 @@ def test_tool_calls_that_outlast_the_step_are_the_policys_timeout_not_infra():
 
     async def run():
         config = EnvConfig("code_exec", kwargs={}, step_timeout_s=2.0)
-        async with EnvPool(config, size=1) as pool, pool.lease() as env:
+        async with EnvPool(ResolvedEnv.of(config), size=1) as pool, pool.lease() as env:
             await env.reset(load_tasks()[0], 0)
             await env.step({"role": "assistant", "content": "", "tool_calls": sleeps})
 

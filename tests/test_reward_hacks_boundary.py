@@ -15,6 +15,7 @@ import pytest
 
 from forge_agent.algorithms.advantages import compute_advantages
 from forge_agent.env import EnvConfig
+from forge_agent.env.resolved import ResolvedEnv
 from forge_agent.env.worker import EnvPool
 from forge_agent.observability.traces import TraceWriter, read_traces
 from forge_agent.rewards.build import build_rubric
@@ -60,7 +61,9 @@ def test_a_tool_call_no_stage_could_handle_is_a_failed_call_not_infra(
     from forge_agent.rollout.context import ContextConfig
 
     async def run() -> Trajectory:
-        async with EnvPool(EnvConfig("calculator", {"difficulty": 1}), size=1) as pool:
+        async with EnvPool(
+            ResolvedEnv.of(EnvConfig("calculator", {"difficulty": 1})), size=1
+        ) as pool:
             policy = ScriptPolicy(tiny_tokenizer, [call, r"\boxed{4056}"])
             config = RolloutConfig(  # a prompt past 64 tokens is rewritten: a full render
                 max_turns=3,

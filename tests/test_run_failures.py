@@ -17,9 +17,11 @@ from pathlib import Path
 import pytest
 
 from forge_agent.algorithms.replay import NoTrainingSignal, ZeroSignalWatch
+from forge_agent.env.resolved import ResolvedEnv
 from forge_agent.errors import EXIT_RUN_FAILED, RunFailed, report_run_failed
 from forge_agent.run.config import load_config
 from forge_agent.run.failures import failed_part
+from forge_agent.run.stop_causes import warm_start_kind
 from forge_agent.run.supervision import ServiceFailed
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -203,7 +205,8 @@ def test_equal_rewards_without_a_warm_start_name_what_would_help_first():
     with pytest.raises(NoTrainingSignal) as stopped:
         watch.observe(False, [0.0] * 4, {"zero_variance": 4}, {"ok": 4})
     cfg = load_config(None, ["warm_start.enabled=false"])
-    part, error = failed_part(stopped.value, cfg, Counter(), {})
+    taught = warm_start_kind(cfg, ResolvedEnv.of(cfg.env))  # as `run_failed` passes it
+    part, error = failed_part(stopped.value, cfg, Counter(), {}, taught)
     assert part == "training on env 'calculator'"
     assert "What would help first: the warm start is off" in error
 

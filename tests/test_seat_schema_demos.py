@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import textwrap
 
+from forge_agent.env.resolved import ResolvedEnv
 from forge_agent.env.seam import schema_demonstrations
 
 GAME = """
@@ -37,7 +38,7 @@ def test_a_seated_games_schema_demonstrations_are_the_moving_seats_calls(tmp_pat
     (tmp_path / "schema_seat_game.py").write_text(textwrap.dedent(GAME))
     monkeypatch.syspath_prepend(str(tmp_path))
 
-    convos = schema_demonstrations("schema_seat_game:ColumnGame", {}, 3, seed=0)
+    convos = schema_demonstrations(ResolvedEnv.of("schema_seat_game:ColumnGame"), 3, seed=0)
 
     assert len(convos) == 3
     for messages, tools in convos:
@@ -48,4 +49,4 @@ def test_a_seated_games_schema_demonstrations_are_the_moving_seats_calls(tmp_pat
 
 
 def test_textarena_connect_four_has_no_schema_demonstrations_and_does_not_crash():
-    assert schema_demonstrations("textarena:ConnectFour-v0", {}, 2, seed=0) == []
+    assert schema_demonstrations(ResolvedEnv.of("textarena:ConnectFour-v0"), 2, seed=0) == []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from forge_agent.env.resolved import ResolvedEnv
 from forge_agent.env.tasks import load_tasks
 from forge_agent.run.setup_checks import check_prompt_lengths, prompt_length_warning
 
@@ -22,12 +23,15 @@ class CharRenderer:
 
 
 def test_prompts_are_rendered_with_the_envs_system_prompt_and_tools():
-    tasks = load_tasks("calculator", "eval", 8, seed=0)
+    tasks = load_tasks(ResolvedEnv.of("calculator"), "eval", 8, seed=0)
     lengths = [len(CharRenderer().render_prompt([{"content": t["prompt"]}], [])) for t in tasks]
     assert (
-        check_prompt_lengths("calculator", {}, tasks, CharRenderer(), max(lengths) + 1) is not None
+        check_prompt_lengths(ResolvedEnv.of("calculator"), tasks, CharRenderer(), max(lengths) + 1)
+        is not None
     )
-    assert check_prompt_lengths("calculator", {}, tasks, CharRenderer(), 100_000) is None
+    assert (
+        check_prompt_lengths(ResolvedEnv.of("calculator"), tasks, CharRenderer(), 100_000) is None
+    )
 
 
 def test_a_run_warns_at_setup_when_prompts_exceed_the_episode_budget(tmp_path):

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import pytest
 
+from forge_agent.env.resolved import ResolvedEnv
 from forge_agent.errors import SetupError
 from forge_agent.evaluation import EvalReport
 from forge_agent.run.config import load_config
-from forge_agent.run.stop_causes import check_start_signal
+from forge_agent.run.stop_causes import check_start_signal, warm_start_kind
 from forge_agent.types import Group, Status, Trajectory
 
 NOTHING = {
@@ -82,7 +83,7 @@ def test_every_episode_lost_to_env_errors_stops_naming_the_first_error(cfg) -> N
 
 def test_episodes_that_ended_normally_with_equal_rewards_blame_the_model(cfg) -> None:
     with pytest.raises(SetupError, match="the task is beyond this model"):
-        check_start_signal(ended("ok", n=256), cfg, 2_886_400)
+        check_start_signal(ended("ok", n=256), cfg, 2_886_400, warm_start="demonstrations")
 
 
 def test_an_eval_report_keeps_the_first_error_of_each_status() -> None:
@@ -134,8 +135,10 @@ def booking(tmp_path, monkeypatch) -> str:
 
 
 def stop_text(metrics: dict[str, float], overrides: list[str], **kw) -> str:
+    cfg = load_config(None, overrides)
+    taught = warm_start_kind(cfg, ResolvedEnv.of(cfg.env))  # what the controller passes
     with pytest.raises(SetupError) as err:
-        check_start_signal(metrics, load_config(None, overrides), 2_886_400, **kw)
+        check_start_signal(metrics, cfg, 2_886_400, **{"warm_start": taught, **kw})
     return str(err.value)
 
 

@@ -18,6 +18,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from forge_agent.env.resolved import ResolvedEnv
 from forge_agent.run.config import load_config
 from tests.helpers import short_training
 from tests.mcp_servers import require_servers
@@ -32,7 +33,7 @@ def sql_policy(policy_model_path) -> Path:
 
     require_servers()
     cfg = WarmStartConfig(steps=40, batch_size=16, lr=2e-3, demo_fraction=1.0, num_demos=96)
-    return warm_start(policy_model_path, {ENV: {}}, cfg)
+    return warm_start(policy_model_path, [ResolvedEnv.of(ENV)], cfg)
 
 
 def test_plumbing_sql_mcp_trains_with_an_added_reward_and_its_traces_show_mcp_tool_calls(

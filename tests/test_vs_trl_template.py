@@ -13,6 +13,7 @@ import pytest
 
 from apps.bench.vs_trl import judge_reward, tool_suffix_ids, trl_chat_template, trl_tool
 from envs.calculator.env import SYSTEM_PROMPT, CalculatorEnv
+from forge_agent.env.resolved import ResolvedEnv
 from forge_agent.env.tasks import load_tasks
 from forge_agent.rollout.renderer import ChatRenderer
 from forge_agent.tool_schema import tool_spec
@@ -37,7 +38,7 @@ def _prompt(task):
 def test_trl_prompt_tokens_equal_the_renderers(sides):
     renderer, trl_tok = sides
     tool = trl_tool(calculator)
-    for task in load_tasks("calculator", "train", 4, 0, {"difficulty": 1}):
+    for task in load_tasks(ResolvedEnv.of("calculator", kwargs={"difficulty": 1}), "train", 4, 0):
         ours = renderer.render_prompt(_prompt(task), [tool_spec(calculator)])
         theirs = trl_tok.apply_chat_template(
             _prompt(task), tools=[tool], add_generation_prompt=True, return_dict=False
@@ -47,7 +48,7 @@ def test_trl_prompt_tokens_equal_the_renderers(sides):
 
 def test_trl_tool_result_tokens_equal_the_renderers_bridge(sides):
     renderer, trl_tok = sides
-    task = load_tasks("calculator", "train", 1, 0, {"difficulty": 1})[0]
+    task = load_tasks(ResolvedEnv.of("calculator", kwargs={"difficulty": 1}), "train", 1, 0)[0]
     prompt = renderer.render_prompt(_prompt(task), [tool_spec(calculator)])
     arguments = json.dumps({"expression": task["expression"]})
     body = f'{{"name": "calculator", "arguments": {arguments}}}'
@@ -79,7 +80,7 @@ def test_long_tool_replies_are_cut_alike_on_both_sides(sides):
     the cut reply bridges to the same tokens."""
     renderer, trl_tok = sides
     env = CalculatorEnv(difficulty=1, tool_log_chars=2000)
-    task = load_tasks("calculator", "train", 1, 0, {"difficulty": 1})[0]
+    task = load_tasks(ResolvedEnv.of("calculator", kwargs={"difficulty": 1}), "train", 1, 0)[0]
     full = env.tool(task["expression"])
     assert full.rsplit("\n", 1)[-1] == task["answer"]
     assert len(trl_tok.encode(full, add_special_tokens=False)) > 256
@@ -142,7 +143,7 @@ def chatml_sides(tmp_path_factory):
 def test_trl_chatml_prompt_and_tool_result_tokens_equal_the_renderers(chatml_sides):
     renderer, trl_tok = chatml_sides
     tools = [tool_spec(calculator)]
-    for task in load_tasks("calculator", "train", 3, 0, {"difficulty": 2}):
+    for task in load_tasks(ResolvedEnv.of("calculator", kwargs={"difficulty": 2}), "train", 3, 0):
         ours = renderer.render_prompt(_prompt(task), tools)
         theirs = trl_tok.apply_chat_template(
             _prompt(task),

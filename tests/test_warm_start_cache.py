@@ -8,6 +8,7 @@ import textwrap
 
 import pytest
 
+from forge_agent.env.resolved import ResolvedEnv
 from forge_agent.warm_start import WarmStartConfig, warm_start, warm_start_dir
 
 ENV_SOURCE = """
@@ -46,9 +47,15 @@ def user_env(tmp_path, monkeypatch):
 
 def test_changing_an_envs_demonstrations_changes_the_warm_start_key(user_env, tmp_path):
     cfg = WarmStartConfig()
-    before = warm_start_dir(tmp_path / "model", {user_env("hi"): {}}, cfg, tmp_path / "cache")
-    same = warm_start_dir(tmp_path / "model", {user_env("hi"): {}}, cfg, tmp_path / "cache")
-    after = warm_start_dir(tmp_path / "model", {user_env("hello"): {}}, cfg, tmp_path / "cache")
+    before = warm_start_dir(
+        tmp_path / "model", [ResolvedEnv.of(user_env("hi"))], cfg, tmp_path / "cache"
+    )
+    same = warm_start_dir(
+        tmp_path / "model", [ResolvedEnv.of(user_env("hi"))], cfg, tmp_path / "cache"
+    )
+    after = warm_start_dir(
+        tmp_path / "model", [ResolvedEnv.of(user_env("hello"))], cfg, tmp_path / "cache"
+    )
     assert before == same
     assert after != before
 
@@ -57,20 +64,20 @@ def test_changing_the_tokenizer_changes_the_warm_start_key(user_env, tmp_path):
     model = tmp_path / "model"
     model.mkdir()
     (model / "tokenizer.json").write_text('{"vocab": 1}')
-    envs = {user_env("hi"): {}}
+    envs = [ResolvedEnv.of(user_env("hi"))]
     before = warm_start_dir(model, envs, WarmStartConfig(), tmp_path / "cache")
     (model / "tokenizer.json").write_text('{"vocab": 2}')
     assert warm_start_dir(model, envs, WarmStartConfig(), tmp_path / "cache") != before
 
 
 def test_changing_a_warm_start_setting_changes_the_warm_start_key(user_env, tmp_path):
-    envs = {user_env("hi"): {}}
+    envs = [ResolvedEnv.of(user_env("hi"))]
     before = warm_start_dir(tmp_path, envs, WarmStartConfig(), tmp_path / "cache")
     assert warm_start_dir(tmp_path, envs, WarmStartConfig(steps=10), tmp_path / "cache") != before
 
 
 def test_a_cached_warm_start_is_named_on_the_console_with_its_key(user_env, tmp_path, capsys):
-    envs = {user_env("hi"): {}}
+    envs = [ResolvedEnv.of(user_env("hi"))]
     cached = warm_start_dir(tmp_path / "model", envs, WarmStartConfig(), tmp_path / "cache")
     cached.mkdir(parents=True)
     (cached / "config.json").write_text("{}")

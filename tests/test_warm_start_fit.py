@@ -9,6 +9,7 @@ import json
 
 
 def test_sql_mcp_demonstrations_need_longer_turns_than_the_default(tiny_tokenizer, tmp_path):
+    from forge_agent.env.resolved import ResolvedEnv
     from forge_agent.rollout.config import RolloutConfig
     from forge_agent.rollout.context import ContextConfig
     from forge_agent.rollout.renderer import ChatRenderer
@@ -20,7 +21,7 @@ def test_sql_mcp_demonstrations_need_longer_turns_than_the_default(tiny_tokenize
         demonstrations,
     )
 
-    convos, tools = demonstrations("sql_mcp", {}, 8, demo_fraction=1.0, seed=0)
+    convos, tools = demonstrations(ResolvedEnv.of("sql_mcp"), 8, demo_fraction=1.0, seed=0)
     renderer = ChatRenderer(tiny_tokenizer)
     lengths = demo_lengths([demo_trajectory(renderer, c, tools) for c in convos])
     assert 48 < lengths["turn_tokens"] <= 96 < lengths["episode_tokens"] <= 512, lengths

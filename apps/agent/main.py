@@ -93,7 +93,7 @@ def prompt_lengths(cfg: Any, report: Any) -> str:
     renderer = ChatRenderer(tokenizer, cfg.renderer)
     tasks = [*report.train_tasks, *report.eval_tasks]
     limit = cfg.rollout.max_total_tokens  # <= generator.max_model_len (checked)
-    warning = check_prompt_lengths(cfg.env.id, cfg.env.kwargs, tasks, renderer, limit)
+    warning = check_prompt_lengths(report.env, tasks, renderer, limit)
     return f"warning: {warning}" if warning else f"prompt lengths: all < {limit} tokens"
 
 
@@ -111,7 +111,7 @@ def _run(argv: list[str], verbose: bool, check_only: bool) -> int:
 
         for line in ["config: ok", *report.lines(), lengths]:
             print(line, flush=True)
-        check = check_episodes(cfg, report.train_tasks[:1], report.eval_tasks[:1])
+        check = check_episodes(cfg, report.env, report.train_tasks[:1], report.eval_tasks[:1])
         for line in check.lines():
             print(line, flush=True)
         if check.failed:  # a run would score (or lose) every such episode as a failure

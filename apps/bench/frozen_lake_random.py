@@ -18,6 +18,7 @@ import random
 from collections.abc import Callable
 
 from envs.frozen_lake.env import ACTIONS, FrozenLakeEnv, safe_moves
+from forge_agent.env.resolved import ResolvedEnv
 from forge_agent.env.tasks import eval_tasks
 from forge_agent.run.config import load_config
 
@@ -44,7 +45,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     cfg = load_config(CONFIG)
-    tasks = eval_tasks(cfg.env, cfg.eval.num_tasks)
+    tasks = eval_tasks(ResolvedEnv.of(cfg.env), cfg.eval.num_tasks)
     env, rng = FrozenLakeEnv(**cfg.env.kwargs), random.Random(args.seed)
     policies = {
         "uniform random moves": lambda e: rng.choice(ACTIONS),

@@ -18,13 +18,14 @@ from typing import Any
 
 from apps.bench.util import print_table, write_json
 from forge_agent.env.adapters.reasoning_gym import scorer
+from forge_agent.env.resolved import ResolvedEnv
 from forge_agent.env.tasks import load_tasks
 from forge_agent.sandbox.judge import ScorerRef, judge_server
 
 
 def measure(task: str, n: int) -> dict[str, Any]:
     """ms per verdict of `task`: in process, sandboxed one at a time, sandboxed 8 at once."""
-    tasks = load_tasks(f"reasoning_gym:{task}", "train", 8, seed=0, env_kwargs={})
+    tasks = load_tasks(ResolvedEnv.of(f"reasoning_gym:{task}"), "train", 8, seed=0)
     cases = [(t["answer"] if i % 2 else "wrong", t["entry"]) for i, t in enumerate(tasks)]
     cases = (cases * (n // len(cases) + 1))[:n]
     score = scorer(task, {})

@@ -45,15 +45,13 @@ import sys
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from forge_agent.env.resolved import ResolvedEnv
 from forge_agent.env.seam import final_answer, sampled_call
 from forge_agent.evaluation import EvalReport, evaluate
 from forge_agent.generator.config import SamplingConfig
 from forge_agent.run.config import AgentConfig
-
-if TYPE_CHECKING:
-    from forge_agent.env.resolved import ResolvedEnv
 from forge_agent.types import Completion, Message, ToolSpec
 
 RESAMPLES = 20
@@ -192,14 +190,14 @@ async def random_policy_report(
         await engines.stop()
 
 
-async def run(cfg: AgentConfig, min_calls: int, max_calls: int, seed: int) -> dict[str, Any]:
+async def run(
+    cfg: AgentConfig, env: ResolvedEnv, min_calls: int, max_calls: int, seed: int
+) -> dict[str, Any]:
     """The baseline of `cfg`'s env as one result row (its report included). Raises
     `NoToolsError` naming the env when its first held-out episode offers no tools."""
     from forge_agent.env import EnvPool
-    from forge_agent.env.resolved import ResolvedEnv
     from forge_agent.rollout import ChatRenderer
 
-    env = ResolvedEnv.of(cfg.env)
     renderer = ChatRenderer(tokenizer_of(cfg), cfg.renderer)
     if renderer.kind != "qwen3":
         raise ValueError(
@@ -282,16 +280,16 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         cfg = load_config(args.config, args.overrides)
-        check_setup(cfg)  # an unknown env id, module or bad env.kwargs: one line, named
+        env = check_setup(cfg).env  # an unknown env id, module or bad env.kwargs: one line
     except SetupError as exc:
         return report_setup_error(exc, verbose=args.verbose)
-    if check_env_seats(cfg):
+    if check_env_seats(cfg, env):
         parser.error(f"env {cfg.env.id!r} has several seats (env.seats): not supported here")
     if args.episodes_per_task is not None:
         cfg = replace(cfg, eval=replace(cfg.eval, k=args.episodes_per_task))
     max_calls = args.max_calls or max(cfg.rollout.max_turns - 1, 1)
     try:
-        row = asyncio.run(run(cfg, args.min_calls, max_calls, args.seed))
+        row = asyncio.run(run(cfg, env, args.min_calls, max_calls, args.seed))
     except (NoToolsError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -40,6 +40,7 @@ from typing import Any
 
 from apps.bench.util import print_table, write_json
 from envs.calculator import CalculatorEnv
+from forge_agent.env.resolved import ResolvedEnv
 from forge_agent.types import Completion, Message, StepResult, ToolSpec, Trajectory
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -226,7 +227,7 @@ def make_row(
 def episodes_for(repeat: int, n: int) -> list[Episode]:
     from forge_agent.env.tasks import load_tasks
 
-    tasks = load_tasks("calculator", "train", n, seed=1_000 + repeat)
+    tasks = load_tasks(ResolvedEnv.of("calculator"), "train", n, seed=1_000 + repeat)
     return [(t, 1_000 * repeat + i, (repeat * n + i) * 100) for i, t in enumerate(tasks)]
 
 
@@ -304,7 +305,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     model_path = str(
         warm_start(
             ensure_tiny_model(),
-            {"calculator": {"difficulty": 1}},
+            [ResolvedEnv.of("calculator", kwargs={"difficulty": 1})],
             WarmStartConfig(steps=args.warm_start_steps),
         )
     )

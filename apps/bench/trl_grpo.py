@@ -150,10 +150,13 @@ def trl_rows(spec: dict[str, Any]) -> list[dict[str, Any]]:
     """The run's dataset: the first `steps x groups_per_step` tasks of forge-agent's calculator
     training stream, as TRL conversational rows (`prompt` messages, `answer`)."""
     from envs.calculator.env import SYSTEM_PROMPT
+    from forge_agent.env.resolved import ResolvedEnv
     from forge_agent.env.tasks import load_tasks
 
     n = spec["steps"] * spec["groups_per_step"]
-    tasks = load_tasks("calculator", "train", n, spec["train_seed"], spec["env"])
+    tasks = load_tasks(
+        ResolvedEnv.of("calculator", kwargs=spec["env"]), "train", n, spec["train_seed"]
+    )
     return [
         {
             "prompt": [

@@ -337,6 +337,7 @@ def main(argv: list[str] | None = None) -> None:
         trl_train(json.loads(args.trl_run))
         return
     from apps.bench.util import print_table, write_json
+    from forge_agent.env.resolved import ResolvedEnv
     from forge_agent.run.config import load_config
     from forge_agent.warm_start import policy_model
 
@@ -348,7 +349,7 @@ def main(argv: list[str] | None = None) -> None:
         overrides = [*scenario_overrides(name), *args.overrides]
         config = REPO / SCENARIO_CONFIGS.get(name, "apps/agent/default.yaml")
         cfg = load_config(config, [*SCENARIOS[name], *args.overrides])
-        policy = policy_model(cfg)
+        policy = policy_model(cfg, ResolvedEnv.of(cfg.env))
         for i in range(args.runs):
             runs = results.setdefault(name, [])
             if "forge" in args.sides:

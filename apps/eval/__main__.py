@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from forge_agent.env.resolved import ResolvedEnv
 from forge_agent.env.tasks import eval_tasks
 from forge_agent.evaluation import EvalReport, evaluate
 from forge_agent.run.config import AgentConfig, load_config, to_dict
@@ -33,16 +34,16 @@ from forge_agent.run.config import AgentConfig, load_config, to_dict
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
-def resolve_model(cfg: AgentConfig, model: str | None) -> Path | str:
+def resolve_model(cfg: AgentConfig, env: ResolvedEnv, model: str | None) -> Path | str:
     """The policy to evaluate: `model` (a folder or a cached hub name), or the config's policy
-    (tiny: built + warm-started)."""
+    (tiny: built + warm-started on `env`, `cfg.env` resolved)."""
     if model:
         from forge_agent.models.hub import resolve_model as resolve_folder
 
         return resolve_folder(model, key="--model")
     from forge_agent.warm_start import policy_model
 
-    return policy_model(cfg)
+    return policy_model(cfg, env)
 
 
 class EpisodeProgress:
@@ -76,18 +77,18 @@ class EpisodeProgress:
             self._bar.close()
 
 
-async def run_eval(cfg: AgentConfig, model_path: Path | str, out: Path) -> EvalReport:
+async def run_eval(
+    cfg: AgentConfig, env: ResolvedEnv, model_path: Path | str, out: Path
+) -> EvalReport:
     """Start the engine and env workers, evaluate, write traces; returns the report. The
     rollout engines are a run's (`build_engines`), over an in-process vLLM engine."""
     from forge_agent.env import EnvPool
-    from forge_agent.env.resolved import ResolvedEnv
     from forge_agent.generator import VLLMEngine
     from forge_agent.models.tiny import load_tokenizer
     from forge_agent.observability.traces import TraceWriter
     from forge_agent.rollout import ChatRenderer
     from forge_agent.run.rollouts import build_engines
 
-    env = ResolvedEnv.of(cfg.env)
     tasks = eval_tasks(env, cfg.eval.num_tasks)
     renderer = ChatRenderer(load_tokenizer(model_path), cfg.renderer)
     engine = VLLMEngine(cfg.generator, str(model_path), dtype=cfg.model.dtype, seed=cfg.seed)
@@ -176,9 +177,9 @@ def main(argv: list[str] | None = None) -> EvalReport:
     args = parser.parse_args(argv)
 
     cfg = load_config(args.config, args.overrides)
-    check_setup(cfg)  # env, tasks and model.name: a bad one fails here, in one line
+    env = check_setup(cfg).env  # env, tasks and model.name: a bad one fails here, in one line
     if args.model:
-        resolve_model(cfg, args.model)  # a missing folder fails before the log file is made
+        resolve_model(cfg, env, args.model)  # a missing folder fails before the log file is made
     args.out.mkdir(parents=True, exist_ok=True)
     log = args.out / "eval.log"
     if not args.verbose:
@@ -189,8 +190,8 @@ def main(argv: list[str] | None = None) -> EvalReport:
     with run_console(log, verbose=args.verbose):
         if not args.verbose:
             print(f"third-party logs: {log} (--verbose shows them here)", flush=True)
-        model_path = resolve_model(cfg, args.model)
-        report = asyncio.run(run_eval(cfg, model_path, args.out))
+        model_path = resolve_model(cfg, env, args.model)
+        report = asyncio.run(run_eval(cfg, env, model_path, args.out))
         print(f"\n{cfg.env.id} held-out eval of {model_path}\n{report.table()}")
         write_outputs(cfg, model_path, report, args.out)
         print(f"wrote {args.out / 'eval.json'}, traces.jsonl and traces.html")

@@ -33,6 +33,7 @@ from typing import Any
 from forge_agent.endpoint.server import EndpointServer
 from forge_agent.env.protocol import EnvFailure
 from forge_agent.env.registry import load_entry_point
+from forge_agent.env.resolved import ResolvedEnv
 from forge_agent.errors import InfraError
 from forge_agent.rollout.engine import EpisodeEnv, RolloutEngine
 from forge_agent.types import Message, Status, StepResult, ToolSpec, Trajectory
@@ -73,6 +74,13 @@ class AgentProgramEnv:
         self.tasks_from = tasks_from
         self.tasks_kwargs = dict(tasks_kwargs or {})
         self.request_timeout_s = request_timeout_s
+        self._tasks_env: ResolvedEnv | None = None  # `tasks_from`, resolved on first use
+
+    def _source_env(self) -> ResolvedEnv:
+        """The `tasks_from` env, resolved once (a `ResolvedEnv`); None when not set."""
+        if self.tasks_from and self._tasks_env is None:
+            self._tasks_env = ResolvedEnv.of(self.tasks_from, kwargs=self.tasks_kwargs)
+        return self._tasks_env
 
     @staticmethod
     def shares_event_loop(blocking: bool = False, **_: Any) -> bool:
@@ -88,9 +96,7 @@ class AgentProgramEnv:
                 "an agent program needs env.kwargs.tasks_from (an env id whose tasks it "
                 "solves) or env.dataset"
             )
-        from forge_agent.env.registry import make_env
-
-        return make_env(self.tasks_from, **self.tasks_kwargs).tasks(split, n, seed)
+        return self._source_env().make().tasks(split, n, seed)
 
     def demonstrations(self, n: int, seed: int, demo_fraction: float) -> list[Any]:
         """The demonstrations of the `tasks_from` env (the tasks and tools the program works
@@ -99,16 +105,14 @@ class AgentProgramEnv:
 
         if not self.tasks_from:
             return []
-        return demonstrations_of(self.tasks_from, self.tasks_kwargs, n, seed, demo_fraction) or []
+        return demonstrations_of(self._source_env(), n, seed, demo_fraction) or []
 
     def demonstrations_origin(self) -> tuple[str, dict[str, Any]] | None:
         """The `tasks_from` env and its kwargs when it has demonstrations (they are this
         program's), so the warm start's cache is shared with that env's own runs."""
-        from forge_agent.env.registry import env_spec
-
         if not self.tasks_from:
             return None
-        if not callable(getattr(env_spec(self.tasks_from).factory(), "demonstrations", None)):
+        if not callable(getattr(self._source_env().factory(), "demonstrations", None)):
             return None
         return self.tasks_from, dict(self.tasks_kwargs)
 

@@ -32,7 +32,7 @@ from forge_agent.env.registry import (
     register,
     registered_env_ids,
 )
-from forge_agent.env.resolved import ResolvedEnv, resolve_env
+from forge_agent.env.resolved import ResolvedEnv
 from forge_agent.env.sources import (
     HOLDOUT_FRACTION,
     Dataset,
@@ -77,7 +77,6 @@ __all__ = [
     "register",
     "register_gymnasium_envs",
     "registered_env_ids",
-    "resolve_env",
     "serve_openenv",
 ]
 

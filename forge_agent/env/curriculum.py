@@ -20,7 +20,7 @@ The ladder changes what the env's `tasks()` generates; each task carries what it
 (the calculator's prompt and answer, a frozen_lake map), so env workers built from `env.kwargs`
 run tasks of every level.
 
-    curriculum = Curriculum(env_config)     # an iterator of (task, env_seed), like TaskStream
+    curriculum = Curriculum(env)            # (a ResolvedEnv) yields (task, env_seed) pairs
     task, seed = next(curriculum)
     curriculum.observe(task, rewards)       # the group's rewards, when it is scored
     curriculum.state() / load_state(state)  # with the checkpoint
@@ -33,8 +33,8 @@ from collections import deque
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from forge_agent.env.config import CurriculumConfig, EnvConfig
-from forge_agent.env.resolved import ResolvedEnv, resolve_env
+from forge_agent.env.config import CurriculumConfig
+from forge_agent.env.resolved import ResolvedEnv
 from forge_agent.env.sources import EnvSetupError
 from forge_agent.env.tasks import TaskStream, load_tasks
 
@@ -44,16 +44,15 @@ LEVEL_KEY = "curriculum_level"
 """The task field naming the ladder level a task was drawn at (set only with a ladder)."""
 
 
-def check_curriculum(env: EnvConfig | ResolvedEnv) -> None:
+def check_curriculum(env: ResolvedEnv) -> None:
     """Refuse a ladder the env cannot follow, before any actor starts: a `kwarg` its
     constructor does not take, or a level it rejects (built and asked for a task at each
     level). Raises `EnvSetupError` naming the key, the env and what is allowed."""
-    cfg = env.curriculum if isinstance(env, EnvConfig) else env.config.curriculum
+    cfg = env.config.curriculum
     if not cfg.ladder:
         return
-    resolved = resolve_env(env)
-    env = resolved.config
-    factory = resolved.factory()
+    factory = env.factory()
+    train_seed = env.config.train_seed
     params = inspect.signature(factory).parameters
     takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
     if cfg.kwarg not in params and not takes_any:
@@ -65,9 +64,8 @@ def check_curriculum(env: EnvConfig | ResolvedEnv) -> None:
             f"its arguments: {allowed}",
         )
     for level in cfg.levels:
-        kwargs = {**env.kwargs, cfg.kwarg: level}
         try:
-            load_tasks(resolved.spec, "train", 1, env.train_seed, kwargs, env.dataset, env.fields)
+            load_tasks(env.with_kwargs({**env.kwargs, cfg.kwarg: level}), "train", 1, train_seed)
         except Exception as exc:
             raise EnvSetupError(
                 env.id,
@@ -77,12 +75,11 @@ def check_curriculum(env: EnvConfig | ResolvedEnv) -> None:
 
 
 class Curriculum(Iterator[tuple[dict[str, Any], int]]):
-    """The training task stream of `env` (an `EnvConfig` or its `ResolvedEnv`) under its
-    `env.curriculum`."""
+    """The training task stream of `env` under its `env.curriculum`."""
 
-    def __init__(self, env: ResolvedEnv | EnvConfig) -> None:
+    def __init__(self, env: ResolvedEnv) -> None:
         self._make_stream = TaskStream
-        self.resolved = resolve_env(env)
+        self.resolved = env
         self.env = self.resolved.config
         cfg: CurriculumConfig = self.env.curriculum
         self.kwarg, self.levels = cfg.kwarg, list(cfg.levels)

@@ -31,7 +31,6 @@ __all__ = [
     "ENTRY_POINT_GROUP",
     "EnvSpec",
     "UnknownEnvError",
-    "as_spec",
     "env_spec",
     "load_entry_point",
     "make_env",
@@ -170,11 +169,6 @@ def env_spec(env_id: str) -> EnvSpec:
         "'package.module:Factory' entry point, an OpenEnv server's http:// URL, "
         "'reasoning_gym:<task>', 'verifiers:<module>', 'textarena:<game>' or 'gymnasium:<id>')",
     )
-
-
-def as_spec(env: EnvSpec | str) -> EnvSpec:
-    """`env` itself when it is a spec (resolved already), else `env_spec(env)`."""
-    return env if isinstance(env, EnvSpec) else env_spec(env)
 
 
 def make_env(env_id: str, **kwargs: Any) -> AgentEnv:

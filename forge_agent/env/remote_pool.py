@@ -19,7 +19,6 @@ from typing import Any
 from monarch.actor import Actor, endpoint
 from monarch.actor.concurrent import concurrent_endpoint
 
-from forge_agent.env.config import EnvConfig
 from forge_agent.env.protocol import EnvFailure
 from forge_agent.env.resolved import ResolvedEnv
 from forge_agent.env.worker import EnvLease, EnvPool
@@ -34,7 +33,7 @@ class EnvPoolActor(Actor):
 
     def __init__(
         self,
-        env: ResolvedEnv | EnvConfig,
+        env: ResolvedEnv,
         workers: int,
         per_core: int = 1,
         envs_per_worker: int = 1,

@@ -6,9 +6,11 @@
     pool = EnvPool(env, size=8)          # the env workers (they get `env.spec`, pickled)
     engines = await build_engines(cfg, env, ...)
 
-Consumers that take an `EnvConfig` (or an env id) take a `ResolvedEnv` too, through
-`resolve_env`: given a `ResolvedEnv` it looks nothing up, so the loop, evaluation, the benches
-and the env workers of one run share one resolution of the id.
+`ResolvedEnv` is the only env type the library's env functions take (tasks, curriculum,
+demonstrations, the corpus, the env pool, the warm start): the id is looked up once, where the
+env is named (the driver, `apps/eval`, a bench, a test), and never again below it. An env that
+names another env (an agent program's `tasks_from`, an env's `demonstrations_origin()`) is
+resolved once, where that name is read.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from forge_agent.env.config import EnvConfig
 from forge_agent.env.protocol import AgentEnv
 from forge_agent.env.registry import EnvSpec, env_spec
 
-__all__ = ["ResolvedEnv", "resolve_env"]
+__all__ = ["ResolvedEnv"]
 
 
 @dataclass(frozen=True)
@@ -34,15 +36,26 @@ class ResolvedEnv:
     spec: EnvSpec
 
     @classmethod
-    def of(cls, env: EnvConfig | str) -> ResolvedEnv:
-        """Resolve `env` (an env id alone: no kwargs, default deadlines); an unknown id raises
-        `UnknownEnvError` naming the ids that exist."""
-        config = EnvConfig(env, kwargs={}) if isinstance(env, str) else env
-        return cls(config, env_spec(config.id))
+    def of(cls, env: EnvConfig | str, **config: Any) -> ResolvedEnv:
+        """Resolve `env`: an `EnvConfig`, or an env id with `EnvConfig` fields as keywords
+        (`ResolvedEnv.of("calculator", kwargs={"difficulty": 2})`; no kwargs unless given).
+        An unknown id raises `UnknownEnvError` naming the ids that exist."""
+        if isinstance(env, str):
+            env = EnvConfig(env, **{"kwargs": {}, **config})
+        elif not isinstance(env, EnvConfig):
+            raise TypeError(f"ResolvedEnv.of takes an EnvConfig or an env id, not {env!r}")
+        elif config:
+            env = dataclasses.replace(env, **config)
+        return cls(env, env_spec(env.id))
 
     @property
     def id(self) -> str:
         return self.config.id
+
+    @property
+    def kwargs(self) -> dict[str, Any]:
+        """The env's constructor arguments (`config.kwargs`)."""
+        return self.config.kwargs
 
     def factory(self) -> Callable[..., AgentEnv]:
         """The env class (or factory), imported on first use (`EnvSpec.factory`)."""
@@ -55,8 +68,3 @@ class ResolvedEnv:
     def with_kwargs(self, kwargs: Mapping[str, Any]) -> ResolvedEnv:
         """The same env built with other constructor arguments (a curriculum level)."""
         return ResolvedEnv(dataclasses.replace(self.config, kwargs=dict(kwargs)), self.spec)
-
-
-def resolve_env(env: ResolvedEnv | EnvConfig | str) -> ResolvedEnv:
-    """`env` itself when it is resolved, else `ResolvedEnv.of(env)`."""
-    return env if isinstance(env, ResolvedEnv) else ResolvedEnv.of(env)

@@ -10,11 +10,11 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import functools
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 from forge_agent.env.protocol import maybe_await
-from forge_agent.env.registry import EnvSpec, as_spec
+from forge_agent.env.resolved import ResolvedEnv
 from forge_agent.toolset import ToolSet
 from forge_agent.types import Message, SeatStart, SeatStep, ToolSpec
 
@@ -98,51 +98,46 @@ def env_demonstrations(
 
 
 def demonstrations_of(
-    env_id: str | EnvSpec, env_kwargs: Mapping[str, Any], n: int, seed: int, demo_fraction: float
+    env: ResolvedEnv, n: int, seed: int, demo_fraction: float
 ) -> list[Conversation] | None:
-    """`n` demonstrations of `env_id` or its spec (None when the env has no `demonstrations`)."""
-    return env_demonstrations(as_spec(env_id).make(**dict(env_kwargs)), n, seed, demo_fraction)
+    """`n` demonstrations of `env` (None when the env has no `demonstrations`)."""
+    return env_demonstrations(env.make(), n, seed, demo_fraction)
 
 
-def demonstrations_origin(env_id: str | EnvSpec, env_kwargs: Mapping[str, Any]) -> tuple[str, dict]:
-    """The env (id, kwargs) whose demonstrations `env_id` gives: its optional
-    `demonstrations_origin()` hook's answer (an OpenEnv URL: the env its server serves; an
-    agent program: its `tasks_from` env), else `env_id` and `env_kwargs` themselves. The warm
-    start keys its cache by it, so a URL with a random port still finds a cached warm start."""
-    spec = as_spec(env_id)
-    env_id = spec.env_id
-    if not callable(getattr(spec.factory(), "demonstrations_origin", None)):
-        return env_id, dict(env_kwargs)  # most envs: no instance needed
-    origin = spec.make(**dict(env_kwargs)).demonstrations_origin()
+def demonstrations_origin(env: ResolvedEnv) -> ResolvedEnv:
+    """The env whose demonstrations `env` gives: its optional `demonstrations_origin()` hook's
+    answer (an OpenEnv URL: the env its server serves; an agent program: its `tasks_from`
+    env), resolved here where the hook names it, else `env` itself. The warm start keys its
+    cache by it, so a URL with a random port still finds a cached warm start."""
+    if not callable(getattr(env.factory(), "demonstrations_origin", None)):
+        return env  # most envs: no instance needed
+    origin = env.make().demonstrations_origin()
     if origin is None:
-        return env_id, dict(env_kwargs)
+        return env
     origin_id, origin_kwargs = origin
-    return str(origin_id), dict(origin_kwargs or {})
+    return ResolvedEnv.of(str(origin_id), kwargs=dict(origin_kwargs or {}))
 
 
-def corpus_of(
-    env_id: str | EnvSpec, env_kwargs: Mapping[str, Any] | None = None
-) -> list[str | Conversation]:
-    """Tokenizer text of `env_id`: its `corpus()` (strings and conversations), else the
+def corpus_of(env: ResolvedEnv) -> list[str | Conversation]:
+    """Tokenizer text of `env`: its `corpus()` (strings and conversations), else the
     rendered reset messages and tool specs of its first training tasks."""
-    spec = as_spec(env_id)
-    env = spec.make(**dict(env_kwargs or {}))
-    hook = getattr(env, "corpus", None)
+    instance = env.make()
+    hook = getattr(instance, "corpus", None)
     if callable(hook):
-        specs = functools.cache(lambda: _tool_specs(env))
+        specs = functools.cache(lambda: _tool_specs(instance))
         return [_pair(item, specs) for item in hook()]
     from forge_agent.env.tasks import load_tasks
 
-    tasks = load_tasks(spec, "train", CORPUS_TASKS, seed=0, env_kwargs=env_kwargs)
+    tasks = load_tasks(env, "train", CORPUS_TASKS, seed=0)
 
     async def resets() -> list[Conversation]:
         out = []
         try:
             for i, task in enumerate(tasks):
-                messages, tools = await env.reset(task, i)
+                messages, tools = await instance.reset(task, i)
                 out.append((list(messages), list(tools)))
         finally:
-            await env.close()
+            await instance.close()
         return out
 
     return list(run_sync(resets()))
@@ -153,10 +148,8 @@ SCHEMA_DEMO_MAX_CALLS = 3
 """Tool calls per schema demonstration, at most (1 to this many, then a final answer)."""
 
 
-def schema_demonstrations(
-    env_id: str | EnvSpec, env_kwargs: Mapping[str, Any], n: int, seed: int
-) -> list[Conversation]:
-    """`n` conversations of `env_id` built from its own tool schemas, for an env without
+def schema_demonstrations(env: ResolvedEnv, n: int, seed: int) -> list[Conversation]:
+    """`n` conversations of `env` built from its own tool schemas, for an env without
     `demonstrations()`: each resets the env on a training task, makes 1 to
     `SCHEMA_DEMO_MAX_CALLS` well-formed calls with arguments sampled from the schemas (enum
     values, words of the prompt, small numbers), gets the env's real answers, and ends with a
@@ -171,16 +164,15 @@ def schema_demonstrations(
 
     from forge_agent.env.tasks import load_tasks
 
-    spec = as_spec(env_id)
-    tasks = load_tasks(spec, "train", n, seed=seed, env_kwargs=env_kwargs)
-    rng = random.Random(f"schema-demos-{spec.env_id}-{seed}")
+    tasks = load_tasks(env, "train", n, seed=seed)
+    rng = random.Random(f"schema-demos-{env.spec.env_id}-{seed}")
 
     async def play() -> list[Conversation]:
         out: list[Conversation] = []
-        env = spec.make(**dict(env_kwargs))
+        instance = env.make()
         try:
             for i, task in enumerate(tasks):
-                start = await env.reset(task, seed + i)
+                start = await instance.reset(task, seed + i)
                 seat = start.turn if isinstance(start, SeatStart) else None
                 messages, tools = start.seats[seat] if seat is not None else start
                 if not tools:
@@ -190,7 +182,7 @@ def schema_demonstrations(
                     call = sampled_call(rng.choice(tools), convo, rng, f"call_{k}")
                     assistant = {"role": "assistant", "content": "", "tool_calls": [call]}
                     convo.append(assistant)
-                    result = await env.step(assistant)
+                    result = await instance.step(assistant)
                     if isinstance(result, SeatStep):  # a seated game: the moving seat's view
                         convo.extend(result.messages.get(seat, []))
                         if result.done or result.turn != seat:
@@ -203,7 +195,7 @@ def schema_demonstrations(
                     convo.append({"role": "assistant", "content": final_answer(convo, rng)})
                 out.append((convo, list(tools)))
         finally:
-            await env.close()
+            await instance.close()
         return out
 
     return run_sync(play())

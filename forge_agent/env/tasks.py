@@ -1,7 +1,8 @@
 """Tasks for training and evaluation: held-out splits and a resumable training stream.
 
-    eval_tasks = load_tasks("calculator", "eval", n=64, seed=10_000, env_kwargs={"difficulty": 1})
-    stream = TaskStream(EnvConfig("calculator", {"difficulty": 1}, train_seed=0))
+    env = ResolvedEnv.of("calculator", kwargs={"difficulty": 1})
+    held_out = load_tasks(env, "eval", n=64, seed=10_000)
+    stream = TaskStream(env)                 # from env.config.train_seed
     task, env_seed = next(stream)          # endless, deterministic
     state = stream.state()                 # save with the checkpoint; `load_state` resumes
 
@@ -29,13 +30,11 @@ from __future__ import annotations
 
 import dataclasses
 import random
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from forge_agent.env.config import EnvConfig
-from forge_agent.env.registry import EnvSpec, as_spec
-from forge_agent.env.resolved import ResolvedEnv, resolve_env
+from forge_agent.env.resolved import ResolvedEnv
 from forge_agent.env.sources import (
     HOLDOUT_FRACTION,
     Dataset,
@@ -116,30 +115,23 @@ def _as_dataset(value: Any) -> Dataset:
     return value if isinstance(value, Dataset) else Dataset(value)
 
 
-def task_source(
-    env_id: str | EnvSpec,
-    env_kwargs: Mapping[str, Any] | None = None,
-    dataset: str | None = None,
-    fields: Mapping[str, str] | None = None,
-) -> _GeneratedSource | _DatasetSource:
-    """Where `env_id`'s tasks come from (its generator or dataset; `dataset` and `fields`
-    override the env's own dataset); `env_id` may be its resolved `EnvSpec`. Raises
-    `EnvSetupError` when there is none."""
-    spec = as_spec(env_id)
-    env_id = spec.env_id
+def task_source(env: ResolvedEnv) -> _GeneratedSource | _DatasetSource:
+    """Where `env`'s tasks come from (its generator or dataset; the config's `dataset` and
+    `fields` override the env's own dataset). Raises `EnvSetupError` when there is none."""
+    env_id, spec, cfg = env.id, env.spec, env.config
+    dataset, fields = cfg.dataset, cfg.fields
     factory = spec.factory()
-    kwargs = dict(env_kwargs or {})
     try:
-        env = spec.make(**kwargs)
+        instance = env.make()
     except TypeError as exc:  # most often env.kwargs meant for another env
         raise EnvSetupError(
             env_id,
             f"entry point {spec.entry_point!r}",
-            f"cannot be built with env.kwargs={kwargs}: {exc}",
+            f"cannot be built with env.kwargs={cfg.kwargs}: {exc}",
         ) from exc
-    required = tuple(getattr(env, "required_fields", ()))
-    declared = getattr(env, "dataset", None)
-    if dataset is not None or fields or (declared is not None and not _has_generator(env)):
+    required = tuple(getattr(instance, "required_fields", ()))
+    declared = getattr(instance, "dataset", None)
+    if dataset is not None or fields or (declared is not None and not _has_generator(instance)):
         if dataset is None and declared is None:
             raise EnvSetupError(
                 env_id, f"{factory.__name__}", "env.fields is set but the env has no dataset"
@@ -153,8 +145,8 @@ def task_source(
         splits = load_dataset_splits(data, env_id, required)
         name = data.source if isinstance(data.source, str) else f"{env_id}-tasks"
         return _DatasetSource(env_id, name, splits)
-    if _has_generator(env):
-        return _GeneratedSource(env_id, env, required)
+    if _has_generator(instance):
+        return _GeneratedSource(env_id, instance, required)
     raise EnvSetupError(
         env_id,
         f"env class {getattr(factory, '__qualname__', factory)!r}",
@@ -187,28 +179,17 @@ def _nonempty_block(source: Any, split: Split, index: int, seed: int) -> tuple[i
 
 
 # ---------------------------------------------------------------------------- public API
-def load_tasks(
-    env_id: str | EnvSpec,
-    split: Split,
-    n: int,
-    seed: int,
-    env_kwargs: Mapping[str, Any] | None = None,
-    dataset: str | None = None,
-    fields: Mapping[str, str] | None = None,
-) -> list[dict[str, Any]]:
-    """`n` tasks of `split` for `env_id`, the same for the same arguments.
+def load_tasks(env: ResolvedEnv, split: Split, n: int, seed: int) -> list[dict[str, Any]]:
+    """`n` tasks of `split` for `env` (its kwargs, dataset and fields), the same for the same
+    arguments.
 
     Generated envs give exactly `n` tasks (the first `n` a `TaskStream` with this seed yields,
     for "train"). Datasets give `min(n, len(split))` tasks in a seeded shuffle, without repeats.
-    `env_id` may be its resolved `EnvSpec`.
-    `env_kwargs` are the env's constructor arguments (the calculator reads `difficulty`);
-    `dataset` (a hub dataset or a local file) and `fields` (task field -> column) override
-    the env's own dataset.
     """
     _check_split(split)
     if n < 0:
         raise ValueError(f"n must be >= 0, got {n}")
-    source = task_source(env_id, env_kwargs, dataset, fields)
+    source = task_source(env)
     if source.finite:
         return source.block(split, 0, seed)[:n]
     tasks: list[dict[str, Any]] = []
@@ -220,30 +201,26 @@ def load_tasks(
     return tasks[:n]
 
 
-def eval_tasks(env: EnvConfig | ResolvedEnv, n: int) -> list[dict[str, Any]]:
-    """`n` held-out tasks of `env` (never in its training stream), from `env.eval_seed`."""
-    resolved = resolve_env(env)
-    cfg = resolved.config
-    return load_tasks(resolved.spec, "eval", n, cfg.eval_seed, cfg.kwargs, cfg.dataset, cfg.fields)
+def eval_tasks(env: ResolvedEnv, n: int) -> list[dict[str, Any]]:
+    """`n` held-out tasks of `env` (never in its training stream), from its `eval_seed`."""
+    return load_tasks(env, "eval", n, env.config.eval_seed)
 
 
 class TaskStream(Iterator[tuple[dict[str, Any], int]]):
-    """An endless, deterministic stream of `(task, env_seed)` training pairs of `env` (an
-    `EnvConfig` or its `ResolvedEnv`: its id, kwargs, dataset and `train_seed`; an env id
-    alone: no kwargs).
+    """An endless, deterministic stream of `(task, env_seed)` training pairs of `env` (its id,
+    kwargs, dataset and `train_seed`).
 
     Datasets: epoch after epoch over the train split, each epoch in its own seeded shuffle.
     Generated envs: fresh train tasks, one generator seed after another. `position` counts the
     pairs yielded; `state()` / `load_state(state)` resume at the same position.
     """
 
-    def __init__(self, env: ResolvedEnv | EnvConfig | str) -> None:
-        resolved = resolve_env(env)
-        cfg = resolved.config
+    def __init__(self, env: ResolvedEnv) -> None:
+        cfg = env.config
         self.env_id = cfg.id
         self.seed = cfg.train_seed
         self.dataset = cfg.dataset
-        self._source = task_source(resolved.spec, cfg.kwargs, cfg.dataset, cfg.fields)
+        self._source = task_source(env)
         self.position = 0
         self._block_index = 0
         self._offset = 0

@@ -6,7 +6,7 @@ pickle protocol over its stdin/stdout pipes. It serves up to `slots` env instanc
 `EnvPool` keeps up to `size` env instances on `ceil(size / envs_per_worker)` warm workers and
 lends one instance per episode:
 
-    pool = EnvPool(EnvConfig("calculator", step_timeout_s=30), size=64, envs_per_worker=32)
+    pool = EnvPool(ResolvedEnv.of("calculator", step_timeout_s=30), size=64, envs_per_worker=32)
     async with pool.lease() as env:          # an AgentEnv backed by one slot of one worker
         messages, tools = await env.reset(task, seed)
         result = await env.step(assistant_message)
@@ -37,10 +37,9 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any, Self
 
-from forge_agent.env.config import EnvConfig
 from forge_agent.env.protocol import EnvFailure
-from forge_agent.env.registry import EnvSpec, as_spec
-from forge_agent.env.resolved import ResolvedEnv, resolve_env
+from forge_agent.env.registry import EnvSpec
+from forge_agent.env.resolved import ResolvedEnv
 from forge_agent.types import Message, SeatStart, Status, StepResult, ToolSpec
 
 __all__ = ["EnvLease", "EnvPool", "EnvWorker"]
@@ -52,17 +51,17 @@ class EnvWorker:
     """One env worker process serving up to `slots` env instances at once.
 
     Args:
-        spec: what env to build (an `EnvSpec`, a registered id or a "module:Factory" string).
+        spec: what env to build (the resolved env's `EnvSpec`).
         env_kwargs: constructor arguments over the spec's defaults (must pickle).
         slots: env instances (episodes) it serves at once.
     """
 
     def __init__(
-        self, spec: EnvSpec | str, env_kwargs: dict[str, Any] | None = None, slots: int = 1
+        self, spec: EnvSpec, env_kwargs: dict[str, Any] | None = None, slots: int = 1
     ) -> None:
         if slots < 1:
             raise ValueError(f"EnvWorker slots must be at least 1, got {slots}")
-        self.spec = as_spec(spec)
+        self.spec = spec
         self.env_kwargs = dict(env_kwargs or {})
         self.slots = slots
         self.busy: set[int] = set()  # slots lent to episodes
@@ -327,23 +326,19 @@ class EnvPool:
     lent one per episode.
 
     Args:
-        env: the run's `ResolvedEnv` or `EnvConfig` (its id, constructor kwargs (must pickle)
-            and the deadlines of reset, step and close: `ENV_TIMEOUT` past them), or an env id
-            alone (no kwargs, default deadlines).
+        env: the run's `ResolvedEnv` (its spec, constructor kwargs (must pickle) and the
+            deadlines of reset, step and close: `ENV_TIMEOUT` past them).
         size: the most env instances alive (and episodes running) at once.
         envs_per_worker: env instances one worker process serves at once (each on its own
             thread there); the pool runs `ceil(size / envs_per_worker)` workers.
     """
 
-    def __init__(
-        self, env: ResolvedEnv | EnvConfig | str, size: int = 8, envs_per_worker: int = 1
-    ) -> None:
+    def __init__(self, env: ResolvedEnv, size: int = 8, envs_per_worker: int = 1) -> None:
         if size < 1:
             raise ValueError(f"EnvPool size must be at least 1, got {size}")
         if envs_per_worker < 1:
             raise ValueError(f"EnvPool envs_per_worker must be at least 1, got {envs_per_worker}")
-        resolved = resolve_env(env)
-        self.env, self.spec = resolved.config, resolved.spec
+        self.env, self.spec = env.config, env.spec
         self.size = size
         self.envs_per_worker = min(envs_per_worker, size)
         self.num_workers = math.ceil(size / self.envs_per_worker)

@@ -139,11 +139,12 @@ def env_corpus(env_ids: Sequence[str] = DEFAULT_CORPUS_ENVS) -> list[str]:
     """Tokenizer text: a few built-in lines, then each env's corpus rendered in the Qwen3
     chat format (system prompts, tool specs, prompts, tool calls, tool results, answers), from
     the env's `corpus()` hook or, without one, its reset messages (`forge_agent.env.seam`)."""
+    from forge_agent.env.resolved import ResolvedEnv
     from forge_agent.env.seam import corpus_of
 
     texts: list[str] = list(_BUILTIN_CORPUS)
-    for env_id in env_ids:
-        for item in corpus_of(env_id):
+    for env_id in env_ids:  # names read from the model's recipe: resolved here, once each
+        for item in corpus_of(ResolvedEnv.of(env_id)):
             texts.append(item if isinstance(item, str) else _render_text(*item))
     return texts
 

@@ -22,6 +22,7 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
+from forge_agent.env.resolved import ResolvedEnv
 from forge_agent.types import Message, SeatStart, Status
 
 __all__ = ["CHECK_ANSWER", "CheckedEpisode", "EpisodeCheck", "check_episodes", "play_check_episode"]
@@ -128,10 +129,10 @@ class EpisodeCheck:
 
 
 def check_episodes(
-    cfg: Any, train: list[dict[str, Any]], held_out: list[dict[str, Any]]
+    cfg: Any, env: ResolvedEnv, train: list[dict[str, Any]], held_out: list[dict[str, Any]]
 ) -> EpisodeCheck:
-    """Each task of `train` and of `held_out` played once, in an env worker built from
-    `cfg.env`."""
+    """Each task of `train` and of `held_out` played once, in an env worker built from `env`
+    (`cfg.env` as `check_setup` resolved it)."""
     from forge_agent.env.registry import is_agent_program
     from forge_agent.env.worker import EnvPool
 
@@ -143,7 +144,7 @@ def check_episodes(
 
     async def play() -> list[CheckedEpisode]:
         played = []
-        async with EnvPool(cfg.env, size=1) as pool:
+        async with EnvPool(env, size=1) as pool:
             for split, tasks in (("train", train), ("held-out", held_out)):
                 for task in tasks:
                     played.append(

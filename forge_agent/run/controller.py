@@ -36,7 +36,7 @@ from forge_agent.run.recovery import Recovery
 from forge_agent.run.rollouts import Engines, build_run_engines, evaluate_policy, record_episode
 from forge_agent.run.services import Services
 from forge_agent.run.signals import cancel_on_signals, python_handlers, raise_if_cancelled
-from forge_agent.run.stop_causes import check_start_signal
+from forge_agent.run.stop_causes import check_start_signal, warm_start_kind
 from forge_agent.run.supervision import ServiceFailed, ServiceRestarted
 from forge_agent.types import Group
 
@@ -84,7 +84,7 @@ class Controller:
         self.tasks = Curriculum(env)  # so do a bad env, dataset or task
         self.eval_tasks = eval_tasks(env, cfg.eval.num_tasks) if cfg.eval.every else []
         with python_handlers():  # the warm start blocks this thread for minutes
-            self.policy_path = policy_model(cfg)
+            self.policy_path = policy_model(cfg, env)
         print(f"[setup] policy: {self.policy_path}", flush=True)
         self.services = Services(
             cfg, self.policy_path, self._trainer_restarted, self._generator_restarted, env=env
@@ -287,7 +287,8 @@ class Controller:
         self.metrics.flush(self.step, progress=False)  # at its own step, not on step 1's
         if self.step == 0:
             params = parameter_count(self.policy_path)
-            check_start_signal(self.evals[0], self.cfg, params, errors=self.eval_errors)
+            taught = warm_start_kind(self.cfg, self.env)
+            check_start_signal(self.evals[0], self.cfg, params, self.eval_errors, taught)
 
     async def _evaluate(self) -> None:
         """Held-out tasks at `eval.temperature`, no training groups started meanwhile."""

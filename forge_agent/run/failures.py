@@ -32,14 +32,19 @@ __all__ = ["failed_part", "failure_summary", "last_checkpoint", "run_failed"]
 
 
 def failed_part(
-    exc: BaseException, cfg: Any, counts: Mapping[str, int], errors: Mapping[str, str]
+    exc: BaseException,
+    cfg: Any,
+    counts: Mapping[str, int],
+    errors: Mapping[str, str],
+    warm_start: str | None = None,
 ) -> tuple[str, str]:
     """(the failing part, its error) for `exc`, raised out of a run of `cfg` whose training
     episodes ended with `counts` (`status/<status>` -> n) and `errors` (status -> last error
     text). A `NoTrainingSignal` is named by how the dropped groups' episodes ended
     (`exc.statuses`; else, when most were lost to failures, the infra statuses of `counts`)
     when most did not end `ok`: the status, its last error text and its fix
-    (`stop_causes.episode_cause`)."""
+    (`stop_causes.episode_cause`). `warm_start`: what the warm start taught
+    (`stop_causes.warm_start_kind`; None: unknown)."""
     if isinstance(exc, ServiceFailed | ServiceRestarted):
         return f"{exc.service} service", f"{type(exc).__name__}: {exc}"
     env = f"env {cfg.env.id!r}"
@@ -59,7 +64,7 @@ def failed_part(
             return part, f"{cause} ({stopped})"
         # the episodes ran and ended normally; their rewards gave no signal
         error = f"{type(exc).__name__}: {_first_line(exc)}"
-        advice = teaching_help(cfg, warm_start_kind(cfg))
+        advice = teaching_help(cfg, warm_start or "unknown")
         return (
             f"training on {env}",
             f"{error} What would help first: {advice}." if advice else error,
@@ -120,7 +125,9 @@ async def last_checkpoint(controller: Any, exc: BaseException) -> str:
 async def run_failed(controller: Any, exc: BaseException) -> RunFailed:
     """`exc` out of `controller.run()` as a `RunFailed` (raise it `from exc`), after a last
     checkpoint attempt; the controller is shut down afterwards (`train`'s `finally`)."""
-    part, error = failed_part(exc, controller.cfg, controller.counts, controller.errors)
+    env = getattr(controller, "env", None)  # None: the run failed before resolving it
+    taught = warm_start_kind(controller.cfg, env) if isinstance(exc, NoTrainingSignal) else None
+    part, error = failed_part(exc, controller.cfg, controller.counts, controller.errors, taught)
     checkpoint = await last_checkpoint(controller, exc)
     out = getattr(controller, "out", None)
     traces = out / "traces.jsonl" if out is not None else None

@@ -24,7 +24,6 @@ from forge_agent.run.host_placement import LOCAL, SERVICES, HostsConfig
 from forge_agent.typed_config import check_field as _check
 
 if TYPE_CHECKING:
-    from forge_agent.env.config import EnvConfig
     from forge_agent.env.resolved import ResolvedEnv
 
 
@@ -285,7 +284,7 @@ class Placement:
             "job; cross-host weights need the trainer on a `workers` mesh or on this host"
         )
 
-    async def env_pool(self, env: ResolvedEnv | EnvConfig) -> Any:
+    async def env_pool(self, env: ResolvedEnv) -> Any:
         """The run's env workers (``env``: the run's env, resolved): an ``EnvPool`` of
         subprocesses of this process, or, with ``hosts.services.env`` naming a host mesh, a
         pool inside an ``EnvPoolActor`` on that mesh's first host (``RemoteEnvs``)."""

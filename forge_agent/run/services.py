@@ -1,6 +1,6 @@
 """The run's services: what the driver calls, built, restarted and stopped here.
 
-    services = Services(cfg, policy_path, on_trainer_restart, on_generator_restart)
+    services = Services(cfg, policy_path, on_trainer_restart, on_generator_restart, env)
     await services.start(meshes)     weight store, env workers, then trainer ranks, vLLM generator
                                      replicas and reward actors started together, each on its
                                      host mesh (`run.placement`, `run.host_placement`)
@@ -125,10 +125,10 @@ class Services:
         policy_path: Path | str,
         on_trainer_restart: RestartHook,
         on_generator_restart: RestartHook,
-        env: ResolvedEnv | None = None,
+        env: ResolvedEnv,
     ) -> None:
         self.cfg = cfg
-        self.env = env if env is not None else ResolvedEnv.of(cfg.env)  # the env workers' env
+        self.env = env  # `cfg.env` as the driver resolved it: the env workers' env
         self.policy_path = str(policy_path)
         self.on_trainer_restart = on_trainer_restart
         self.on_generator_restart = on_generator_restart

@@ -1,7 +1,7 @@
 """Checks of a run's inputs that need no actor: the env, its tasks, the model, prompt lengths.
 
     report = check_setup(cfg)             # raises a SetupError naming the input and the fix
-    warning = check_prompt_lengths(env_id, env_kwargs, tasks, renderer, max_total_tokens)
+    warning = check_prompt_lengths(env, tasks, renderer, max_total_tokens)
 
 `check_setup` is what `python -m apps.agent.main --check` runs, and what the app runs before
 it starts anything, so a bad env id, env module, `env.kwargs`, data file or model name fails in
@@ -14,13 +14,12 @@ would end `prompt_too_long` without a single sampled token).
 from __future__ import annotations
 
 import itertools
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from forge_agent.env.registry import EnvSpec, as_spec
-from forge_agent.env.resolved import ResolvedEnv, resolve_env
+from forge_agent.env.resolved import ResolvedEnv
 from forge_agent.env.sources import EnvSetupError
 from forge_agent.errors import SetupError
 
@@ -43,7 +42,7 @@ PROMPT_SAMPLE = 256
 class SetupReport:
     """What `check_setup` found: task counts, the model folder and the tasks it loaded."""
 
-    env_id: str
+    env: ResolvedEnv  # `cfg.env`, resolved once: what `--check` plays
     task_source: str
     train_tasks: list[dict[str, Any]] = field(default_factory=list)  # up to PROMPT_SAMPLE
     eval_tasks: list[dict[str, Any]] = field(default_factory=list)
@@ -53,29 +52,27 @@ class SetupReport:
         """A short human summary, one line per input."""
         model = str(self.model) if self.model is not None else "tiny (built locally)"
         return [
-            f"env {self.env_id!r}: tasks from {self.task_source} ({len(self.train_tasks)} train "
+            f"env {self.env.id!r}: tasks from {self.task_source} ({len(self.train_tasks)} train "
             f"tasks read, {len(self.eval_tasks)} eval tasks)",
             f"model: {model}",
         ]
 
 
-def build_env(env_id: str | EnvSpec, env_kwargs: Mapping[str, Any]) -> Any:
-    """An instance of `env_id` (or of its resolved spec) built with `env_kwargs`, here.
+def build_env(env: ResolvedEnv) -> Any:
+    """An instance of `env` built with its `env.kwargs`, here.
 
     A constructor that refuses the arguments (`TypeError`, `ValueError`, `KeyError`: most often
     `env.kwargs` meant for another env) raises `EnvSetupError` naming the env and the kwargs.
     """
-    spec = as_spec(env_id)
-    env_id = spec.env_id
+    spec, kwargs = env.spec, env.kwargs
     spec.factory()  # an env module that does not import fails here, named
-    kwargs = dict(env_kwargs)
     try:
-        return spec.make(**kwargs)
+        return env.make()
     except EnvSetupError:  # the env named the problem itself (an unknown task, a bad key)
         raise
     except (TypeError, ValueError, KeyError) as exc:
         raise EnvSetupError(
-            env_id,
+            env.id,
             f"entry point {spec.entry_point!r}",
             f"cannot be built with env.kwargs={kwargs}: {type(exc).__name__}: {exc} "
             "(set env.kwargs to this env's constructor arguments, e.g. env.kwargs={})",
@@ -92,28 +89,12 @@ def check_setup(cfg: Any) -> SetupReport:
     """
     from forge_agent.env.tasks import load_tasks, task_source
 
-    resolved = resolve_env(cfg.env)
-    env, spec = resolved.config, resolved.spec
-    build_env(spec, env.kwargs)  # only to check the constructor: nothing is started
-    source = task_source(spec, dict(env.kwargs), env.dataset, env.fields)
-    train = load_tasks(
-        spec,
-        "train",
-        PROMPT_SAMPLE,
-        env.train_seed,
-        dict(env.kwargs),
-        dataset=env.dataset,
-        fields=env.fields,
-    )
-    evals = load_tasks(
-        spec,
-        "eval",
-        cfg.eval.num_tasks,
-        env.eval_seed,
-        dict(env.kwargs),
-        dataset=env.dataset,
-        fields=env.fields,
-    )
+    resolved = ResolvedEnv.of(cfg.env)  # setup: the one lookup of env.id here
+    env = resolved.config
+    build_env(resolved)  # only to check the constructor: nothing is started
+    source = task_source(resolved)
+    train = load_tasks(resolved, "train", PROMPT_SAMPLE, env.train_seed)
+    evals = load_tasks(resolved, "eval", cfg.eval.num_tasks, env.eval_seed)
     check_run_choices(cfg, resolved)
     model = None
     if cfg.model.name != "tiny":
@@ -121,7 +102,7 @@ def check_setup(cfg: Any) -> SetupReport:
 
         model = resolve_model(cfg.model.name, dtype=cfg.model.storage_dtype)
     check_lora(cfg, model)
-    return SetupReport(env.id, source.describe(), train, evals, model)
+    return SetupReport(resolved, source.describe(), train, evals, model)
 
 
 class LoraSetupError(SetupError):
@@ -216,8 +197,7 @@ def prompt_length_warning(
 
 
 def check_prompt_lengths(
-    env_id: str,
-    env_kwargs: Mapping[str, Any],
+    env: ResolvedEnv,
     tasks: Sequence[dict[str, Any]],
     renderer: Any,
     max_total_tokens: int,
@@ -230,7 +210,7 @@ def check_prompt_lengths(
     Envs without a `prompt(task)` hook, or whose prompt or tools exist only after a reset, are
     not checked (None).
     """
-    env = build_env(env_id, env_kwargs)
+    env_id, env = env.id, build_env(env)
     prompt = getattr(env, "prompt", None)
     if not callable(prompt) or not tasks:
         return None
@@ -246,18 +226,16 @@ def check_prompt_lengths(
     return prompt_length_warning(lengths, max_total_tokens, f"{env_id} tasks")
 
 
-def check_run_choices(cfg: Any, resolved: ResolvedEnv | None = None) -> None:
+def check_run_choices(cfg: Any, resolved: ResolvedEnv) -> None:
     """Choices the env must support, refused before any actor starts: `advantages.turn_credit:
     gigpo` needs an env with `state_key()`; `env.curriculum` needs a kwarg the env takes and
     levels it accepts (`forge_agent.env.curriculum.check_curriculum`). `resolved`: `cfg.env`
-    resolved (None: resolved here)."""
+    as the driver resolved it."""
     from forge_agent.env.curriculum import check_curriculum
 
     env = cfg.env
-    if resolved is None and not env.is_agent_program:
-        resolved = _resolve_or_none(env)
     if cfg.advantages.turn_credit == "gigpo" and not env.is_agent_program:
-        built = build_env(resolved.spec if resolved else env.id, env.kwargs)
+        built = build_env(resolved)
         if not callable(getattr(built, "state_key", None)):
             raise EnvSetupError(
                 env.id,
@@ -266,31 +244,21 @@ def check_run_choices(cfg: Any, resolved: ResolvedEnv | None = None) -> None:
                 "state they start from; give the env a `state_key(self) -> str`, or set "
                 "advantages.turn_credit to none or discounted",
             )
-    check_curriculum(resolved or env)
+    check_curriculum(resolved)
     check_env_seats(cfg, resolved)
-    check_timeout_layers(resolved or env)
+    check_timeout_layers(resolved)
 
 
-def _resolve_or_none(env: Any) -> ResolvedEnv | None:
-    """`env` resolved, or None when its id is unknown (the check that needs it names it)."""
-    try:
-        return resolve_env(env)
-    except EnvSetupError:
-        return None
-
-
-def check_timeout_layers(env: Any) -> None:
+def check_timeout_layers(resolved: ResolvedEnv) -> None:
     """Timeouts in layers, tool < grader < step: a tool call that runs past its deadline comes
     back to the policy as an error observation, graded code that loops fails its tests, both
     inside `env.step_timeout_s` (a step past it is the policy's `policy_timeout`). Reads the env
-    class's `tool_timeout_s` and `grader_timeout_s`; refuses a config that inverts them.
-    `env`: an `EnvConfig` or its `ResolvedEnv`."""
-    resolved = env if isinstance(env, ResolvedEnv) else None
-    env = resolved.config if resolved is not None else env
+    class's `tool_timeout_s` and `grader_timeout_s`; refuses a config that inverts them."""
+    env = resolved.config
     if env.is_agent_program:
         return
     try:
-        env_class = (resolved or resolve_env(env)).factory()
+        env_class = resolved.factory()
     except Exception:  # an env that cannot load fails later, naming itself
         return
     layers = [
@@ -325,11 +293,10 @@ def check_colocation_device(colocate: str) -> None:
         )
 
 
-def check_env_seats(cfg: Any, resolved: ResolvedEnv | None = None) -> dict[str, Any]:
+def check_env_seats(cfg: Any, resolved: ResolvedEnv) -> dict[str, Any]:
     """`env.seats` against the seats the env declares (every seat has a player, none unknown,
     snapshots the weight store keeps); a multi-seat env without `env.seats` is refused too.
-    The parsed player specs ({} for a one-seat env). `resolved`: `cfg.env` resolved (None:
-    resolved here)."""
+    The parsed player specs ({} for a one-seat env). `resolved`: `cfg.env` as resolved."""
     from forge_agent.env.protocol import env_seats
     from forge_agent.rollout.players import check_seats
 
@@ -338,7 +305,7 @@ def check_env_seats(cfg: Any, resolved: ResolvedEnv | None = None) -> dict[str, 
         declared: tuple[str, ...] = ()
     else:
         try:
-            declared = env_seats((resolved or resolve_env(env)).factory())
+            declared = env_seats(resolved.factory())
         except Exception:  # an env that cannot load fails later, naming itself
             return {}
     if not declared and not env.seats:

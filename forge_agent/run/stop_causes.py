@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from forge_agent.env.resolved import ResolvedEnv
 from forge_agent.errors import SetupError
 
 __all__ = [
@@ -169,7 +170,7 @@ def check_start_signal(
     the same. The cause is named: when most episodes did not end `ok`, their status and the
     key that fixes it (`status_cause`, with the first error text of `errors`); else what would
     help, by the evidence (`_model_cause`): the token budget when turns fill it, demonstrations
-    when the warm start (`warm_start`: `warm_start_kind`, computed when None) did not show the
+    when the warm start (`warm_start`: `warm_start_kind`; None: unknown) did not show the
     env's solved tasks, and only then the model, named with its size (`model_params`, e.g.
     HumanEval for the CPU default's 2.9 M parameters).
     Raises `SetupError`; with fewer than `MIN_START_EPISODES` episodes, or with a difficulty
@@ -200,17 +201,20 @@ def check_start_signal(
     _stop_or_warn(message, scored, cfg)
 
 
-def warm_start_kind(cfg: Any) -> str:
+def warm_start_kind(cfg: Any, env: ResolvedEnv | None) -> str:
     """What the run's warm start taught: "off" (`warm_start.enabled=false` or no steps),
     "demonstrations" (the env's own), "tool schemas" (calls sampled from its tools' schemas:
     the call format, not the task), "none" (no demonstrations and no tools: skipped), or
-    "unknown" (the env's hooks raised)."""
+    "unknown" (the env's hooks raised, or the run failed before `env`, `cfg.env` resolved,
+    existed)."""
     from forge_agent.warm_start import demonstration_source
 
     if not cfg.warm_start.enabled or cfg.warm_start.steps <= 0:
         return "off"
+    if env is None:
+        return "unknown"
     try:
-        return demonstration_source(cfg.env.id, dict(cfg.env.kwargs)) or "none"
+        return demonstration_source(env) or "none"
     except Exception:
         return "unknown"
 
@@ -245,7 +249,7 @@ def _model_cause(
     model = f"model.name={cfg.model.name}"
     if model_params:
         model += f", {model_params / 1e6:.1f} M parameters"
-    kind = warm_start or warm_start_kind(cfg)
+    kind = warm_start or "unknown"
     never_called = bool(
         metrics.get("eval/tools_offered") and metrics.get("eval/tool_call_rate", 0.0) == 0.0
     )

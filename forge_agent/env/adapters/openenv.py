@@ -36,7 +36,7 @@ from types import SimpleNamespace
 from typing import Any, Self
 
 from forge_agent.env.protocol import AgentEnv, message_text
-from forge_agent.env.registry import make_env
+from forge_agent.env.resolved import ResolvedEnv
 from forge_agent.env.seam import env_demonstrations
 from forge_agent.env.sources import Split, holdout
 from forge_agent.types import Message, StepResult, ToolSpec
@@ -125,8 +125,8 @@ def _openenv() -> SimpleNamespace:
 def _factory(
     env: str | Callable[[], AgentEnv], env_kwargs: dict[str, Any]
 ) -> Callable[[], AgentEnv]:
-    if isinstance(env, str):
-        return functools.partial(make_env, env, **env_kwargs)
+    if isinstance(env, str):  # the id this server serves: resolved once, here
+        return ResolvedEnv.of(env, kwargs=env_kwargs).make
     return functools.partial(env, **env_kwargs) if env_kwargs else env
 
 
