@@ -80,9 +80,7 @@ class Session:
     history: TokenHistory = field(init=False)  # the recording; its prompt: the last one sent
     pending_turn: Turn | None = None
     pending: list[Candidate] = field(default_factory=list)  # choices of the last request
-    stats: dict[str, int] = field(
-        default_factory=lambda: {"requests": 0, "history_rewrites": 0, "bridge_fallbacks": 0}
-    )
+    stats: dict[str, int] = field(default_factory=lambda: {"requests": 0, "history_rewrites": 0})
 
     def __post_init__(self) -> None:
         self.history = TokenHistory(self.trajectory)
@@ -99,11 +97,10 @@ class Session:
             candidate, prefix_len = chosen
             new_messages = messages[prefix_len:]
             sampled = candidate.completion.token_ids[: candidate.cut]
-            bridged = self.history.bridge(renderer, new_messages, tools, completion=sampled)
+            bridged = self.history.next_prompt(renderer, new_messages, tools, completion=sampled)
             if bridged is not None:
                 start = len(self.history.prompt) + len(sampled)
                 return Turn(bridged, bridged[start:], False, normalized, tools)
-            self.stats["bridge_fallbacks"] += 1
         context = renderer.render_prompt(messages, tools)
         rewrite = bool(self.messages) and chosen is None
         return Turn(context, context, True, normalized, tools, rewrite=rewrite)
@@ -162,7 +159,6 @@ class Session:
         traj.status = status
         traj.info["endpoint_requests"] = self.stats["requests"]
         traj.info["history_rewrites"] = self.stats["history_rewrites"]
-        traj.info["bridge_fallbacks"] = self.stats["bridge_fallbacks"]
         traj.timings["session_s"] = time.monotonic() - self.created
         return traj
 

@@ -1,7 +1,7 @@
 """The multi-turn rollout engine: episodes as independent async tasks, grouped per task.
 
 One episode (token-in/token-out, every token accounted for; the loop is
-`forge_agent.rollout.episode.play`, the token record `forge_agent.rollout.history`):
+`forge_agent.rollout.episode.Episode`, the token record `forge_agent.rollout.history`):
 
     env.reset(task, seed) -> messages, tools -> render prompt ids
     loop: generate(prompt ids) -> completion ids, logprobs, version
@@ -27,7 +27,7 @@ from typing import Any, Protocol
 
 from forge_agent.generator.config import SamplingConfig
 from forge_agent.rollout.config import RolloutConfig
-from forge_agent.rollout.episode import play
+from forge_agent.rollout.episode import Episode
 from forge_agent.rollout.game import SOLO, START_STATE, EpisodeContext, GenerateFn, Seat, SoloGame
 from forge_agent.rollout.renderer import ChatRenderer
 from forge_agent.types import Group, Message, Status, StepResult, ToolSpec, Trajectory
@@ -148,7 +148,7 @@ class RolloutEngine:
     ) -> None:
         """Play one episode of a one-seat env into `traj` (agent programs play otherwise)."""
         seats = {SOLO: Seat(SOLO, traj=traj)}
-        await play(self.episode_context(), SoloGame(env), seats, task, seed, sampling_seed)
+        await Episode(self.episode_context(), SoloGame(env), seats).play(task, seed, sampling_seed)
 
     async def run_game(
         self,
@@ -162,18 +162,18 @@ class RolloutEngine:
         assert self.players, "run_game needs players (env.seats)"
         episode_id = uuid.uuid4().hex[:10]
         labels = {s: "policy" if p is None else p.label for s, p in self.players.items()}
-        seats = {s: Seat(s, player=p) for s, p in self.players.items()}
-        for seat in seats.values():
-            if seat.player is None:
+        seats = {}
+        for name, player in self.players.items():
+            traj = None
+            if player is None:  # a policy seat: it writes a trajectory
                 traj = Trajectory(task_id=str(task.get("task_id", "task")), group_id=group_id)
-                traj.info.update(seat=seat.name, episode_id=episode_id, players=labels)
-                traj.adapter = _seat_adapter(self.adapter_field, seat.name, task)
-                seat.traj = traj
-                seat.__post_init__()
+                traj.info.update(seat=name, episode_id=episode_id, players=labels)
+                traj.adapter = _seat_adapter(self.adapter_field, name, task)
+            seats[name] = Seat(name, player=player, traj=traj)
         trajs = [s.traj for s in seats.values() if s.traj is not None]
 
         async def body(env: Any) -> None:
-            await play(self.episode_context(), env, seats, task, seed, sampling_seed)
+            await Episode(self.episode_context(), env, seats).play(task, seed, sampling_seed)
 
         await self._with_env(trajs, body, finish=False)
         # a seat the game ended before it moved (the opponent forfeited) has nothing to train
@@ -221,6 +221,7 @@ class RolloutEngine:
         `on_trajectory`."""
         traj.reward = sum(traj.reward_components.values())
         self.stats["episodes"] += 1
+        self.stats["bridge_fallbacks"] += traj.info.get("bridge_fallbacks", 0)
         if self.on_trajectory is not None:
             self.on_trajectory(traj)
         return traj

@@ -108,26 +108,24 @@ class TokenHistory:
             return None
         return renderer.bridge(self.prompt, sampled, new_messages, tools)
 
-    def receive(
+    def next_prompt(
         self,
         renderer: ChatRenderer,
-        messages: list[Message],
         new_messages: list[Message],
         tools: list[ToolSpec] | None,
-    ) -> bool:
-        """The policy receives `new_messages` (the env's answer, already in `messages`, the
-        whole conversation it sees): bridged append-only onto the history, or, when the
-        renderer cannot, a full render of `messages` as a new segment. True when it bridged.
-        Raises what the renderer raises on the full render."""
+        completion: Sequence[int] | None = None,
+    ) -> list[int] | None:
+        """The bridge-or-render decision, made here for every producer (an episode's seat, an
+        endpoint session): the next prompt bridged append-only (`bridge`), or None when a full
+        render must start a new segment. A renderer that raises counts as one that cannot
+        bridge (`traj.info["bridge_error"]`); each None counts one `bridge_fallbacks` in
+        `traj.info`, the one place it is kept. Records no tokens."""
         try:
-            bridged = self.bridge(renderer, new_messages, tools)
+            bridged = self.bridge(renderer, new_messages, tools, completion)
         except Exception as exc:  # fall back to a full render, noted
             self.traj.info["bridge_error"] = repr(exc)[:300]
             bridged = None
-        if bridged is not None:
-            self.extend_to(bridged)
-            return True
-        self.start_segment(renderer.render_prompt(messages, tools))
-        info = self.traj.info
-        info["bridge_fallbacks"] = info.get("bridge_fallbacks", 0) + 1
-        return False
+        if bridged is None:
+            info = self.traj.info
+            info["bridge_fallbacks"] = info.get("bridge_fallbacks", 0) + 1
+        return bridged
