@@ -26,17 +26,17 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from forge_agent.env.resolved import ResolvedEnv
-from forge_agent.env.seam import (
+from forge_agent.env.demonstrations import (
     demonstrations_of,
     demonstrations_origin,
     schema_demonstrations,
 )
+from forge_agent.env.resolved import ResolvedEnv
 from forge_agent.env.sources import EnvSetupError
 from forge_agent.rollout.config import RolloutConfig
 from forge_agent.rollout.history import TokenHistory
 from forge_agent.rollout.renderer import ChatRenderer
-from forge_agent.tool_schema import ToolSchemaError
+from forge_agent.tools.schema import ToolSchemaError
 from forge_agent.types import Message, ToolSpec, Trajectory
 
 logger = logging.getLogger(__name__)

@@ -64,7 +64,7 @@ def project_cuda_calls() -> Iterator[list[str]]:
 
 async def _start_and_generate(model: str) -> None:
     from forge_agent.generator import GeneratorConfig, SamplingConfig
-    from forge_agent.generator.engine import VLLMEngine
+    from forge_agent.generator.vllm_engine import VLLMEngine
 
     engine = VLLMEngine(GeneratorConfig(), model)
     await engine.start()

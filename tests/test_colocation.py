@@ -161,7 +161,7 @@ def test_a_sleeping_engine_serves_no_request_until_its_kv_cache_wakes(tiny_model
     the weights' wake-up and starts once the KV cache is back; waking what is awake does
     nothing."""
     from forge_agent.generator import GeneratorConfig, SamplingConfig
-    from forge_agent.generator.engine import VLLMEngine
+    from forge_agent.generator.vllm_engine import VLLMEngine
 
     async def run() -> tuple[list[int], list[str]]:
         engine = VLLMEngine(GeneratorConfig(), str(tiny_model_path), colocate="standin")

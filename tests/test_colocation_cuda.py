@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from forge_agent.generator import GeneratorConfig, SamplingConfig
-from forge_agent.generator.engine import VLLMEngine
+from forge_agent.generator.vllm_engine import VLLMEngine
 from forge_agent.models.tiny import TinyModelConfig, ensure_tiny_model
 from forge_agent.types import Trajectory
 from forge_agent.weights.device_slots import DeviceSlots

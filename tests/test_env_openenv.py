@@ -116,7 +116,7 @@ def test_a_url_envs_warm_start_is_cached_under_the_served_env_not_the_url(
 def test_a_server_that_does_not_serve_demonstrations_leaves_the_url_as_the_cache_key(
     tmp_path,
 ) -> None:
-    from forge_agent.env.seam import demonstrations_origin
+    from forge_agent.env.demonstrations import demonstrations_origin
 
     server = serve_openenv(NoDemosEnv, port=0, block=False)
     assert server is not None

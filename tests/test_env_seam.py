@@ -485,7 +485,7 @@ class _TaskToolsEnv(forge_agent.env.ToolEnv):
 
 
 def test_demonstrations_of_an_env_whose_tools_need_its_task_get_them_from_a_reset():
-    from forge_agent.env.seam import env_demonstrations
+    from forge_agent.env.demonstrations import env_demonstrations
 
     convos = env_demonstrations(_TaskToolsEnv(), 3, 0, 1.0)
     assert len(convos) == 3

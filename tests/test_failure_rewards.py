@@ -11,9 +11,9 @@ from importlib.metadata import entry_points
 import pytest
 
 from forge_agent.env import EnvConfig, make_env
+from forge_agent.env.pool import EnvPool
 from forge_agent.env.resolved import ResolvedEnv
 from forge_agent.env.tasks import load_tasks
-from forge_agent.env.worker import EnvPool
 from forge_agent.evaluation import evaluate
 from forge_agent.types import Completion, Status
 

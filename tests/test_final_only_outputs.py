@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from forge_agent.generator import GeneratorConfig, SamplingConfig
-from forge_agent.generator.engine import VLLMEngine
 from forge_agent.generator.engine_args import GeneratorError
+from forge_agent.generator.vllm_engine import VLLMEngine
 
 
 def test_with_final_only_outputs_an_interrupted_request_continues_on_the_new_weights(

@@ -17,9 +17,9 @@ LAYERS: list[set[str]] = [
     {"warm_start", "evaluation", "endpoint"},  # programs over the engines
     {"rollout"},  # episodes: rendering, the engine
     {"generator", "models"},  # the policy's sampler and the models
-    {"env", "mcp"},  # environments, their workers and tasks
-    {"trainer", "toolset"},  # the trainer; tools bound to an env
-    {"algorithms", "weights", "observability", "rewards", "tool_schema"},
+    {"env"},  # environments, their tasks and the env pool
+    {"trainer", "tools"},  # the trainer; tools, their schemas and MCP servers' tools
+    {"algorithms", "weights", "observability", "rewards"},
     {"runtime", "sandbox", "typed_config", "types", "lazy", "worker", "errors"},  # leaves
 ]
 

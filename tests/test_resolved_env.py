@@ -113,7 +113,7 @@ def test_an_env_that_is_already_resolved_is_not_resolved_again() -> None:
 RESOLVES_IDS = {
     "env/registry.py": "env_spec and make_env themselves",
     "env/resolved.py": "ResolvedEnv.of",
-    "env/seam.py": "demonstrations_origin: the env an env's hook names",
+    "env/demonstrations.py": "demonstrations_origin: the env an env's hook names",
     "env/adapters/agent_gym.py": "GymnasiumAgentEnv(env_id): a user names the env to wrap",
     "env/adapters/openenv.py": "serve_openenv(env_id): the env a server serves",
     "endpoint/agents.py": "an agent program's tasks_from, resolved once",

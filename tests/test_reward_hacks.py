@@ -17,8 +17,8 @@ import pytest
 
 from forge_agent.algorithms.advantages import compute_advantages
 from forge_agent.env import EnvConfig
+from forge_agent.env.pool import EnvPool
 from forge_agent.env.resolved import ResolvedEnv
-from forge_agent.env.worker import EnvPool
 from forge_agent.evaluation import evaluate
 from forge_agent.rewards import RewardComponent, Rubric
 from forge_agent.types import Completion, Group, Status, Trajectory

@@ -15,8 +15,8 @@ import pytest
 
 from forge_agent.algorithms.advantages import compute_advantages
 from forge_agent.env import EnvConfig
+from forge_agent.env.pool import EnvPool
 from forge_agent.env.resolved import ResolvedEnv
-from forge_agent.env.worker import EnvPool
 from forge_agent.observability.traces import TraceWriter, read_traces
 from forge_agent.rewards.build import build_rubric
 from forge_agent.types import Completion, Group, Status, Trajectory

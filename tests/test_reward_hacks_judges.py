@@ -18,10 +18,10 @@ from pathlib import Path
 import pytest
 
 from forge_agent.env import EnvConfig
+from forge_agent.env.pool import EnvPool
 from forge_agent.env.protocol import step_failure
 from forge_agent.env.resolved import ResolvedEnv
 from forge_agent.env.tasks import load_tasks
-from forge_agent.env.worker import EnvPool
 from forge_agent.sandbox.judge import JudgeError, JudgeTimeout
 from forge_agent.types import Completion, Status
 from tests import sandboxed_scorers

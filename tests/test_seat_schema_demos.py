@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import textwrap
 
+from forge_agent.env.demonstrations import schema_demonstrations
 from forge_agent.env.resolved import ResolvedEnv
-from forge_agent.env.seam import schema_demonstrations
 
 GAME = """
 from forge_agent.env import SeatEnv

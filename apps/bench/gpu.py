@@ -96,7 +96,7 @@ def _sampling(args: argparse.Namespace, seed: int | None = None):
 
 
 async def section_engine(args: argparse.Namespace, folder: Path) -> dict[str, Any]:
-    from forge_agent.generator.engine import VLLMEngine
+    from forge_agent.generator.vllm_engine import VLLMEngine
 
     engine = VLLMEngine(generator_config(args), str(folder))
     await engine.start()
@@ -131,7 +131,7 @@ def section_llm(args: argparse.Namespace, folder: Path) -> dict[str, Any]:
 
 
 async def section_sync(args: argparse.Namespace, folder: Path) -> list[dict[str, Any]]:
-    from forge_agent.generator.engine import VLLMEngine
+    from forge_agent.generator.vllm_engine import VLLMEngine
     from forge_agent.trainer import Trainer, TrainerConfig
     from forge_agent.trainer.config import LoraConfig
     from forge_agent.weights.device_slots import DeviceSlots, HostLocks, device_of
@@ -216,7 +216,7 @@ def logprob_gap(trajs: list, trainer_lps: list) -> dict[str, float]:
 
 async def section_step(args: argparse.Namespace, folder: Path) -> list[dict[str, Any]]:
     from forge_agent.generator.config import on_cpu
-    from forge_agent.generator.engine import VLLMEngine
+    from forge_agent.generator.vllm_engine import VLLMEngine
     from forge_agent.trainer import Trainer, TrainerConfig
     from forge_agent.weights.device_slots import DeviceSlots, device_of
 

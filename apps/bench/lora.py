@@ -106,7 +106,7 @@ def worker(mode: str, settings: Settings) -> dict[str, Any]:
     from apps.bench.train_step import agent_trajectories
     from forge_agent.algorithms.losses import LossConfig
     from forge_agent.generator import GeneratorConfig
-    from forge_agent.generator.engine import VLLMEngine
+    from forge_agent.generator.vllm_engine import VLLMEngine
     from forge_agent.trainer import Trainer, TrainerConfig
     from forge_agent.trainer.config import LoraConfig
 

@@ -2,7 +2,7 @@
 
 The held-out reward a trained policy reaches means little without the reward of a policy that
 knows the call format and nothing of the task. This bench measures that reward exactly as a
-run's periodic evaluation measures the model's (`forge_agent.run.rollouts`): the same
+run's periodic evaluation measures the model's (`forge_agent.run.engines`): the same
 `eval.num_tasks` held-out tasks (`forge_agent.env.tasks.eval_tasks`), `eval.k` episodes a task
 with the same env seeds, env workers (`EnvPool`), rollout limits and rendering, scored by
 `forge_agent.evaluation.evaluate` with the env's own reward (an agent program's: its reward
@@ -12,9 +12,9 @@ function through the run's rubric, `agent_reward` only). Only the generate funct
 The random policy, each episode: `--min-calls` (1) to `--max-calls` turns, uniform (by default
 at most `rollout.max_turns - 1`, so the final answer still fits in the episode's turns), each
 one well-formed call of a tool chosen uniformly from the tools the prompt offers, its
-arguments sampled from the tool's JSON schema (`forge_agent.env.seam.sampled_call`: enum
+arguments sampled from the tool's JSON schema (`forge_agent.env.demonstrations.sampled_call`: enum
 values, small numbers, one to three words of the conversation); then a final answer, a word
-of the last tool output (`forge_agent.env.seam.final_answer`), as the warm start's schema
+of the last tool output (`forge_agent.env.demonstrations.final_answer`), as the warm start's schema
 demonstrations do. An env may end the episode sooner (a game over). A turn whose call does
 not fit the per-turn token cap is sampled again (up to 20 times), else cut at the cap as the
 generator would cut it.
@@ -47,8 +47,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from forge_agent.env.demonstrations import final_answer, sampled_call
 from forge_agent.env.resolved import ResolvedEnv
-from forge_agent.env.seam import final_answer, sampled_call
 from forge_agent.evaluation import EvalReport, evaluate
 from forge_agent.generator.config import SamplingConfig
 from forge_agent.run.config import AgentConfig
@@ -176,7 +176,7 @@ async def random_policy_report(
     engines (`build_engines`) and scored as a run's periodic evaluation scores them (an agent
     program: its reward function through the run's rubric, `agent_rubric_score`)."""
     from forge_agent.env.tasks import eval_tasks
-    from forge_agent.run.rollouts import build_engines
+    from forge_agent.run.engines import build_engines
 
     tasks = eval_tasks(env, num_tasks)
     engines = await build_engines(

@@ -335,7 +335,7 @@ async def bench_engine(store, hidden: int, layers: int, repeats: int) -> dict:
     import shutil
     import tempfile
 
-    from forge_agent.generator.engine import GeneratorConfig, VLLMEngine
+    from forge_agent.generator.vllm_engine import GeneratorConfig, VLLMEngine
 
     folder = Path(tempfile.mkdtemp(prefix="bench-weight-sync-"))
     sd = save_qwen3_model(hidden, layers, folder)

@@ -87,7 +87,7 @@ async def run_eval(
     from forge_agent.models.tiny import load_tokenizer
     from forge_agent.observability.traces import TraceWriter
     from forge_agent.rollout import ChatRenderer
-    from forge_agent.run.rollouts import build_engines
+    from forge_agent.run.engines import build_engines
 
     tasks = eval_tasks(env, cfg.eval.num_tasks)
     renderer = ChatRenderer(load_tokenizer(model_path), cfg.renderer)

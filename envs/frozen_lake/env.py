@@ -22,7 +22,7 @@ from gymnasium.envs.toy_text.frozen_lake import generate_random_map
 
 from forge_agent.env import Split, holdout
 from forge_agent.env.adapters.gymnasium import ACTION_NAMES, GymnasiumAgentEnv
-from forge_agent.env.seam import run_sync
+from forge_agent.env.demonstrations import run_sync
 from forge_agent.types import Message, ToolSpec
 
 __all__ = [

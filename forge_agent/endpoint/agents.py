@@ -101,7 +101,7 @@ class AgentProgramEnv:
     def demonstrations(self, n: int, seed: int, demo_fraction: float) -> list[Any]:
         """The demonstrations of the `tasks_from` env (the tasks and tools the program works
         with), for the warm start; [] when that env has none."""
-        from forge_agent.env.seam import demonstrations_of
+        from forge_agent.env.demonstrations import demonstrations_of
 
         if not self.tasks_from:
             return []

@@ -33,9 +33,8 @@ from forge_agent.endpoint.session import (
     SessionStore,
     normalize_message,
 )
-from forge_agent.generator.config import SamplingConfig
+from forge_agent.generator.config import GenerateFn, SamplingConfig
 from forge_agent.observability import metrics
-from forge_agent.rollout.engine import GenerateFn
 from forge_agent.rollout.renderer import ChatRenderer
 from forge_agent.types import Completion
 

@@ -27,7 +27,7 @@ from starlette.routing import Route
 
 from forge_agent.endpoint.app import Endpoint, EndpointConfig, error_body, sse_chunks
 from forge_agent.endpoint.session import Session, SessionError
-from forge_agent.rollout.engine import GenerateFn
+from forge_agent.generator.config import GenerateFn
 from forge_agent.rollout.renderer import ChatRenderer
 from forge_agent.types import Status, Trajectory
 

@@ -1,8 +1,9 @@
-"""Agent environments: the protocol (`protocol`) and its seam (`seam`: tasks, demonstrations,
-corpus), the config and registry (`config`, `registry`, `resolved`), tasks (`tasks`,
-`sources`, `curriculum`), env workers (`worker`, `remote_pool`), and in `adapters/` other
-ecosystems' envs: Gymnasium, OpenEnv, reasoning-gym (`reasoning_gym:<task>`), verifiers
-(`verifiers:<module>`) and TextArena (`textarena:<game>`).
+"""Agent environments: the protocol (`protocol`), the config and registry (`config`,
+`registry`, `resolved`), tasks (`tasks`, `sources`, `curriculum`), what an env teaches
+(`demonstrations`, `corpus`), the env pool and its worker processes (`pool`, `worker_process`,
+`remote_pool`), and in `adapters/` other ecosystems' envs: Gymnasium, OpenEnv, MCP servers
+(`MCPToolEnv`), reasoning-gym (`reasoning_gym:<task>`), verifiers (`verifiers:<module>`) and
+TextArena (`textarena:<game>`).
 
 Light to import (no torch, vLLM, gymnasium, openenv, reasoning-gym or verifiers); the adapters
 load on first use.
@@ -14,6 +15,7 @@ import importlib
 from typing import Any
 
 from forge_agent.env.config import EnvConfig
+from forge_agent.env.pool import EnvLease, EnvPool, EnvWorker
 from forge_agent.env.protocol import (
     AgentEnv,
     Env,
@@ -41,7 +43,6 @@ from forge_agent.env.sources import (
     holdout,
     in_eval_split,
 )
-from forge_agent.env.worker import EnvLease, EnvPool, EnvWorker
 
 __all__ = [
     "ENTRY_POINT_GROUP",
@@ -58,6 +59,7 @@ __all__ = [
     "EnvSpec",
     "EnvWorker",
     "GymnasiumAgentEnv",
+    "MCPToolEnv",
     "OpenEnvAgentEnv",
     "ReasoningGymEnv",
     "ResolvedEnv",
@@ -84,6 +86,7 @@ _LAZY = {
     "AgentGymEnv": "forge_agent.env.adapters.agent_gym",
     "GymnasiumAgentEnv": "forge_agent.env.adapters.gymnasium",
     "register_gymnasium_envs": "forge_agent.env.adapters.agent_gym",
+    "MCPToolEnv": "forge_agent.env.adapters.mcp",
     "OpenEnvAgentEnv": "forge_agent.env.adapters.openenv",
     "openenv_app": "forge_agent.env.adapters.openenv",
     "serve_openenv": "forge_agent.env.adapters.openenv",

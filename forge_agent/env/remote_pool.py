@@ -19,9 +19,9 @@ from typing import Any
 from monarch.actor import Actor, endpoint
 from monarch.actor.concurrent import concurrent_endpoint
 
+from forge_agent.env.pool import EnvLease, EnvPool
 from forge_agent.env.protocol import EnvFailure
 from forge_agent.env.resolved import ResolvedEnv
-from forge_agent.env.worker import EnvLease, EnvPool
 from forge_agent.types import Message, StepResult, ToolSpec
 
 

@@ -14,6 +14,6 @@ __getattr__ = lazy_exports(
     {
         "Generator": "forge_agent.generator.actor",
         "GeneratorError": "forge_agent.generator.engine_args",
-        "VLLMEngine": "forge_agent.generator.engine",
+        "VLLMEngine": "forge_agent.generator.vllm_engine",
     },
 )

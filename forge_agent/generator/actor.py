@@ -13,7 +13,7 @@ import torch
 from monarch.actor import Actor, endpoint
 from monarch.actor.concurrent import concurrent_endpoint
 
-from forge_agent.generator.engine import GeneratorConfig, SamplingConfig, VLLMEngine
+from forge_agent.generator.vllm_engine import GeneratorConfig, SamplingConfig, VLLMEngine
 from forge_agent.runtime.memory import trim_heap
 from forge_agent.trainer.config import LoraConfig
 from forge_agent.types import Completion

@@ -3,8 +3,11 @@ plain data: importing them loads neither torch nor vLLM."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+from forge_agent.types import Completion
 
 CPU_BLOCK_SIZE = 32
 """The smallest KV block vLLM's CPU attention takes (its default there is 128)."""
@@ -153,6 +156,11 @@ class SamplingConfig:
     prompt_logprobs: bool = False
     ignore_eos: bool = False  # keep sampling past end-of-sequence (benchmarks, tests)
     adapter: str | None = None  # the LoRA adapter that samples (trainer.lora.adapters; None: first)
+
+
+GenerateFn = Callable[[list[int], SamplingConfig, str], Awaitable[Completion]]
+"""The policy as a function: (prompt ids, sampling, session id) -> a completion. The generator
+actor, a router over replicas, an in-process engine and a scripted policy all are one."""
 
 
 def on_cpu() -> bool:

@@ -138,9 +138,9 @@ def default_cache_dir() -> Path:
 def env_corpus(env_ids: Sequence[str] = DEFAULT_CORPUS_ENVS) -> list[str]:
     """Tokenizer text: a few built-in lines, then each env's corpus rendered in the Qwen3
     chat format (system prompts, tool specs, prompts, tool calls, tool results, answers), from
-    the env's `corpus()` hook or, without one, its reset messages (`forge_agent.env.seam`)."""
+    the env's `corpus()` hook or, without one, its reset messages (`forge_agent.env.demonstrations`)."""
+    from forge_agent.env.corpus import corpus_of
     from forge_agent.env.resolved import ResolvedEnv
-    from forge_agent.env.seam import corpus_of
 
     texts: list[str] = list(_BUILTIN_CORPUS)
     for env_id in env_ids:  # names read from the model's recipe: resolved here, once each

@@ -25,7 +25,7 @@ __getattr__ = lazy_exports(
     {
         "ChatRenderer": "forge_agent.rollout.renderer",
         "EnvSource": "forge_agent.rollout.engine",
-        "GenerateFn": "forge_agent.rollout.engine",
+        "GenerateFn": "forge_agent.generator.config",
         "LocalEnvs": "forge_agent.rollout.engine",
         "RendererConfig": "forge_agent.rollout.renderer",
         "RolloutEngine": "forge_agent.rollout.engine",

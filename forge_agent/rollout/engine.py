@@ -25,14 +25,14 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from typing import Any, Protocol
 
-from forge_agent.generator.config import SamplingConfig
+from forge_agent.generator.config import GenerateFn, SamplingConfig
 from forge_agent.rollout.config import RolloutConfig
 from forge_agent.rollout.episode import Episode
-from forge_agent.rollout.game import SOLO, START_STATE, EpisodeContext, GenerateFn, Seat, SoloGame
+from forge_agent.rollout.game import SOLO, START_STATE, EpisodeContext, Seat, SoloGame
 from forge_agent.rollout.renderer import ChatRenderer
 from forge_agent.types import Group, Message, Status, StepResult, ToolSpec, Trajectory
 
-__all__ = ["START_STATE", "GenerateFn", "RolloutEngine", "SessionRouter"]
+__all__ = ["START_STATE", "RolloutEngine", "SessionRouter"]
 
 
 class EpisodeEnv(Protocol):

@@ -3,18 +3,16 @@ context every episode of an engine shares (`forge_agent.rollout.episode` plays i
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from forge_agent.generator.config import SamplingConfig
+from forge_agent.generator.config import GenerateFn
 from forge_agent.rollout.config import RolloutConfig
 from forge_agent.rollout.context import Compactor
 from forge_agent.rollout.history import TokenHistory
 from forge_agent.rollout.players import Player
 from forge_agent.rollout.renderer import ChatRenderer
 from forge_agent.types import (
-    Completion,
     Message,
     SeatStart,
     SeatStep,
@@ -22,10 +20,6 @@ from forge_agent.types import (
     ToolSpec,
     Trajectory,
 )
-
-GenerateFn = Callable[[list[int], SamplingConfig, str], Awaitable[Completion]]
-"""Anything that maps (prompt ids, sampling, session id) to a completion: the generator actor,
-a router over replicas, or an in-process engine."""
 
 START_STATE = "<start>"
 """`Trajectory.turn_states[0]`: the state an episode starts from, the same for a whole group."""

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from forge_agent.rollout.chatml import ChatMLToolRenderer, is_chatml
-from forge_agent.tool_schema import loads_strict
+from forge_agent.tools.schema import loads_strict
 from forge_agent.types import Message, ToolSpec
 
 

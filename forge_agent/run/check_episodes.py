@@ -133,8 +133,8 @@ def check_episodes(
 ) -> EpisodeCheck:
     """Each task of `train` and of `held_out` played once, in an env worker built from `env`
     (`cfg.env` as `check_setup` resolved it)."""
+    from forge_agent.env.pool import EnvPool
     from forge_agent.env.registry import is_agent_program
-    from forge_agent.env.worker import EnvPool
 
     if is_agent_program(cfg.env.id):
         return EpisodeCheck(

@@ -31,9 +31,9 @@ from forge_agent.observability.metrics import MetricLogger, record
 from forge_agent.observability.step_profile import PhaseClock
 from forge_agent.run import outputs
 from forge_agent.run.config import AgentConfig
+from forge_agent.run.engines import Engines, build_run_engines, evaluate_policy, record_episode
 from forge_agent.run.loop_result import LoopClock, LoopResult
 from forge_agent.run.recovery import Recovery
-from forge_agent.run.rollouts import Engines, build_run_engines, evaluate_policy, record_episode
 from forge_agent.run.services import Services
 from forge_agent.run.signals import cancel_on_signals, python_handlers, raise_if_cancelled
 from forge_agent.run.stop_causes import check_start_signal, warm_start_kind

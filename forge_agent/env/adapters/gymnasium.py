@@ -151,7 +151,7 @@ class GymnasiumAgentEnv(ToolEnv):
         import json
         import random
 
-        from forge_agent.env.seam import run_sync
+        from forge_agent.env.demonstrations import run_sync
 
         convos: list[tuple[list[Message], list[ToolSpec]]] = []
         rng = random.Random(f"{self.gym_id}-demos-{seed}")

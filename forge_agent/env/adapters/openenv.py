@@ -35,9 +35,9 @@ from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any, Self
 
+from forge_agent.env.demonstrations import env_demonstrations
 from forge_agent.env.protocol import AgentEnv, message_text
 from forge_agent.env.resolved import ResolvedEnv
-from forge_agent.env.seam import env_demonstrations
 from forge_agent.env.sources import Split, holdout
 from forge_agent.types import Message, StepResult, ToolSpec
 

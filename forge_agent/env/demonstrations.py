@@ -1,8 +1,7 @@
-"""Reading an env's optional demonstrations and corpus (the seam beside reset/step/close).
-
-The warm start (`forge_agent.warm_start`) and the tiny tokenizer (`forge_agent.models.tiny`)
-ask an env, by id, for conversations; these helpers make the env, call its hook and pair each
-conversation with the tool specs it was written against.
+"""An env's demonstrations: its optional `demonstrations()` hook, read as conversations paired
+with the tool specs they were written against, and for an env without one, demonstrations of
+the call format sampled from its tool schemas (`schema_demonstrations`). The warm start
+(`forge_agent.warm_start`) reads them; the tokenizer corpus is `forge_agent.env.corpus`.
 """
 
 from __future__ import annotations
@@ -15,12 +14,12 @@ from typing import Any, TypeVar
 
 from forge_agent.env.protocol import maybe_await
 from forge_agent.env.resolved import ResolvedEnv
-from forge_agent.toolset import ToolSet
+from forge_agent.tools.toolset import ToolSet
 from forge_agent.types import Message, SeatStart, SeatStep, ToolSpec
 
 __all__ = [
     "Conversation",
-    "corpus_of",
+    "as_conversation",
     "demonstrations_of",
     "demonstrations_origin",
     "env_demonstrations",
@@ -28,15 +27,13 @@ __all__ = [
     "run_sync",
     "sampled_call",
     "schema_demonstrations",
+    "tool_specs_of",
 ]
 
 T = TypeVar("T")
 
 Conversation = tuple[list[Message], list[ToolSpec]]
 """A chat conversation and the tool specs its system prompt shows."""
-
-CORPUS_TASKS = 32
-"""Tasks whose reset messages make the corpus of an env without a `corpus()`."""
 
 
 def run_sync(coro: Coroutine[Any, Any, T]) -> T:
@@ -49,7 +46,7 @@ def run_sync(coro: Coroutine[Any, Any, T]) -> T:
         return pool.submit(asyncio.run, coro).result()
 
 
-def _tool_specs(env: Any) -> list[ToolSpec]:
+def tool_specs_of(env: Any) -> list[ToolSpec]:
     """The tool schemas of `env`'s demonstrations: its `get_tools()`, or, for tools built from
     the episode's task (`get_tools` reads `self.task`, which no task has set yet), the tools a
     reset on the env's `default_task(0)` offers."""
@@ -76,7 +73,7 @@ async def _reset_and_close(env: Any, task: dict[str, Any]) -> Any:
         await maybe_await(env.close())
 
 
-def _pair(item: Any, specs: Callable[[], list[ToolSpec]]) -> Conversation | str:
+def as_conversation(item: Any, specs: Callable[[], list[ToolSpec]]) -> Conversation | str:
     if isinstance(item, str):
         return item
     if isinstance(item, tuple):
@@ -92,8 +89,8 @@ def env_demonstrations(
     hook = getattr(env, "demonstrations", None)
     if not callable(hook):
         return None
-    specs = functools.cache(lambda: _tool_specs(env))  # one lookup for every demonstration
-    convos = [_pair(item, specs) for item in hook(n, seed, demo_fraction)]
+    specs = functools.cache(lambda: tool_specs_of(env))  # one lookup for every demonstration
+    convos = [as_conversation(item, specs) for item in hook(n, seed, demo_fraction)]
     return [c for c in convos if not isinstance(c, str)]
 
 
@@ -116,31 +113,6 @@ def demonstrations_origin(env: ResolvedEnv) -> ResolvedEnv:
         return env
     origin_id, origin_kwargs = origin
     return ResolvedEnv.of(str(origin_id), kwargs=dict(origin_kwargs or {}))
-
-
-def corpus_of(env: ResolvedEnv) -> list[str | Conversation]:
-    """Tokenizer text of `env`: its `corpus()` (strings and conversations), else the
-    rendered reset messages and tool specs of its first training tasks."""
-    instance = env.make()
-    hook = getattr(instance, "corpus", None)
-    if callable(hook):
-        specs = functools.cache(lambda: _tool_specs(instance))
-        return [_pair(item, specs) for item in hook()]
-    from forge_agent.env.tasks import load_tasks
-
-    tasks = load_tasks(env, "train", CORPUS_TASKS, seed=0)
-
-    async def resets() -> list[Conversation]:
-        out = []
-        try:
-            for i, task in enumerate(tasks):
-                messages, tools = await instance.reset(task, i)
-                out.append((list(messages), list(tools)))
-        finally:
-            await instance.close()
-        return out
-
-    return list(run_sync(resets()))
 
 
 # ---------------------------------------------------------------------------- schema demos

@@ -31,8 +31,8 @@ from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import Any
 
-from forge_agent.mcp.client import MCPConnection
 from forge_agent.sandbox.admission import room_mb
+from forge_agent.tools.mcp.client import MCPConnection
 
 __all__ = ["WARM_SERVERS", "ServerSet", "WarmServers"]
 
