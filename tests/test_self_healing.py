@@ -33,11 +33,11 @@ async def _inject(controller, out: Path, log: list[tuple[str, int, int]]) -> Non
 
     def hit(name: str, service, sig: signal.Signals) -> None:
         pid = service.mesh_pids[0]
-        log.append((name, pid, controller.step))
+        log.append((name, pid, controller.state.step))
         os.kill(pid, sig)
 
     gen = controller.services.generators[0]
-    await until(lambda: controller.step >= 1 and controller.rollouts_open.is_set(), "step 1's sync")
+    await until(lambda: controller.state.step >= 1 and controller.rollouts_open.is_set(), "step 1's sync")
     # step 2's episodes are being generated (a fixed pause could fall between requests: the
     # tiny policy answers a group in well under a second): they die with it
     await until(lambda: controller.profile.active["generate"] > 0, "requests in flight")
@@ -47,7 +47,7 @@ async def _inject(controller, out: Path, log: list[tuple[str, int, int]]) -> Non
     hit(FAULTS[2], controller.services.trainer, signal.SIGKILL)
     await until(lambda: controller.services.trainer.restarts >= 1, "the trainer's restart")
     await until(lambda: gen.restarts >= 1, "the generator's restart")
-    await until(lambda: controller.step >= 2, "step 2 after the trainer restart")
+    await until(lambda: controller.state.step >= 2, "step 2 after the trainer restart")
     hit(FAULTS[3], gen, signal.SIGSTOP)
 
 

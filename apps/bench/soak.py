@@ -95,7 +95,7 @@ async def soak(cfg: Any, every_s: float) -> tuple[dict[str, Any], list[dict[str,
     samples: list[dict[str, Any]] = []
 
     def episodes() -> int:
-        return sum(v for k, v in controller.counts.items() if k.startswith("status/"))
+        return sum(v for k, v in controller.state.counts.items() if k.startswith("status/"))
 
     async def sampler() -> None:
         while True:

@@ -20,10 +20,13 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from forge_agent.env.resolved import ResolvedEnv
 from forge_agent.types import Message, SeatStart, Status
+
+if TYPE_CHECKING:
+    from forge_agent.run.config import AgentConfig
 
 __all__ = ["CHECK_ANSWER", "CheckedEpisode", "EpisodeCheck", "check_episodes", "play_check_episode"]
 
@@ -129,7 +132,7 @@ class EpisodeCheck:
 
 
 def check_episodes(
-    cfg: Any, env: ResolvedEnv, train: list[dict[str, Any]], held_out: list[dict[str, Any]]
+    cfg: AgentConfig, env: ResolvedEnv, train: list[dict[str, Any]], held_out: list[dict[str, Any]]
 ) -> EpisodeCheck:
     """Each task of `train` and of `held_out` played once, in an env worker built from `env`
     (`cfg.env` as `check_setup` resolved it)."""

@@ -32,10 +32,12 @@ from forge_agent.observability.step_profile import PhaseClock
 from forge_agent.run import outputs
 from forge_agent.run.config import AgentConfig
 from forge_agent.run.engines import Engines, build_run_engines, evaluate_policy, record_episode
+from forge_agent.run.failures import FailureContext
 from forge_agent.run.loop_result import LoopClock, LoopResult
 from forge_agent.run.recovery import Recovery
 from forge_agent.run.services import Services
 from forge_agent.run.signals import cancel_on_signals, python_handlers, raise_if_cancelled
+from forge_agent.run.state import RunState
 from forge_agent.run.stop_causes import check_start_signal, warm_start_kind
 from forge_agent.run.supervision import ServiceFailed, ServiceRestarted
 from forge_agent.types import Group
@@ -56,13 +58,7 @@ class Controller:
         self.generate_wrapper = generate_wrapper
         self.services: Services | None = None
         self.engines: Engines | None = None
-        self.step = self.version = 0
-        self.epoch = 0  # advances when a restarted trainer goes back to a checkpoint
-        self.counts: Counter[str] = Counter()
-        self.errors: dict[str, str] = {}  # the last training episode's error text per status
-        self.evals: list[dict[str, float]] = []
-        self.eval_errors: dict[str, str] = {}  # the last evaluation's first error per status
-        self.resumed_from: dict[str, Any] | None = None
+        self.state = RunState()  # step, version, epoch, counts, errors, evals: the loops' own
         self.rollouts_open = asyncio.Event()  # closed while the policy changes (on-policy)
         self.rollouts_open.set()
         self.profile = PhaseClock()  # per-step phases (profile/* metrics)
@@ -117,21 +113,21 @@ class Controller:
         self.profile.start()
         rollouts = asyncio.create_task(self._rollout_loop())
         try:
-            while self.step < cfg.training.steps:
+            while self.state.step < cfg.training.steps:
                 raise_if_cancelled()  # a Ctrl-C whose cancel an await swallowed (run.signals)
-                groups = await self.buffer.take_while(rollouts, gps, self.version)
+                groups = await self.buffer.take_while(rollouts, gps, self.state.version)
                 stepped = await self._train_step(groups)
                 if stepped is None:  # no kept group, or the trainer went back to a checkpoint
                     continue
                 if await self._evaluate_and_checkpoint():
-                    outputs.log_step(self, *stepped)
+                    self._log_step(*stepped)
             raise_if_cancelled()
         finally:
             rollouts.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await rollouts
         result = await self._loop_result(clock)
-        summary = outputs.run_summary(result, self.policy_path, self.resumed_from)
+        summary = outputs.run_summary(result, self.policy_path, self.state.resumed_from)
         outputs.write_summary(self.out, summary)
         return summary
 
@@ -144,27 +140,27 @@ class Controller:
         cfg, services = self.cfg, self.services
         batch = [t for g in groups for t in g.trajectories]
         if not batch:
-            self.counts["steps_without_kept_groups"] += 1
+            self.state.counts["steps_without_kept_groups"] += 1
             await self.buffer.reopen()
             return None
         record("train/groups", sum(1 for g in groups if g.trajectories), "last")
-        lags = check_token_lags(batch, self.version, cfg.training.max_policy_lag)
+        lags = check_token_lags(batch, self.state.version, cfg.training.max_policy_lag)
         if cfg.training.max_policy_lag == 0:
             self.rollouts_open.clear()  # on-policy: no rollouts while the policy changes
         try:
             with self.timing.measure("trainer_busy"), self.profile.phase("train"):
                 await services.generators.sleep()  # colocated: the trainer's GPU
                 metrics = await services.train_step(batch)
-            self.step += 1
-            self.version = int(metrics.get("train/policy_version", self.version + 1))
-            await self.buffer.set_version(self.version)
+            self.state.step += 1
+            self.state.version = int(metrics.get("train/policy_version", self.state.version + 1))
+            await self.buffer.set_version(self.state.version)
             await services.generators.wake_up(["weights"])  # colocated: no KV cache yet
-            if self.step % cfg.training.sync_interval == 0:
-                await self._sync_weights(self.version)
+            if self.state.step % cfg.training.sync_interval == 0:
+                await self._sync_weights(self.state.version)
         except ServiceRestarted as exc:  # the trainer went back to its checkpoint
             if exc.service != services.trainer.name:
                 raise
-            self.counts["batches_lost_to_trainer_restart"] += 1
+            self.state.counts["batches_lost_to_trainer_restart"] += 1
             return None
         finally:
             await services.generators.wake_up(["weights", "kv_cache"])  # what sleeps
@@ -176,16 +172,16 @@ class Controller:
         `checkpoint.every`, and both after the last step). False when the trainer died while
         saving: it went back to the last complete checkpoint, so the step is not logged."""
         cfg = self.cfg
-        last = self.step == cfg.training.steps
-        if cfg.eval.every and (self.step % cfg.eval.every == 0 or last):
+        last = self.state.step == cfg.training.steps
+        if cfg.eval.every and (self.state.step % cfg.eval.every == 0 or last):
             with self.profile.phase("eval"):
                 await self._evaluate()
-        if cfg.checkpoint.every and (self.step % cfg.checkpoint.every == 0 or last):
+        if cfg.checkpoint.every and (self.state.step % cfg.checkpoint.every == 0 or last):
             try:
                 with self.profile.phase("checkpoint"):
-                    await self.recovery.save(self.step)
+                    await self.recovery.save(self.state.step)
             except ServiceRestarted:  # died while saving: back to the last complete one
-                self.counts["checkpoints_lost_to_trainer_restart"] += 1
+                self.state.counts["checkpoints_lost_to_trainer_restart"] += 1
                 return False
         return True
 
@@ -233,7 +229,7 @@ class Controller:
 
     async def _one_group(self, task: dict[str, Any], seed: int) -> None:
         """G episodes of one task -> reward service -> advantages -> replay buffer."""
-        epoch = self.epoch
+        epoch = self.state.epoch
         group = await self.engines.train.run_group(task, seed, self.cfg.training.group_size)
         try:
             with self.profile.phase("reward"):
@@ -241,28 +237,28 @@ class Controller:
         except ServiceFailed:
             raise
         except Exception as exc:  # the whole reward service failed: mark, do not crash
-            self.counts["reward_service_error"] += 1
+            self.state.counts["reward_service_error"] += 1
             logger.warning("reward scoring failed for %s: %s", group.task_id, exc)
             return
-        if epoch != self.epoch:  # sampled by a policy a trainer restart went back from
-            self.counts["groups_discarded_after_restart"] += 1
+        if epoch != self.state.epoch:  # sampled by a policy a trainer restart went back from
+            self.state.counts["groups_discarded_after_restart"] += 1
             return
         for traj in scored:
-            self.traces.write(traj, {"step": self.step, "policy_version": self.version})
-            record_episode(traj, self.counts, self.errors)
+            self.traces.write(traj, {"step": self.state.step, "policy_version": self.state.version})
+            record_episode(traj, self.state.counts, self.state.errors)
         for name, value in reward_metrics.items():
             record(name, value)
         self._observe_curriculum(task, scored)
         kept, stats = compute_advantages([Group(group.task_id, list(scored))], self.cfg.advantages)
         for name, value in stats.as_metrics().items():
             record(name, value, "sum")
-        self.counts["groups_produced"] += 1
+        self.state.counts["groups_produced"] += 1
         statuses = Counter(t.status.value for t in scored)
         self.zero_signal.observe(bool(kept), [t.reward for t in scored], stats.dropped, statuses)
         if kept:
             await self.buffer.put(Group(task_id=group.task_id, trajectories=kept))
             return
-        self.counts["groups_filtered"] += 1
+        self.state.counts["groups_filtered"] += 1
         if not self.cfg.training.dynamic_sampling:  # it keeps its slot in the step's batch
             await self.buffer.put(Group(task_id=group.task_id, trajectories=[]))
 
@@ -272,7 +268,7 @@ class Controller:
         rewards = [t.reward for t in scored if not t.status.is_infra_failure]
         if self.tasks.observe(task, rewards):
             level = f"{self.tasks.kwarg}={self.tasks.level!r}"
-            print(f"[curriculum] step {self.step}: training tasks now at {level}", flush=True)
+            print(f"[curriculum] step {self.state.step}: training tasks now at {level}", flush=True)
         for name, value in self.tasks.metrics().items():
             record(name, value, "last")
 
@@ -284,11 +280,12 @@ class Controller:
         if not self.cfg.eval.every:
             return
         await self._evaluate()
-        self.metrics.flush(self.step, progress=False)  # at its own step, not on step 1's
-        if self.step == 0:
+        self.metrics.flush(self.state.step, progress=False)  # at its own step, not on step 1's
+        if self.state.step == 0:
             params = parameter_count(self.policy_path)
             taught = warm_start_kind(self.cfg, self.env)
-            check_start_signal(self.evals[0], self.cfg, params, self.eval_errors, taught)
+            state = self.state
+            check_start_signal(state.evals[0], self.cfg, params, state.eval_errors, taught)
 
     async def _evaluate(self) -> None:
         """Held-out tasks at `eval.temperature`, no training groups started meanwhile."""
@@ -296,15 +293,16 @@ class Controller:
         busy = await self.services.generators.busy_seconds()
         try:
             with self.timing.measure("eval"):
-                metrics, self.eval_errors = await evaluate_policy(
-                    self.engines, self.eval_tasks, self.cfg, self.step
+                metrics, self.state.eval_errors = await evaluate_policy(
+                    self.engines, self.eval_tasks, self.cfg, self.state.step
                 )
         finally:
             self.rollouts_open.set()
             busy = await self.services.generators.busy_seconds() - busy
             self.timing.add("generator_busy_eval", busy)
         # wall_s: seconds of training so far, evaluation excluded (time-to-reward comparisons)
-        self.evals.append({"step": self.step, "wall_s": self.timing.loop_seconds(), **metrics})
+        wall_s = self.timing.loop_seconds()
+        self.state.evals.append({"step": self.state.step, "wall_s": wall_s, **metrics})
 
     def _wrap_generate(self, generate: Any) -> Any:
         """Step timing around the test's `generate_wrapper` (if any) around `generate`."""
@@ -319,45 +317,74 @@ class Controller:
         if restored is None:
             logger.info("resume: no checkpoint under %s; starting fresh", self.out)
             return
-        self.resumed_from = {k: v for k, v in restored.position.items() if k != "replay"}
-        self.step, self.version = restored.step, restored.version
-        if self.version > 0:
-            await self._sync_weights(self.version)
-        print(f"[resume] {restored.path.name}: step {self.step}, policy version {self.version}")
+        self.state.resumed_from = {k: v for k, v in restored.position.items() if k != "replay"}
+        self.state.step, self.state.version = restored.step, restored.version
+        if self.state.version > 0:
+            await self._sync_weights(self.state.version)
+        state = self.state
+        print(f"[resume] {restored.path.name}: step {state.step}, policy version {state.version}")
 
     async def _trainer_restarted(self, trainer: Any) -> None:
         """A replacement trainer goes back to the last checkpoint (`Recovery`); groups sampled
         by the lost policy versions are discarded."""
-        self.epoch += 1  # groups started before now belong to lost policy versions
-        restored, self.version = await self.recovery.trainer_restarted(trainer)
-        self.step = restored.step if restored else 0
+        self.state.epoch += 1  # groups started before now belong to lost policy versions
+        restored, self.state.version = await self.recovery.trainer_restarted(trainer)
+        self.state.step = restored.step if restored else 0
         where = restored.path.name if restored else "the initial policy (no checkpoint yet)"
-        print(f"[restart] trainer resumed from {where}: step {self.step}, version {self.version}")
+        state = self.state
+        print(f"[restart] trainer resumed from {where}: step {state.step}, version {state.version}")
 
     async def _generator_restarted(self, generator: Any) -> None:
         """A replacement replica starts from the current policy, not the initial weights."""
-        if self.version > 0:
-            await self.services.generators.update(self.version, only=generator)
+        if self.state.version > 0:
+            await self.services.generators.update(self.state.version, only=generator)
 
     # ------------------------------------------------------------------ bookkeeping
+    def _log_step(self, train_metrics: dict[str, float], lags: list[int]) -> None:
+        """A finished step's metrics flushed (`outputs.log_step`), with the replay buffer's
+        evictions, the restarts and where the step's time went; curves when they are due."""
+        every = self.cfg.metrics.plot_every
+        gauges = {
+            "replay/evicted_stale": self.buffer.evicted,
+            "replay/evicted_trajectories": self.buffer.evicted_trajectories,
+            "restarts/total": self.services.restarts(),
+            **self.profile.step_metrics(),
+        }
+        curves = self.out if every and self.state.step % every == 0 else None
+        outputs.log_step(self.metrics, self.state.step, train_metrics, lags, gauges, curves)
+
     async def _loop_result(self, clock: LoopClock) -> LoopResult:
         """What the loop measured: steps, time, evals, counts (replay evictions and each
         service's restarts included), restart causes and the curriculum's progress."""
         wall_s, timing = await clock.stop()
         services = self.services.supervised
-        self.counts["replay_evicted"] = self.buffer.evicted
+        self.state.counts["replay_evicted"] = self.buffer.evicted
         for service in services:
-            self.counts[f"restarts/{service.name}"] = service.restarts
+            self.state.counts[f"restarts/{service.name}"] = service.restarts
         return LoopResult(
-            steps=self.step,
-            policy_version=self.version,
+            steps=self.state.step,
+            policy_version=self.state.version,
             wall_s=wall_s,
             timing=timing,
             profile=self.profile.summary(),
-            evals=self.evals,
-            counts=dict(self.counts),
+            evals=self.state.evals,
+            counts=dict(self.state.counts),
             restarts={s.name: s.causes for s in services if s.causes},
             curriculum=self.tasks.summary(),
+        )
+
+    def failure_context(self) -> FailureContext:
+        """What `run.failures` reads when the run fails: the config, the state, and what setup
+        had built by then (None for what it had not)."""
+        services = self.services
+        return FailureContext(
+            cfg=self.cfg,
+            state=self.state,
+            env=getattr(self, "env", None),
+            out=getattr(self, "out", None),
+            recovery=getattr(self, "recovery", None),
+            trainer=services.trainer.name if services is not None else None,
+            policy_path=getattr(self, "policy_path", None),
         )
 
     async def shutdown(self) -> None:
@@ -388,7 +415,7 @@ async def train(cfg: AgentConfig, generate_wrapper: GenerateWrapper | None = Non
             except SetupError:  # the step-0 check: a bad input, not a failure
                 raise
             except Exception as exc:
-                raise await run_failed(controller, exc) from exc
+                raise await run_failed(exc, controller.failure_context()) from exc
     finally:
         await controller.shutdown()
 

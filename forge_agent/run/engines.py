@@ -21,6 +21,7 @@ import logging
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 from forge_agent.env.resolved import ResolvedEnv
@@ -58,7 +59,7 @@ async def build_engines(
     *,
     agent_score: ScoreFn | None = None,
     store: Any = None,
-    policy_path: Any = None,
+    policy_path: Path | str | None = None,
     on_eval_trajectory: Callable[[Trajectory], None] | None = None,
     route_adapters: bool = True,
 ) -> Engines:
@@ -106,7 +107,7 @@ async def build_run_engines(
     cfg: AgentConfig,
     env: ResolvedEnv,
     services: Any,
-    policy_path: Any,
+    policy_path: Path | str,
     max_model_len: int,
     wrap: Callable[[Any], Any] = lambda generate: generate,
     wrap_envs: Callable[[Any], Any] = lambda envs: envs,
@@ -152,7 +153,11 @@ def agent_rubric_score(cfg: AgentConfig) -> ScoreFn:
 
 
 def seat_players(
-    cfg: AgentConfig, store: Any, policy_path: Any, renderer: Any, env: ResolvedEnv | None = None
+    cfg: AgentConfig,
+    store: Any,
+    policy_path: Path | str,
+    renderer: Any,
+    env: ResolvedEnv | None = None,
 ) -> dict | None:
     """Who plays each seat of a multi-seat env (`env.seats`); None for one-seat envs.
     Snapshot seats read `store` (the run's weight store); `env`: `cfg.env` resolved."""

@@ -4,7 +4,7 @@ a last checkpoint when the trainer is still alive, and where the traces and chec
     try:
         await controller.run()
     except Exception as exc:
-        raise await run_failed(controller, exc) from exc
+        raise await run_failed(exc, controller.failure_context()) from exc
 
 The part is, in this order: the service that recovery could not bring back (`ServiceFailed`,
 or a `ServiceRestarted` nobody handled); the env (or the generator) when the run stopped
@@ -18,22 +18,29 @@ from __future__ import annotations
 
 import traceback
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from forge_agent.algorithms.replay import NoTrainingSignal
+from forge_agent.env.resolved import ResolvedEnv
 from forge_agent.errors import RunFailed
 from forge_agent.run import outputs
+from forge_agent.run.config import AgentConfig
+from forge_agent.run.state import RunState
 from forge_agent.run.stop_causes import stop_cause, teaching_help, warm_start_kind
 from forge_agent.run.supervision import ServiceFailed, ServiceRestarted
 from forge_agent.types import INFRA_STATUSES, Status
 
-__all__ = ["failed_part", "failure_summary", "last_checkpoint", "run_failed"]
+if TYPE_CHECKING:
+    from forge_agent.run.recovery import Recovery
+
+__all__ = ["FailureContext", "failed_part", "failure_summary", "last_checkpoint", "run_failed"]
 
 
 def failed_part(
     exc: BaseException,
-    cfg: Any,
+    cfg: AgentConfig,
     counts: Mapping[str, int],
     errors: Mapping[str, str],
     warm_start: str | None = None,
@@ -99,49 +106,64 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else repr(exc)
 
 
-async def last_checkpoint(controller: Any, exc: BaseException) -> str:
-    """Save the controller's current step when its trainer is alive and that step has no
-    complete checkpoint yet; returns the newest checkpoint's folder, or why there is none."""
+@dataclass
+class FailureContext:
+    """What a failed run's report reads: its config and `RunState`, and what setup had built
+    when it failed (`env`, `out`, `recovery`, the trainer's service name, the policy folder;
+    None for what it had not). `Controller.failure_context` makes one."""
+
+    cfg: AgentConfig
+    state: RunState
+    env: ResolvedEnv | None = None
+    out: Path | None = None
+    recovery: Recovery | None = None
+    trainer: str | None = None
+    policy_path: Path | str | None = None
+
+
+async def last_checkpoint(run: FailureContext, exc: BaseException) -> str:
+    """Save the run's current step when its trainer is alive and that step has no complete
+    checkpoint yet; returns the newest checkpoint's folder, or why there is none."""
     from forge_agent.trainer.checkpoint import complete_checkpoints
 
-    recovery = getattr(controller, "recovery", None)
+    recovery, step = run.recovery, run.state.step
     if recovery is None:
         return "none (the run failed while starting)"
     saved = complete_checkpoints(recovery.folder)
     newest = str(saved[-1]) if saved else None
-    trainer = controller.services.trainer.name
-    if isinstance(exc, ServiceFailed | ServiceRestarted) and exc.service == trainer:
+    if isinstance(exc, ServiceFailed | ServiceRestarted) and exc.service == run.trainer:
         return f"{newest} (the last complete one)" if newest else "none (the trainer is gone)"
-    if controller.step == 0:
+    if step == 0:
         return newest or "none (no step was trained)"
-    if saved and saved[-1].name == f"step_{controller.step:06d}":
+    if saved and saved[-1].name == f"step_{step:06d}":
         return str(saved[-1])
     try:
-        return str(await recovery.save(controller.step))
+        return str(await recovery.save(step))
     except Exception as err:  # the trainer failed too: point at the last complete one
-        return f"{newest or 'none'} (saving step {controller.step} failed: {_first_line(err)})"
+        return f"{newest or 'none'} (saving step {step} failed: {_first_line(err)})"
 
 
-async def run_failed(controller: Any, exc: BaseException) -> RunFailed:
-    """`exc` out of `controller.run()` as a `RunFailed` (raise it `from exc`), after a last
+async def run_failed(exc: BaseException, run: FailureContext) -> RunFailed:
+    """`exc` out of `Controller.run()` as a `RunFailed` (raise it `from exc`), after a last
     checkpoint attempt; the controller is shut down afterwards (`train`'s `finally`)."""
-    env = getattr(controller, "env", None)  # None: the run failed before resolving it
-    taught = warm_start_kind(controller.cfg, env) if isinstance(exc, NoTrainingSignal) else None
-    part, error = failed_part(exc, controller.cfg, controller.counts, controller.errors, taught)
-    checkpoint = await last_checkpoint(controller, exc)
-    out = getattr(controller, "out", None)
-    traces = out / "traces.jsonl" if out is not None else None
+    state = run.state
+    taught = warm_start_kind(run.cfg, run.env) if isinstance(exc, NoTrainingSignal) else None
+    part, error = failed_part(exc, run.cfg, state.counts, state.errors, taught)
+    checkpoint = await last_checkpoint(run, exc)
+    traces = run.out / "traces.jsonl" if run.out is not None else None
     kept = {
         "traces": str(traces) if traces is not None and traces.exists() else "none written",
         "checkpoint": checkpoint,
     }
-    failed = RunFailed(part, error, controller.step, kept)
-    if out is not None and out.exists():
-        outputs.write_summary(out, failure_summary(controller, failed))
+    failed = RunFailed(part, error, state.step, kept)
+    if run.out is not None and run.out.exists():
+        outputs.write_summary(run.out, failure_summary(state, failed, run.policy_path))
     return failed
 
 
-def failure_summary(controller: Any, failed: RunFailed) -> dict[str, Any]:
+def failure_summary(
+    state: RunState, failed: RunFailed, policy_path: Path | str | None
+) -> dict[str, Any]:
     """summary.json of a run that failed: `failure` (the part, its error, the step and the one
     line the program prints) beside what the run reached (steps, evals, counts)."""
     return {
@@ -151,9 +173,9 @@ def failure_summary(controller: Any, failed: RunFailed) -> dict[str, Any]:
             "step": failed.step,
             "line": failed.line(),
         },
-        "steps": controller.step,
-        "policy_version": controller.version,
-        "evals": controller.evals,
-        "counts": dict(controller.counts),
-        "policy_path": str(getattr(controller, "policy_path", None)),
+        "steps": state.step,
+        "policy_version": state.version,
+        "evals": state.evals,
+        "counts": dict(state.counts),
+        "policy_path": str(policy_path),
     }

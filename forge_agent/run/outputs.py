@@ -15,10 +15,13 @@ import json
 import logging
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from forge_agent.run.config import AgentConfig, dump_yaml
 from forge_agent.run.loop_result import LoopResult
+
+if TYPE_CHECKING:
+    from forge_agent.observability.metrics import MetricLogger
 
 logger = logging.getLogger(__name__)
 
@@ -71,7 +74,7 @@ def write_summary(out: Path, summary: dict[str, Any]) -> None:
 
 
 def run_summary(
-    result: LoopResult, policy_path: Any, resumed_from: dict[str, Any] | None
+    result: LoopResult, policy_path: Path | str, resumed_from: dict[str, Any] | None
 ) -> dict[str, Any]:
     """summary.json's content: what the training loop measured (`result`: steps, wall time,
     where the time went, evals, counts, restarts, the curriculum), the policy folder and where
@@ -106,23 +109,25 @@ def finish(out: Path, traces: Any, metrics: Any, metrics_cfg: Any, policy: Any) 
     plot_curves_safely(out)
 
 
-def log_step(controller: Any, train_metrics: dict[str, float], lags: list[int]) -> None:
-    """A finished step's metrics (the trainer's, the trained tokens' policy lag, replay and
-    restart counts, where the step's time went) flushed to the sinks; curves.png every
-    `metrics.plot_every` steps."""
+def log_step(
+    metrics: MetricLogger,
+    step: int,
+    train_metrics: dict[str, float],
+    lags: list[int],
+    gauges: dict[str, float],
+    curves: Path | None,
+) -> None:
+    """A finished step's metrics to the sinks: the trainer's, the trained tokens' policy lag
+    (mean and max) and `gauges` (their last value: replay and restart counts, where the step's
+    time went), flushed at `step`; curves.png into `curves` when given (`metrics.plot_every`)."""
     from forge_agent.observability.metrics import record
 
-    buffer = controller.buffer
     for name, value in train_metrics.items():
         record(name, value)
     record("policy/lag", sum(lags) / len(lags))  # mean over trained tokens
     record("policy/lag_max", max(lags), "max")
-    record("replay/evicted_stale", buffer.evicted, "last")
-    record("replay/evicted_trajectories", buffer.evicted_trajectories, "last")
-    record("restarts/total", controller.services.restarts(), "last")
-    for name, value in controller.profile.step_metrics().items():
+    for name, value in gauges.items():
         record(name, value, "last")
-    controller.metrics.flush(controller.step)
-    plot_every = controller.cfg.metrics.plot_every
-    if plot_every and controller.step % plot_every == 0:
-        plot_curves_safely(controller.out)
+    metrics.flush(step)
+    if curves is not None:
+        plot_curves_safely(curves)

@@ -17,11 +17,14 @@ import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from forge_agent.env.resolved import ResolvedEnv
 from forge_agent.env.sources import EnvSetupError
 from forge_agent.errors import SetupError
+
+if TYPE_CHECKING:
+    from forge_agent.run.config import AgentConfig
 
 __all__ = [
     "SetupReport",
@@ -79,7 +82,7 @@ def build_env(env: ResolvedEnv) -> Any:
         ) from exc
 
 
-def check_setup(cfg: Any) -> SetupReport:
+def check_setup(cfg: AgentConfig) -> SetupReport:
     """Check an `AgentConfig`'s env, tasks and model as the run will use them; raises a
     `SetupError` (one line: the input and the fix) on the first problem.
 
@@ -109,7 +112,7 @@ class LoraSetupError(SetupError):
     """`trainer.lora` does not fit the model or the checkpoint a run resumes."""
 
 
-def check_lora(cfg: Any, model: Path | None) -> None:
+def check_lora(cfg: AgentConfig, model: Path | None) -> None:
     """`trainer.lora` against the model and the checkpoint a resumed run continues, before any
     actor starts: target modules the model does not have (the error lists its linear modules),
     a rank above what vLLM serves (with `sync: adapter`), several adapters where one trainer
@@ -164,7 +167,7 @@ def check_lora(cfg: Any, model: Path | None) -> None:
                 raise LoraSetupError(str(exc)) from None
 
 
-def _meta_model(cfg: Any, model: Path | None) -> Any:
+def _meta_model(cfg: AgentConfig, model: Path | None) -> Any:
     """The policy's module structure on the meta device (no memory, no weights read)."""
     import torch
 
@@ -226,7 +229,7 @@ def check_prompt_lengths(
     return prompt_length_warning(lengths, max_total_tokens, f"{env_id} tasks")
 
 
-def check_run_choices(cfg: Any, resolved: ResolvedEnv) -> None:
+def check_run_choices(cfg: AgentConfig, resolved: ResolvedEnv) -> None:
     """Choices the env must support, refused before any actor starts: `advantages.turn_credit:
     gigpo` needs an env with `state_key()`; `env.curriculum` needs a kwarg the env takes and
     levels it accepts (`forge_agent.env.curriculum.check_curriculum`). `resolved`: `cfg.env`
@@ -293,7 +296,7 @@ def check_colocation_device(colocate: str) -> None:
         )
 
 
-def check_env_seats(cfg: Any, resolved: ResolvedEnv) -> dict[str, Any]:
+def check_env_seats(cfg: AgentConfig, resolved: ResolvedEnv) -> dict[str, Any]:
     """`env.seats` against the seats the env declares (every seat has a player, none unknown,
     snapshots the weight store keeps); a multi-seat env without `env.seats` is refused too.
     The parsed player specs ({} for a one-seat env). `resolved`: `cfg.env` as resolved."""

@@ -13,10 +13,13 @@ is blamed only when the episodes ended `ok` with equal rewards.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING
 
 from forge_agent.env.resolved import ResolvedEnv
 from forge_agent.errors import SetupError
+
+if TYPE_CHECKING:
+    from forge_agent.run.config import AgentConfig
 
 __all__ = [
     "MIN_START_EPISODES",
@@ -34,7 +37,10 @@ MIN_START_EPISODES = 16
 
 
 def episode_cause(
-    status: str, cfg: Any, error: str | None = None, metrics: Mapping[str, float] | None = None
+    status: str,
+    cfg: AgentConfig,
+    error: str | None = None,
+    metrics: Mapping[str, float] | None = None,
 ) -> str:
     """What episodes that ended `status` say about the run, and the config key or code that
     fixes it; `error` is one such episode's error text (`Trajectory.info["error"]`); `metrics`
@@ -96,7 +102,7 @@ def _share(n: int, total: int) -> str:
 
 
 def status_cause(
-    metrics: Mapping[str, float], cfg: Any, errors: Mapping[str, str] | None = None
+    metrics: Mapping[str, float], cfg: AgentConfig, errors: Mapping[str, str] | None = None
 ) -> str | None:
     """Why most held-out episodes did not end normally (`episode_cause` of the most frequent
     status of `metrics`' `eval/status/<status>` counts, when it is not `ok`); `errors` gives
@@ -120,13 +126,13 @@ def _turn_tokens(metrics: Mapping[str, float]) -> float | None:
     return sampled / turns if turns and sampled is not None else None
 
 
-def _fills_token_cap(metrics: Mapping[str, float], cfg: Any) -> bool:
+def _fills_token_cap(metrics: Mapping[str, float], cfg: AgentConfig) -> bool:
     """Most turns were cut at `rollout.max_new_tokens_per_turn` (mean >= 90% of it)."""
     per_turn = _turn_tokens(metrics)
     return per_turn is not None and per_turn >= 0.9 * cfg.rollout.max_new_tokens_per_turn
 
 
-def _token_cap_evidence(metrics: Mapping[str, float], cfg: Any) -> str:
+def _token_cap_evidence(metrics: Mapping[str, float], cfg: AgentConfig) -> str:
     """`; their turns average N sampled tokens, the cap: ...` when turns fill the cap."""
     if not _fills_token_cap(metrics, cfg):
         return ""
@@ -139,7 +145,7 @@ def _token_cap_evidence(metrics: Mapping[str, float], cfg: Any) -> str:
 
 def stop_cause(
     statuses: Mapping[str, int],
-    cfg: Any,
+    cfg: AgentConfig,
     errors: Mapping[str, str] | None = None,
     scope: str = "training episodes",
     failures_first: bool = False,
@@ -157,7 +163,7 @@ def stop_cause(
 
 def check_start_signal(
     metrics: dict[str, float],
-    cfg: Any,
+    cfg: AgentConfig,
     model_params: int | None = None,
     errors: Mapping[str, str] | None = None,
     warm_start: str | None = None,
@@ -201,7 +207,7 @@ def check_start_signal(
     _stop_or_warn(message, scored, cfg)
 
 
-def warm_start_kind(cfg: Any, env: ResolvedEnv | None) -> str:
+def warm_start_kind(cfg: AgentConfig, env: ResolvedEnv | None) -> str:
     """What the run's warm start taught: "off" (`warm_start.enabled=false` or no steps),
     "demonstrations" (the env's own), "tool schemas" (calls sampled from its tools' schemas:
     the call format, not the task), "none" (no demonstrations and no tools: skipped), or
@@ -219,7 +225,7 @@ def warm_start_kind(cfg: Any, env: ResolvedEnv | None) -> str:
         return "unknown"
 
 
-def teaching_help(cfg: Any, kind: str) -> str | None:
+def teaching_help(cfg: AgentConfig, kind: str) -> str | None:
     """What would teach the policy the env's task, for a warm start of `kind`
     (`warm_start_kind`); None after a warm start on the env's own demonstrations."""
     env = cfg.env.id
@@ -238,7 +244,7 @@ def teaching_help(cfg: Any, kind: str) -> str | None:
 
 
 def _model_cause(
-    metrics: Mapping[str, float], cfg: Any, model_params: int | None, warm_start: str | None
+    metrics: Mapping[str, float], cfg: AgentConfig, model_params: int | None, warm_start: str | None
 ) -> str:
     """Episodes that ended normally and earned nothing: what would help, in the order the
     evidence points. Turns that fill the per-turn token cap name the token budget; a warm start
@@ -279,7 +285,7 @@ def _model_cause(
     )
 
 
-def _stop_or_warn(message: str, episodes: int, cfg: Any) -> None:
+def _stop_or_warn(message: str, episodes: int, cfg: AgentConfig) -> None:
     """Raise `message` as a `SetupError`, or print it as a warning: with fewer than
     `MIN_START_EPISODES` episodes, or held-out tasks above a ladder's first level."""
     if episodes < MIN_START_EPISODES:
