@@ -41,7 +41,7 @@ def _run(generator, tiny_tokenizer, program: str, group_size: int, reset_timeout
         async with server, EnvPool(ResolvedEnv.of(env), size=2) as pool:
             engine = AgentRolloutEngine(server, pool, config=RolloutConfig())
             group = await engine.run_group(task, 0, group_size)
-            again = await engine.run_episode(task, 0)  # the pool still serves afterwards
+            (again,) = await engine.run_episode(task, 0)  # the pool still serves afterwards
             return group, again, len(server.endpoint.sessions)
 
     return asyncio.run(run())

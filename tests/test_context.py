@@ -55,7 +55,8 @@ def _run(generator, renderer, context: ContextConfig, task=TASK, n=2, max_turns=
 
 
 async def _gather(engine, task, n):
-    return await asyncio.gather(*(engine.run_episode(task, seed=0) for _ in range(n)))
+    episodes = await asyncio.gather(*(engine.run_episode(task, seed=0) for _ in range(n)))
+    return [traj for (traj,) in episodes]
 
 
 def _check_token_exact(traj: Trajectory, calls: list[tuple[list[int], list[int]]]) -> None:

@@ -109,7 +109,7 @@ def test_a_blackjack_hand_cut_by_max_turns_scores_a_lost_bet(tiny_tokenizer):
         async with EnvPool(ResolvedEnv.of(EnvConfig("blackjack", {})), size=1) as pool:
             return await _engine(tiny_tokenizer, call, pool).run_episode(_task("blackjack"), 0)
 
-    traj = asyncio.run(run())
+    (traj,) = asyncio.run(run())
     assert traj.status is Status.TRUNCATED_TURNS
     assert traj.reward == -1.0
 

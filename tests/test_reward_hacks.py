@@ -81,11 +81,11 @@ def test_a_judge_raising_is_trained_on_as_a_failure_not_excluded(tiny_tokenizer)
             right = _calculator_engine(
                 tiny_tokenizer, SaysPolicy(tiny_tokenizer, r"\boxed{4056}"), pool
             )
-            bad = await engine.run_episode(CALC_TASKS[0], 0)
-            bad_boxed = await _calculator_engine(
+            (bad,) = await engine.run_episode(CALC_TASKS[0], 0)
+            (bad_boxed,) = await _calculator_engine(
                 tiny_tokenizer, SaysPolicy(tiny_tokenizer, r"\boxed{,}"), pool
             ).run_episode(CALC_TASKS[0], 0)
-            good = await right.run_episode(CALC_TASKS[0], 0)
+            (good,) = await right.run_episode(CALC_TASKS[0], 0)
             return [bad, bad_boxed, good]
 
     wrong, raised, solved = asyncio.run(run())
@@ -337,7 +337,7 @@ def test_a_game_cut_before_its_first_move_scores_its_worst_return_not_zero(tiny_
         ChatRenderer(tiny_tokenizer),
         RolloutConfig(max_turns=16, max_total_tokens=1024),
     )
-    traj = asyncio.run(engine.run_episode({"task_id": "cliff", "seed": 0}, 0))
+    (traj,) = asyncio.run(engine.run_episode({"task_id": "cliff", "seed": 0}, 0))
     assert traj.status is Status.TRUNCATED_LENGTH
     assert traj.reward == -1600.0 and traj.reward_components["unfinished"] == -1600.0
     assert traj.info["unfinished"] == {"earned": 0.0, "scored": -1600.0}

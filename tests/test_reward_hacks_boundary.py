@@ -74,7 +74,7 @@ def test_a_tool_call_no_stage_could_handle_is_a_failed_call_not_infra(
             engine = RolloutEngine(policy, pool, ChatRenderer(tiny_tokenizer), config)
             return await engine.run_episode(TASK, 0)
 
-    traj = asyncio.run(run())
+    (traj,) = asyncio.run(run())
     assert traj.status is Status.OK, traj.info.get("error")
     (reply,) = [m["content"] for m in traj.messages if m.get("role") == "tool"]
     assert reply.startswith("Error:"), reply

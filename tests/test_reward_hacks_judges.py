@@ -57,7 +57,7 @@ async def _episodes(tokenizer, pool, answers: list[tuple[str, float]]) -> list:
         return RolloutEngine(policy, pool, ChatRenderer(tokenizer), config)
 
     runs = [engine(text, delay).run_episode(task, 0) for text, delay in answers]
-    return await asyncio.gather(*runs)
+    return [traj for (traj,) in await asyncio.gather(*runs)]
 
 
 def _play(tokenizer, answers, size=1, envs_per_worker=1, **config):

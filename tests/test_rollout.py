@@ -122,7 +122,7 @@ def test_weights_changed_between_turns_show_two_versions_in_one_trajectory(
         async with EnvPool(ResolvedEnv.of("calculator"), size=2) as pool:
             engine = RolloutEngine(generate_then_update, pool, renderer, RolloutConfig())
             for task in generate_tasks(8, seed=11):
-                traj = await engine.run_episode(task, 0)
+                (traj,) = await engine.run_episode(task, 0)
                 if len(traj.turn_spans) >= 2:
                     return traj
                 calls["n"] = 0
@@ -156,22 +156,22 @@ def test_failures_become_statuses_not_exceptions(generator, renderer):
 
     async def run():
         out = {}
-        out["generator"] = await RolloutEngine(
+        (out["generator"],) = await RolloutEngine(
             _FailingGenerate(), LocalEnvs(EchoToolEnv), renderer
         ).run_episode(task, 0)
-        out["too_long"] = await RolloutEngine(
+        (out["too_long"],) = await RolloutEngine(
             gen, LocalEnvs(EchoToolEnv), renderer, RolloutConfig(max_total_tokens=8)
         ).run_episode(task, 0)
         async with EnvPool(ResolvedEnv.of("tests.rollout_envs:CrashingEnv"), size=1) as pool:
-            out["crash"] = await RolloutEngine(gen, pool, renderer).run_episode(task, 0)
+            (out["crash"],) = await RolloutEngine(gen, pool, renderer).run_episode(task, 0)
         async with EnvPool(
             ResolvedEnv.of(
                 EnvConfig("tests.rollout_envs:HangingEnv", kwargs={}, step_timeout_s=1.0)
             ),
             size=1,
         ) as pool:
-            out["hang"] = await RolloutEngine(gen, pool, renderer).run_episode(task, 0)
-            out["after_hang"] = await RolloutEngine(
+            (out["hang"],) = await RolloutEngine(gen, pool, renderer).run_episode(task, 0)
+            (out["after_hang"],) = await RolloutEngine(
                 gen, pool, renderer, RolloutConfig(max_turns=1)
             ).run_episode(task, 0)
         return out

@@ -61,7 +61,8 @@ def _scripted(renderer: ChatRenderer, texts: list[str]):
 def _episode(renderer: ChatRenderer, texts: list[str]):
     config = RolloutConfig(max_turns=3, max_total_tokens=8192, max_new_tokens_per_turn=4096)
     engine = RolloutEngine(_scripted(renderer, texts), LocalEnvs(FilesEnv), renderer, config)
-    return asyncio.run(engine.run_episode({"task_id": "t", "prompt": "go"}, seed=0))
+    (traj,) = asyncio.run(engine.run_episode({"task_id": "t", "prompt": "go"}, seed=0))
+    return traj
 
 
 def _tool_messages(traj) -> list[str]:

@@ -204,7 +204,7 @@ def test_the_engine_keeps_rewards_and_states_per_turn(renderer) -> None:
         return Completion(ids, [0.0] * len(ids), "stop", 0)
 
     engine = RolloutEngine(generate, LocalEnvs(StairsEnv), renderer, RolloutConfig(max_turns=4))
-    traj = asyncio.run(engine.run_episode({"task_id": "t", "prompt": "climb"}, seed=0))
+    (traj,) = asyncio.run(engine.run_episode({"task_id": "t", "prompt": "climb"}, seed=0))
     assert traj.status == Status.OK, traj.info
     assert len(traj.turn_spans) == 3
     assert traj.turn_rewards == [0.25, 0.25, 2.0]

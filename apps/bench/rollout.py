@@ -166,10 +166,10 @@ async def run_async(engine: Any, renderer: Any, episodes: list[Episode], concurr
         RolloutConfig(max_concurrent_episodes=concurrency),
     )
     started = time.perf_counter()
-    trajs = await asyncio.gather(
+    episodes_played = await asyncio.gather(
         *(rollout.run_episode(t, s, f"async-{i}", ss) for i, (t, s, ss) in enumerate(episodes))
     )
-    return list(trajs), time.perf_counter() - started, meter
+    return [traj for (traj,) in episodes_played], time.perf_counter() - started, meter
 
 
 async def run_lockstep(engine: Any, renderer: Any, episodes: list[Episode], concurrency: int):
@@ -193,12 +193,13 @@ async def run_lockstep(engine: Any, renderer: Any, episodes: list[Episode], conc
             renderer,
             RolloutConfig(max_concurrent_episodes=concurrency),
         )
-        trajs += await asyncio.gather(
+        played = await asyncio.gather(
             *(
                 rollout.run_episode(t, s, f"lockstep-{first + i}", ss)
                 for i, (t, s, ss) in enumerate(batch)
             )
         )
+        trajs += [traj for (traj,) in played]
     return trajs, time.perf_counter() - started, meter
 
 

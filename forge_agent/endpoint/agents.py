@@ -5,7 +5,7 @@ A user writes an agent against the plain `openai` client and a reward for its re
     async def agent(task: dict, client: openai.AsyncOpenAI) -> str | dict: ...
     def reward(task: dict, result, transcript: list[dict]) -> float | dict[str, float]: ...
 
-One episode (`AgentRolloutEngine.run_episode`):
+One episode (`AgentRolloutEngine.run_episode`, playing through its `_play`):
 
     endpoint.open_session(task) -> key
     env worker: reset(task + {base_url, key}) -> agent(task, client) runs to the end there
@@ -36,7 +36,8 @@ from forge_agent.env.registry import load_entry_point
 from forge_agent.env.resolved import ResolvedEnv
 from forge_agent.errors import InfraError
 from forge_agent.rollout.engine import EpisodeEnv, RolloutEngine
-from forge_agent.types import Message, Status, StepResult, ToolSpec, Trajectory
+from forge_agent.rollout.game import SOLO, Seat
+from forge_agent.types import Message, Status, StepResult, ToolSpec
 
 
 class AgentProgramEnv:
@@ -160,11 +161,14 @@ class AgentRolloutEngine(RolloutEngine):
     async def _play(
         self,
         env: EpisodeEnv,
+        seats: dict[str, Seat],
         task: dict[str, Any],
         seed: int | None,
-        traj: Trajectory,
         sampling_seed: int | None,
     ) -> None:
+        """The agent program's run is the episode: it talks to the policy through the
+        endpoint, whose session records the one policy seat's trajectory."""
+        traj = seats[SOLO].traj
         session = self.server.open_session(traj.task_id, traj.group_id)
         session.temperature = self.config.temperature  # the policy samples as in training
         endpoint = {"base_url": self.server.base_url, "api_key": session.key}

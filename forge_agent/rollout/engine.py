@@ -116,13 +116,16 @@ class RolloutEngine:
         seed: int | None = None,
         group_id: str | None = None,
         sampling_seed: int | None = None,
-    ) -> Trajectory:
-        """One episode of `task` (a one-seat env); never raises for env, tool or generator
-        failures (they become the trajectory's status)."""
-        traj = Trajectory(
-            task_id=str(task.get("task_id", "task")), group_id=group_id or uuid.uuid4().hex[:12]
-        )
-        if self.adapter_field is not None:
+    ) -> list[Trajectory]:
+        """One episode of `task`: its policy seats' trajectories, in seat order (one for a
+        one-seat env; with `players`, the seats that moved, each with `info["seat"]`,
+        `info["episode_id"]`, `info["players"]`). Never raises for env, tool or generator
+        failures: they become the trajectories' status."""
+        group_id = group_id or uuid.uuid4().hex[:12]
+        seats = self._seats(task, group_id)
+        trajs = [s.traj for s in seats.values() if s.traj is not None]
+        if self.players is None and self.adapter_field is not None:
+            (traj,) = trajs
             traj.adapter = task.get(self.adapter_field)
             if not isinstance(traj.adapter, str):
                 error = (
@@ -130,61 +133,49 @@ class RolloutEngine:
                     f"{self.adapter_field!r} (trainer.lora.route)"
                 )
                 traj.status, traj.info["error"] = Status.ENV_ERROR, error
-                return self._finish(traj)
+                return [self._finish(traj)]
 
-        async def body(env: EpisodeEnv) -> None:
-            await self._play(env, task, seed, traj, sampling_seed)
+        async def body(env: Any) -> None:
+            await self._play(env, seats, task, seed, sampling_seed)
 
-        await self._with_env([traj], body)
-        return traj
+        await self._with_env(trajs, body)
+        if self.players is not None:  # a seat the game ended before it moved has nothing to train
+            trajs = [t for t in trajs if t.turn_spans or t.status.is_infra_failure]
+        return [self._finish(t) for t in trajs]
 
-    async def _play(
-        self,
-        env: EpisodeEnv,
-        task: dict[str, Any],
-        seed: int | None,
-        traj: Trajectory,
-        sampling_seed: int | None,
-    ) -> None:
-        """Play one episode of a one-seat env into `traj` (agent programs play otherwise)."""
-        seats = {SOLO: Seat(SOLO, traj=traj)}
-        await Episode(self.episode_context(), SoloGame(env), seats).play(task, seed, sampling_seed)
-
-    async def run_game(
-        self,
-        task: dict[str, Any],
-        seed: int | None,
-        group_id: str,
-        sampling_seed: int | None = None,
-    ) -> list[Trajectory]:
-        """One episode of a seated env (`players`); the trajectories of its policy seats that
-        moved, in seat order (`info["seat"]`, `info["episode_id"]`, `info["players"]`)."""
-        assert self.players, "run_game needs players (env.seats)"
+    def _seats(self, task: dict[str, Any], group_id: str) -> dict[str, Seat]:
+        """The episode's seats: `SOLO` for a one-seat env, else one per `players` entry; a
+        policy seat (player None) gets its trajectory."""
+        task_id = str(task.get("task_id", "task"))
+        if self.players is None:
+            return {SOLO: Seat(SOLO, traj=Trajectory(task_id=task_id, group_id=group_id))}
         episode_id = uuid.uuid4().hex[:10]
         labels = {s: "policy" if p is None else p.label for s, p in self.players.items()}
         seats = {}
         for name, player in self.players.items():
             traj = None
             if player is None:  # a policy seat: it writes a trajectory
-                traj = Trajectory(task_id=str(task.get("task_id", "task")), group_id=group_id)
+                traj = Trajectory(task_id=task_id, group_id=group_id)
                 traj.info.update(seat=name, episode_id=episode_id, players=labels)
                 traj.adapter = _seat_adapter(self.adapter_field, name, task)
             seats[name] = Seat(name, player=player, traj=traj)
-        trajs = [s.traj for s in seats.values() if s.traj is not None]
+        return seats
 
-        async def body(env: Any) -> None:
-            await Episode(self.episode_context(), env, seats).play(task, seed, sampling_seed)
-
-        await self._with_env(trajs, body, finish=False)
-        # a seat the game ended before it moved (the opponent forfeited) has nothing to train
-        moved = [t for t in trajs if t.turn_spans or t.status.is_infra_failure]
-        return [self._finish(t) for t in moved]
+    async def _play(
+        self,
+        env: Any,
+        seats: dict[str, Seat],
+        task: dict[str, Any],
+        seed: int | None,
+        sampling_seed: int | None,
+    ) -> None:
+        """Play one episode of `env` (a one-seat env as a `SoloGame`) into the seats'
+        trajectories (agent programs play otherwise: `AgentRolloutEngine`)."""
+        game = SoloGame(env) if self.players is None else env
+        await Episode(self.episode_context(), game, seats).play(task, seed, sampling_seed)
 
     async def _with_env(
-        self,
-        trajs: list[Trajectory],
-        body: Callable[[Any], Awaitable[None]],
-        finish: bool = True,
+        self, trajs: list[Trajectory], body: Callable[[Any], Awaitable[None]]
     ) -> None:
         """Run `body` on an env from the source, under the engine's concurrency limit; an env
         that cannot start ends every trajectory with its status; the env is always closed."""
@@ -213,8 +204,6 @@ class RolloutEngine:
                         traj.info.setdefault("failure_reward", failure_reward)
             for traj in trajs:
                 traj.timings["total_s"] = time.monotonic() - started
-                if finish:
-                    self._finish(traj)
 
     def _finish(self, traj: Trajectory) -> Trajectory:
         """A finished episode: its reward is the sum of its components; counted and handed to
@@ -236,15 +225,8 @@ class RolloutEngine:
         seeds = [
             None if sampling_seed is None else sampling_seed + 1000 * i for i in range(group_size)
         ]
-        if self.players:
-            episodes = await asyncio.gather(
-                *(self.run_game(task, seed, group_id, s) for s in seeds)
-            )
-            trajectories = [t for episode in episodes for t in episode]
-        else:
-            trajectories = list(
-                await asyncio.gather(*(self.run_episode(task, seed, group_id, s) for s in seeds))
-            )
+        episodes = await asyncio.gather(*(self.run_episode(task, seed, group_id, s) for s in seeds))
+        trajectories = [t for episode in episodes for t in episode]
         return Group(task_id=str(task.get("task_id", "task")), trajectories=trajectories)
 
     async def stream_groups(
