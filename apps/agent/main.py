@@ -77,20 +77,26 @@ def usage() -> str:
     return "\n".join([USAGE, *describe_keys(AgentConfig())])
 
 
-def prompt_lengths(cfg: Any, report: Any) -> str:
-    """`--check`'s line on prompt lengths: the warning of `check_prompt_lengths` over the
-    checked train and eval tasks, rendered with the policy's tokenizer (the tiny model's is
-    built if needed; a hub model's must load from its folder)."""
+def policy_renderer(cfg: Any, report: Any) -> Any:
+    """The policy's renderer for `--check` (the tiny model's tokenizer is built if needed; a
+    hub model's must load from its folder), or the line saying why there is none."""
     from forge_agent.models.tiny import ensure_tiny_model, load_tokenizer
     from forge_agent.rollout import ChatRenderer
-    from forge_agent.run.setup_checks import check_prompt_lengths
 
     folder = report.model or ensure_tiny_model(cfg.model.tiny_config())
     try:
-        tokenizer = load_tokenizer(folder)
+        return ChatRenderer(load_tokenizer(folder), cfg.renderer)
     except (OSError, ValueError) as exc:
-        return f"prompt lengths: not checked (the tokenizer of {folder} did not load: {exc})"
-    renderer = ChatRenderer(tokenizer, cfg.renderer)
+        return f"the tokenizer of {folder} did not load: {exc}"
+
+
+def prompt_lengths(cfg: Any, report: Any, renderer: Any) -> str:
+    """`--check`'s line on prompt lengths: the warning of `check_prompt_lengths` over the
+    checked train and eval tasks, rendered with the policy's renderer."""
+    from forge_agent.run.setup_checks import check_prompt_lengths
+
+    if isinstance(renderer, str):
+        return f"prompt lengths: not checked ({renderer})"
     tasks = [*report.train_tasks, *report.eval_tasks]
     limit = cfg.rollout.max_total_tokens  # <= generator.max_model_len (checked)
     warning = check_prompt_lengths(report.env, tasks, renderer, limit)
@@ -104,14 +110,19 @@ def _run(argv: list[str], verbose: bool, check_only: bool) -> int:
     cfg = parse_cli(argv)
     # the env, its tasks and the model, before anything starts: a bad one is one line
     report = check_setup(cfg)
-    lengths = prompt_lengths(cfg, report)
+    renderer = policy_renderer(cfg, report)
+    lengths = prompt_lengths(cfg, report, renderer)
     if check_only:
         from forge_agent.errors import EXIT_SETUP_ERROR
         from forge_agent.run.check_episodes import check_episodes
 
         for line in ["config: ok", *report.lines(), lengths]:
             print(line, flush=True)
-        check = check_episodes(cfg, report.env, report.train_tasks[:1], report.eval_tasks[:1])
+        if isinstance(renderer, str):  # no tokenizer: the policy cannot be played
+            print(f"episodes: not played ({renderer})", flush=True)
+            return 0
+        train, held_out = report.train_tasks[:1], report.eval_tasks[:1]
+        check = check_episodes(cfg, report.env, renderer, train, held_out)
         for line in check.lines():
             print(line, flush=True)
         if check.failed:  # a run would score (or lose) every such episode as a failure

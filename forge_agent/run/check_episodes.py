@@ -1,7 +1,8 @@
 """`--check`'s episodes: the env played once on the first training task and once on the first
-held-out task, in an env worker as a run plays it, by a scripted policy that answers at once.
+held-out task, by a scripted policy that answers at once, through the run's own episode loop
+(`RolloutEngine.run_episode`, in an env worker), so each ends with the status a run gives it.
 
-    check = check_episodes(cfg, report.train_tasks[:1], report.eval_tasks[:1])
+    check = check_episodes(cfg, report.env, renderer, report.train_tasks[:1], report.eval_tasks[:1])
     check.lines()  # ["episode (train, task calc-3): ok, reward 0 after 1 turn(s) ...", ...]
     check.failed   # the episodes that ended in a failure: `--check` then exits 2
 
@@ -23,12 +24,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from forge_agent.env.resolved import ResolvedEnv
-from forge_agent.types import Message, SeatStart, Status
+from forge_agent.types import Completion, Status, Trajectory
 
 if TYPE_CHECKING:
+    from forge_agent.rollout.renderer import ChatRenderer
     from forge_agent.run.config import AgentConfig
 
-__all__ = ["CHECK_ANSWER", "CheckedEpisode", "EpisodeCheck", "check_episodes", "play_check_episode"]
+__all__ = ["CHECK_ANSWER", "CheckAnswer", "CheckedEpisode", "EpisodeCheck", "check_episodes"]
 
 CHECK_ANSWER = "I do not know."
 """The scripted policy's every message."""
@@ -61,57 +63,26 @@ class CheckedEpisode:
         return f"{head}, reward {reward} after {self.turns} turn(s) (reset, step and judge ran)"
 
 
-async def play_check_episode(
-    pool: Any, task: dict[str, Any], split: str, max_turns: int
-) -> CheckedEpisode:
-    """One episode of `task` on a leased env of `pool` (an `EnvPool`), answering
-    `CHECK_ANSWER` each turn."""
-    from forge_agent.env.protocol import step_failure
+class CheckAnswer:
+    """The scripted policy of `--check`: a `GenerateFn` whose every turn is `CHECK_ANSWER`
+    and the renderer's stop token."""
 
+    def __init__(self, renderer: ChatRenderer) -> None:
+        text = renderer.tokenizer.encode(CHECK_ANSWER, add_special_tokens=False)
+        self.token_ids = [*text, renderer.stop_token_ids[0]]
+
+    async def __call__(self, prompt_ids: list[int], sampling: Any, session: str) -> Completion:
+        ids = list(self.token_ids)
+        return Completion(ids, [0.0] * len(ids), "stop", policy_version=0)
+
+
+def checked(split: str, task: dict[str, Any], traj: Trajectory) -> CheckedEpisode:
+    """How the episode `traj` of `task` ended, as `--check` reports it."""
+    error = str(traj.info.get("error", ""))
+    reward = None if traj.status.is_infra_failure else traj.reward
+    turns = len(traj.turn_spans)
     task_id = str(task.get("task_id", "?"))
-    answer: Message = {"role": "assistant", "content": CHECK_ANSWER}
-    async with pool.lease() as env:
-        try:
-            start = await env.reset(task, 0)
-        except Exception as exc:
-            status, _ = step_failure(exc, env)
-            status = status if status.is_infra_failure else Status.ENV_ERROR  # a reset
-            return CheckedEpisode(split, task_id, status.value, error=f"reset: {exc}")
-        if isinstance(start, SeatStart):
-            return await _play_seated(env, start, split, task_id, max_turns)
-        reward = 0.0
-        for turn in range(1, max_turns + 1):
-            try:
-                result = await env.step(answer)
-            except Exception as exc:
-                status, failure = step_failure(exc, env)
-                return CheckedEpisode(split, task_id, status.value, failure, turn, f"step: {exc}")
-            reward += sum(float(v) for v in result.rewards.values())
-            if result.done:
-                return CheckedEpisode(split, task_id, Status.OK.value, reward, turn)
-        return CheckedEpisode(split, task_id, Status.TRUNCATED_TURNS.value, reward, max_turns)
-
-
-async def _play_seated(
-    env: Any, start: SeatStart, split: str, task_id: str, max_turns: int
-) -> CheckedEpisode:
-    """A seated game with every seat answering `CHECK_ANSWER`; its reward is the first
-    seat's (the game usually ends on invalid moves: reset and step ran)."""
-    from forge_agent.env.protocol import step_failure
-
-    answer: Message = {"role": "assistant", "content": CHECK_ANSWER}
-    first = next(iter(start.seats))
-    reward, moves = 0.0, 0
-    for moves in range(1, max_turns * len(start.seats) + 1):
-        try:
-            result = await env.step(answer)
-        except Exception as exc:
-            status, failure = step_failure(exc, env)
-            return CheckedEpisode(split, task_id, status.value, failure, moves, f"step: {exc}")
-        reward += sum(float(v) for v in result.rewards.get(first, {}).values())
-        if result.done:
-            return CheckedEpisode(split, task_id, Status.OK.value, reward, moves)
-    return CheckedEpisode(split, task_id, Status.TRUNCATED_TURNS.value, reward, moves)
+    return CheckedEpisode(split, task_id, traj.status.value, reward, turns, error)
 
 
 @dataclass
@@ -132,27 +103,38 @@ class EpisodeCheck:
 
 
 def check_episodes(
-    cfg: AgentConfig, env: ResolvedEnv, train: list[dict[str, Any]], held_out: list[dict[str, Any]]
+    cfg: AgentConfig,
+    env: ResolvedEnv,
+    renderer: ChatRenderer,
+    train: list[dict[str, Any]],
+    held_out: list[dict[str, Any]],
 ) -> EpisodeCheck:
-    """Each task of `train` and of `held_out` played once, in an env worker built from `env`
-    (`cfg.env` as `check_setup` resolved it)."""
+    """Each task of `train` and of `held_out` played once by `CheckAnswer` through the run's
+    episode loop (`RolloutEngine.run_episode`), in an env worker built from `env` (`cfg.env`
+    as `check_setup` resolved it); `renderer`: the policy's. A seated game has every seat
+    played by the scripted policy; the report is the first seat's."""
     from forge_agent.env.pool import EnvPool
+    from forge_agent.env.protocol import env_seats
     from forge_agent.env.registry import is_agent_program
+    from forge_agent.rollout.engine import RolloutEngine
 
     if is_agent_program(cfg.env.id):
         return EpisodeCheck(
             not_played=f"episodes: not played by --check ({cfg.env.id!r} is an agent program: "
             "it needs the policy's endpoint)"
         )
+    players = dict.fromkeys(env_seats(env.factory())) or None  # every seat: the policy
 
     async def play() -> list[CheckedEpisode]:
         played = []
         async with EnvPool(env, size=1) as pool:
+            engine = RolloutEngine(
+                CheckAnswer(renderer), pool, renderer, cfg.rollout, players=players
+            )
             for split, tasks in (("train", train), ("held-out", held_out)):
                 for task in tasks:
-                    played.append(
-                        await play_check_episode(pool, task, split, cfg.rollout.max_turns)
-                    )
+                    trajs = await engine.run_episode(task, 0)
+                    played.append(checked(split, task, trajs[0]))
         return played
 
     return EpisodeCheck(asyncio.run(play()))
