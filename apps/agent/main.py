@@ -103,6 +103,33 @@ def prompt_lengths(cfg: Any, report: Any, renderer: Any) -> str:
     return f"warning: {warning}" if warning else f"prompt lengths: all < {limit} tokens"
 
 
+def _check(cfg: Any, report: Any, renderer: Any, lengths: str) -> int:
+    """`--check`: the setup report, the prompt lengths and one played episode per split; exit
+    2 when an episode fails (a run would score or lose every such episode as a failure)."""
+    from forge_agent.errors import EXIT_SETUP_ERROR
+    from forge_agent.run.check_episodes import check_episodes
+
+    for line in ["config: ok", *report.lines(), lengths]:
+        print(line, flush=True)
+    if isinstance(renderer, str):  # no tokenizer: the policy cannot be played
+        print(f"episodes: not played ({renderer})", flush=True)
+        return 0
+    train, held_out = report.train_tasks[:1], report.eval_tasks[:1]
+    check = check_episodes(cfg, report.env, renderer, train, held_out)
+    for line in check.lines():
+        print(line, flush=True)
+    if not check.failed:
+        return 0
+    ended = ", ".join(sorted({e.status for e in check.failed}))
+    print(
+        f"check failed: {len(check.failed)} of {len(check.episodes)} episodes ended "
+        f"{ended} (the env raised; its error is above)",
+        file=sys.stderr,
+        flush=True,
+    )
+    return EXIT_SETUP_ERROR
+
+
 def _run(argv: list[str], verbose: bool, check_only: bool) -> int:
     from forge_agent.run.config import parse_cli
     from forge_agent.run.setup_checks import check_setup
@@ -113,28 +140,7 @@ def _run(argv: list[str], verbose: bool, check_only: bool) -> int:
     renderer = policy_renderer(cfg, report)
     lengths = prompt_lengths(cfg, report, renderer)
     if check_only:
-        from forge_agent.errors import EXIT_SETUP_ERROR
-        from forge_agent.run.check_episodes import check_episodes
-
-        for line in ["config: ok", *report.lines(), lengths]:
-            print(line, flush=True)
-        if isinstance(renderer, str):  # no tokenizer: the policy cannot be played
-            print(f"episodes: not played ({renderer})", flush=True)
-            return 0
-        train, held_out = report.train_tasks[:1], report.eval_tasks[:1]
-        check = check_episodes(cfg, report.env, renderer, train, held_out)
-        for line in check.lines():
-            print(line, flush=True)
-        if check.failed:  # a run would score (or lose) every such episode as a failure
-            ended = ", ".join(sorted({e.status for e in check.failed}))
-            print(
-                f"check failed: {len(check.failed)} of {len(check.episodes)} episodes ended "
-                f"{ended} (the env raised; its error is above)",
-                file=sys.stderr,
-                flush=True,
-            )
-            return EXIT_SETUP_ERROR
-        return 0
+        return _check(cfg, report, renderer, lengths)
     if lengths.startswith("warning"):  # episodes that would end prompt_too_long, unsampled
         print(lengths, file=sys.stderr, flush=True)
     from forge_agent.errors import RunFailed, report_run_failed

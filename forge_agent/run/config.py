@@ -43,7 +43,7 @@ from forge_agent.typed_config import (
     to_dict,
 )
 from forge_agent.typed_config import check_field as _check
-from forge_agent.warm_start import WarmStartConfig
+from forge_agent.warm_start.config import WarmStartConfig
 from forge_agent.weights.config import WeightStoreConfig
 
 __all__ = [
