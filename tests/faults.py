@@ -87,13 +87,15 @@ class TaskServerDownEnv(CalculatorEnv):
 
 
 def flaky_reward(traj: Trajectory) -> float:
-    """A user reward function that raises on some trajectories. Otherwise its value is keyed on
+    """A user reward function that fails on some trajectories as infra (`InfraError`: its judge
+    is down, which the policy cannot cause; any other exception would be the policy's failure,
+    docs/rewards.md). Otherwise its value is keyed on
     the trajectory's length, so a group's survivors almost always differ: with half the tool
     calls failing, the answers are almost all wrong, and a reward that only scored them left
     most groups without signal (a CI run dropped 50 in a row and stopped)."""
     key = traj.group_id + str(len(traj.token_ids))
     if _bucket(key, 5) == 0:
-        raise ValueError("flaky reward function failed")
+        raise InfraError("flaky reward function failed")
     return (len(traj.token_ids) % 7) / 7
 
 

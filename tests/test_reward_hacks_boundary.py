@@ -138,3 +138,59 @@ def test_an_agent_programs_failed_reward_scores_the_envs_failure_reward():
     raised = _agent_episode(r"\boxed{,}")
     asyncio.run(rubric.score_all([raised]))
     assert raised.reward == -1.0 and raised.info["reward_breakdown"] == {"policy_failure": -1.0}
+
+
+def stated_confidence(traj: Trajectory) -> float:
+    """A user's reward component: the confidence the answer states ("Confidence: 0.9"),
+    parsed with `float`, so an answer stating "high" makes it raise."""
+    text = traj.messages[-1]["content"]
+    return float(text.split("Confidence:", 1)[1].split()[0])
+
+
+def test_a_user_reward_component_raising_on_the_answer_is_the_policys_failure(tiny_tokenizer):
+    """Before (main 475abf9): `float("high")` in a `rewards.components` function made
+    `reward_errors`, which the advantage step drops as infra: an answer that breaks the
+    judge escaped its group's baseline. Now it is `policy_error`, at the env's failure reward,
+    and trained on."""
+    from forge_agent.rollout import ChatRenderer, RolloutConfig, RolloutEngine
+
+    texts = ["Confidence: high \\boxed{4056}", "Confidence: 0.5 \\boxed{1}",
+             "Confidence: 0.5 \\boxed{4056}"]  # fmt: skip
+
+    async def run() -> list[Trajectory]:
+        async with EnvPool(EnvConfig("calculator", {"difficulty": 1}), size=1) as pool:
+            config = RolloutConfig(max_turns=1, max_total_tokens=2048, max_new_tokens_per_turn=256)
+            engines = [
+                RolloutEngine(ScriptPolicy(tiny_tokenizer, [t]), pool,
+                              ChatRenderer(tiny_tokenizer), config)
+                for t in texts
+            ]  # fmt: skip
+            return list(await asyncio.gather(*(e.run_episode(TASK, 0) for e in engines)))
+
+    raised, wrong, solved = asyncio.run(run())
+    component = "tests.test_reward_hacks_boundary:stated_confidence"
+    rubric = build_rubric({component: 0.1})
+    asyncio.run(rubric.score_all([raised, wrong, solved]))
+    assert raised.status is Status.POLICY_ERROR and "ValueError" in raised.info["error"]
+    assert raised.reward == 0.0 and "reward_errors" not in raised.info
+    kept, stats = compute_advantages([Group("t0", [raised, wrong, solved])])
+    assert raised in kept and stats.dropped.get("infra_failure", 0) == 0
+    assert raised.advantage < 0 < solved.advantage
+
+
+def down_judge(traj: Trajectory) -> float:
+    from forge_agent.errors import InfraError
+
+    raise InfraError("the judge model's endpoint is down")
+
+
+def test_a_user_reward_component_raising_infra_error_stays_a_reward_error():
+    rubric = build_rubric({"tests.test_reward_hacks_boundary:down_judge": 0.1})
+    traj = _agent_episode(r"\boxed{1}")
+    traj.info["reward_components"] = {"correct": 1.0}
+    asyncio.run(rubric.score_all([traj]))
+    assert (
+        traj.status is Status.OK
+        and "InfraError"
+        in traj.info["reward_errors"]["tests.test_reward_hacks_boundary:down_judge"]
+    )

@@ -169,6 +169,8 @@ class CodeExecEnv(ToolEnv):
             error=result.error,
             failures=result.failures[:5],
         )
+        if result.exposed:  # assertions whose expected value was in the solution's process
+            info["exposed_checks"] = result.exposed
         return {"tests_passed": result.fraction}, info
 
     async def close(self) -> None:

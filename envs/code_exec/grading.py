@@ -32,6 +32,9 @@ import secrets
 from dataclasses import dataclass, field
 from typing import Any
 
+from forge_agent.rewards.probe_verdicts import judge_test
+from forge_agent.rewards.probes import probe_runtime_source, split_tests
+
 __all__ = ["GradeResult", "extract_code", "grade"]
 
 _FENCE = re.compile(r"```[ \t]*([\w+-]*)[ \t]*\n(.*?)```", re.DOTALL)
@@ -76,208 +79,54 @@ os._exit(0)
 """
 
 
-ASSERT_HARNESS_SOURCE = r"""
-import builtins, ctypes, json, os, signal, socket, sys
-
+ASSERT_HARNESS = r"""
+import importlib.util, json, os, signal, sys
 ENTRY = __ENTRY__
-PER_TEST_S = __PER_TEST_S__
-sys.path[:] = [p for p in sys.path if p != ""]  # the checker imports nothing from the workspace
-ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # undumpable: the runner cannot read our memory
-secret = bytearray(64)
-fd = os.open("nonce", os.O_RDONLY)
-size = os.readv(fd, [secret])
-os.close(fd)
-os.remove("nonce")
-test_fd = os.open("test_code.py", os.O_RDONLY)  # read after the fork: never in the runner
-os.remove("test_code.py")
-out = os.dup(1)
+BUDGET_S = __BUDGET_S__
+out = os.fdopen(os.dup(1), "w")
 null = os.open(os.devnull, os.O_RDWR)
 os.dup2(null, 1)
 os.dup2(null, 2)
+with open("checks.py") as f:
+    PROGRAM = f.read()
+os.remove("checks.py")
+spec = importlib.util.spec_from_file_location("probe_runtime", "probe_runtime.py")
+runtime = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(runtime)
+probe = runtime.Probe()
 
 
-def encode(v, depth=0):
-    if depth > 100:
-        raise TypeError("value nested too deeply")
-    if v is None:
-        return ["n"]
-    if isinstance(v, bool):
-        return ["b", bool(v)]
-    if isinstance(v, int):
-        return ["i", str(int(v))]
-    if isinstance(v, float):
-        return ["f", repr(float(v))]
-    if isinstance(v, str):
-        return ["s", str.__str__(v)]
-    if isinstance(v, (bytes, bytearray)):
-        return ["y", bytes(v).hex()]
-    if isinstance(v, (list, tuple, set, frozenset)):
-        tag = {list: "l", tuple: "t", set: "set", frozenset: "fset"}[
-            next(t for t in (list, tuple, frozenset, set) if isinstance(v, t))
-        ]
-        return [tag, [encode(x, depth + 1) for x in v]]
-    if isinstance(v, dict):
-        return ["d", [[encode(k, depth + 1), encode(x, depth + 1)] for k, x in v.items()]]
-    raise TypeError(f"values of type {type(v).__name__} cannot be checked")
+class OutOfTime(BaseException):  # not an Exception: no assertRaises block swallows it
+    pass
 
 
-def decode(e):
-    tag = e[0]
-    if tag == "n":
-        return None
-    if tag == "b":
-        return e[1] is True
-    if tag == "i":
-        return int(e[1])
-    if tag == "f":
-        return float(e[1])
-    if tag == "s":
-        return str(e[1])
-    if tag == "y":
-        return bytes.fromhex(e[1])
-    if tag in ("l", "t", "set", "fset"):
-        items = [decode(x) for x in e[1]]
-        return {"l": list, "t": tuple, "set": set, "fset": frozenset}[tag](items)
-    if tag == "d":
-        return {decode(k): decode(x) for k, x in e[1]}
-    raise ValueError(f"unknown tag {tag!r}")
+def on_alarm(signum, frame):
+    raise OutOfTime("the tests took longer than %d s" % BUDGET_S)
 
 
-def send(sock, obj):
-    sock.sendall(json.dumps(obj).encode() + b"\n")
-
-
-def receive(sock, buffer):
-    while b"\n" not in buffer:
-        chunk = sock.recv(1 << 20)
-        if not chunk:
-            raise EOFError("the solution's process ended")
-        buffer += chunk
-        if len(buffer) > 64 << 20:
-            raise ValueError("a value of more than 64 MB")
-    line, _, rest = bytes(buffer).partition(b"\n")
-    buffer[:] = rest
-    return json.loads(line)
-
-
-def runner(sock):
-    # The solution's process: no secret, no tests, no output channel; answers calls until EOF.
-    secret[:] = bytes(len(secret))
-    os.close(out)
-    os.close(test_fd)
-    sys.path.insert(0, "")
-
-    def on_alarm(signum, frame):
-        raise TimeoutError(f"a call took longer than {PER_TEST_S} s")
-
-    signal.signal(signal.SIGALRM, on_alarm)
-    buffer = bytearray()
-    try:
-        signal.alarm(PER_TEST_S)
-        import solution
-        signal.alarm(0)
-        names = {}
-        for name, value in list(vars(solution).items()):
-            if name.startswith("__") or type(value).__name__ == "module":
-                continue
-            if callable(value):
-                names[name] = ["call"]
-            else:
-                try:
-                    names[name] = ["value", encode(value)]
-                except TypeError:
-                    pass
-        send(sock, {"names": names})
-    except BaseException as exc:
-        send(sock, {"load_error": f"{type(exc).__name__}: {exc}"[:300]})
-        os._exit(0)
-    while True:
-        try:
-            request = receive(sock, buffer)
-        except BaseException:
-            os._exit(0)
-        try:
-            args = [decode(a) for a in request["args"]]
-            kwargs = {k: decode(v) for k, v in request["kwargs"].items()}
-            signal.alarm(PER_TEST_S)
-            value = getattr(solution, request["name"])(*args, **kwargs)
-            signal.alarm(0)
-            reply = {"value": encode(value)}
-        except BaseException as exc:
-            signal.alarm(0)
-            reply = {"raised": [type(exc).__name__, str(exc)[:300]]}
-        try:
-            send(sock, reply)
-        except BaseException:
-            os._exit(0)
-
-
-ours, theirs = socket.socketpair()
-pid = os.fork()
-if pid == 0:
-    ours.close()
-    try:
-        runner(theirs)
-    finally:
-        os._exit(0)
-theirs.close()
-with os.fdopen(test_fd) as f:  # the tests (expected values) exist in this process only
-    TEST_CODE = f.read()
-ours.settimeout(PER_TEST_S + 2)
-buffer = bytearray()
-
-
-def proxy(name):
-    def call(*args, **kwargs):
-        send(ours, {
-            "name": name,
-            "args": [encode(a) for a in args],
-            "kwargs": {str(k): encode(v) for k, v in kwargs.items()},
-        })
-        reply = receive(ours, buffer)
-        if "raised" in reply:
-            kind, message = reply["raised"]
-            error = getattr(builtins, kind, None) if isinstance(kind, str) else None
-            if not (isinstance(error, type) and issubclass(error, Exception)):
-                error = RuntimeError
-            raise error(message)
-        return decode(reply["value"])
-
-    call.__name__ = name
-    return call
-
-
-verdict = {"passed": False, "error": None}
+signal.signal(signal.SIGALRM, on_alarm)
+signal.alarm(BUDGET_S)
+end = "ok"
 try:
-    hello = receive(ours, buffer)
-    if "load_error" in hello:
-        raise ImportError(f"the solution did not load: {hello['load_error']}")
-    namespace = {"__name__": "__check__"}
-    for name, kind in hello["names"].items():
-        namespace[str(name)] = proxy(str(name)) if kind[0] == "call" else decode(kind[1])
-    if ENTRY not in namespace or hello["names"][ENTRY][0] != "call":
-        raise NameError(f"the solution defines no function {ENTRY!r}")
-    exec(compile(TEST_CODE, "<tests>", "exec"), namespace)
+    sys.path.insert(0, "")
+    import solution
+    namespace = {k: v for k, v in vars(solution).items() if not k.startswith("__")}
+    if not callable(namespace.get(ENTRY)):
+        raise NameError("the solution defines no function %r" % ENTRY)
+    namespace.update(__name__="__check__", __probe__=probe)
+    exec(compile(PROGRAM, "<tests>", "exec"), namespace)
     if callable(namespace.get("check")):
         namespace["check"](namespace[ENTRY])
-    verdict["passed"] = True
 except BaseException as exc:
-    verdict["error"] = f"{type(exc).__name__}: {exc}"[:300]
-ours.close()
-try:
-    os.kill(pid, signal.SIGKILL)
-except OSError:
-    pass
-marker = bytes(secret[:size]).decode()
-os.write(out, (marker + json.dumps(verdict) + "\n").encode())
+    end = ("error: %s: %s" % (type(exc).__name__, exc))[:300]
+signal.alarm(0)
+out.write(json.dumps({"end": end, "records": probe.take()}) + "\n")
+out.flush()
 os._exit(0)
 """
-
-
-def _assert_harness(entry: str, per_test_s: int) -> str:
-    """The assertion harness with its two parameters filled in."""
-    source = ASSERT_HARNESS_SOURCE.replace("__ENTRY__", repr(entry))
-    return source.replace("__PER_TEST_S__", repr(int(per_test_s)))
+"""The solution's process: it runs the probe program (the assertion code with every expected
+value taken out, `forge_agent.rewards.probes`) against the solution and reports what the
+solution's functions produced; it holds no expected value and decides nothing."""
 
 
 @dataclass
@@ -288,6 +137,7 @@ class GradeResult:
     total: int
     error: str | None = None  # the solution did not load, or the run failed as a whole
     failures: list[str] = field(default_factory=list)  # one line per failed test
+    exposed: int = 0  # assertions that compared in the solution's process (no literal to hold)
 
     @property
     def fraction(self) -> float:
@@ -389,31 +239,44 @@ def _records(stdout: str, nonce: str, total: int) -> tuple[dict[int, dict[str, A
 def _grade_assertions(
     code: str, entry_point: str, test_code: str, sandbox: Any, limits: Any, per_test_s: int
 ) -> GradeResult:
-    nonce = secrets.token_hex(16)
-    harness = _assert_harness(entry_point, per_test_s)
-    files = {"solution.py": code, "test_code.py": test_code, "nonce": nonce}
-    result = sandbox.run(code=harness, files=files, limits=limits)
-    verdicts = []
-    for line in result.stdout.splitlines():
-        if line.startswith(nonce):
-            try:
-                verdicts.append(json.loads(line[len(nonce) :]))
-            except (ValueError, RecursionError):
-                verdicts.append(None)
-    if not verdicts:
+    """The assertions split (probes in the sandbox, checks here) and judged here."""
+    try:
+        split = split_tests(test_code)
+    except SyntaxError as exc:
+        raise ValueError(f"the test code does not parse: {exc}") from exc
+    budget_s = max(1, min(per_test_s * max(len(split.checks), 1), 60))
+    harness = ASSERT_HARNESS.replace("__ENTRY__", repr(entry_point))
+    harness = harness.replace("__BUDGET_S__", repr(int(budget_s)))
+    files = {"solution.py": code, "checks.py": split.program}
+    files["probe_runtime.py"] = probe_runtime_source()
+    result = sandbox.run(code=harness, files=files, limits=_report_limits(sandbox, limits))
+    lines = [line for line in result.stdout.splitlines() if line.startswith("{")]
+    if not lines:
         return GradeResult(0, 1, failures=[f"the tests did not finish: {result.describe()}"])
-    verdict = verdicts[0]
-    if (
-        len(verdicts) != 1
-        or not isinstance(verdict, dict)
-        or set(verdict) != {"passed", "error"}
-        or type(verdict["passed"]) is not bool
-        or not isinstance(verdict["error"], (str, type(None)))
-    ):
+    try:
+        report = json.loads(lines[0]) if len(lines) == 1 else None
+    except (ValueError, RecursionError):
+        report = None
+    if not isinstance(report, dict) or set(report) != {"end", "records"}:
         return GradeResult(0, 1, failures=["forged or malformed grading record"])
-    if verdict["passed"]:
-        return GradeResult(1, 1)
-    return GradeResult(0, 1, failures=[str(verdict["error"])[:300]])
+    exposed = split.exposed("check") + split.exposed("")
+    outcome, forged = judge_test(split, ("", "check"), report["end"], report["records"])
+    if forged:
+        return GradeResult(0, 1, failures=[f"forged or malformed grading record: {outcome}"])
+    if outcome == "passed":
+        return GradeResult(1, 1, exposed=exposed)
+    return GradeResult(0, 1, failures=[outcome[:300]], exposed=exposed)
+
+
+def _report_limits(sandbox: Any, limits: Any) -> Any:
+    """`limits` (a session's own when None) with room for the probe's report."""
+    from forge_agent.sandbox import Limits
+
+    base = limits or getattr(sandbox, "limits", None) or Limits()
+    return base.with_(output_bytes=max(base.output_bytes, REPORT_BYTES))
+
+
+REPORT_BYTES = 4 << 20
 
 
 def _same(got: Any, expected: Any) -> bool:

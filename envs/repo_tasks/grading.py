@@ -1,28 +1,28 @@
 """Hidden-test grading of a repository task, in a fresh sandbox after the episode.
 
-What reaches the grading sandbox: the repository files the episode left (regular files only,
-read back through the sandbox; links and anything named like grading's own folders are
-dropped), then, in a folder with a per-run random name, the task's hidden test files, a canary
-test file and the two grading programs. The episode never saw the hidden tests, and nothing it
-left can change how they are found or run:
+The second reward principle (docs/rewards.md): no expected value is within reach of the code
+being graded. So the hidden tests never enter the grading sandbox as written. On the host,
+each hidden test file is split (`forge_agent.rewards.probes`): its assertions become *probes*
+that report what the repository's code produced (`self.assertEqual(parse("1-3,,5,"),
+[(1, 3), (5, 5)])` becomes `__probe__.check(7, parse("1-3,,5,"))`), and the expected operands
+(`[(1, 3), (5, 5)]`, the polarity of `assertTrue`, the class `assertRaises` wants) stay here,
+as checks. What reaches the sandbox: the repository files the episode left (regular files
+only; links and anything named like grading's own folder are dropped), then, in a folder with
+a per-run random name, the probe programs, the recorder and the runner. The *runner*
+(`python3 -I`: no user site, no PYTHON* variables; the workspace appended to `sys.path` after
+the standard library) loads each probe program by path and runs the named tests with
+`unittest`; it reports, per test, how its body ended and the values each probe recorded, as
+tagged JSON on its one output line. The host decodes them as data and decides each test
+(`probe_verdicts.judge_test`): every probe's values must satisfy its check, every assertion
+in the test's own body must have run, and the body must have ended without an error.
 
-- the *supervisor* (`python3 -I`) never imports repository code. It reads the secret that
-  marks the verdict and the canaries' expected outcomes from files it deletes, makes itself
-  undumpable (same-uid code cannot open its memory, descriptors or environment), starts the
-  runner with a pipe for its results, and writes the one verdict on its stdout;
-- the *runner* (`python3 -I`: no user site, no PYTHON* variables; the workspace appended to
-  `sys.path` after the standard library, so a planted `unittest.py` or `sitecustomize.py`
-  shadows nothing) loads the canary file (then deletes it), loads each hidden test file by
-  path and runs the named tests with `unittest`, output to /dev/null, then runs the canaries;
-- the canaries are two tests with per-run random names: one must fail, one must error, each
-  naming a per-run nonce. A patched `unittest`, a forged results line or a runner that exits
-  early cannot make the real tests pass without the canaries passing too or the record going
-  missing: a canary that reports anything else is *tampering* (`GradeResult.tampered`); a
-  missing, repeated or malformed record fails the episode (reward 0), never infra.
-
-What in-process grading still risks (the code under test shares the runner, as in SWE-bench
-and Harbor): code written against this harness can find the canaries in the runner's memory
-and forge a full, consistent results line. docs/rewards.md says what would catch it.
+What the code under test can do: replace the recorder, patch `unittest`, print a results
+line of its own, exit early. None of it finds an expected value to copy, so a forged report
+passes only where it reports what a fixed repository would produce. A report the runner never
+writes (a record of no assertion, the wrong number of values) is *tampering*
+(`GradeResult.tampered`); a missing, repeated or malformed results line fails the episode
+(reward 0), never infra. An assertion with no literal operand (`assertEqual(a, Money(100))`)
+compares inside: its test is listed in `GradeResult.exposed` (the shipped tasks have none).
 
 Test ids are `path::Class::method` (pytest's node ids; SWE-bench's FAIL_TO_PASS lists), with
 `path` relative to the task's tests folder (`tests/test_stack.py::StackTest::test_pop`), or
@@ -35,7 +35,10 @@ import json
 import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
+from forge_agent.rewards.probe_verdicts import judge_test
+from forge_agent.rewards.probes import SplitTests, probe_runtime_source, split_tests
 from forge_agent.sandbox import Limits, Sandbox, SandboxSession
 
 __all__ = [
@@ -60,53 +63,6 @@ class WorkspaceTooLarge(Exception):
     """The episode left more files or bytes than grading reads back."""
 
 
-SUPERVISOR = r"""
-import ctypes, json, os, subprocess, sys
-G = os.path.dirname(os.path.abspath(__file__))
-try:  # undumpable: same-uid code cannot open its /proc/<pid>/mem, fd or environ
-    ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE, 0
-except Exception:
-    pass
-def take(name):
-    with open(os.path.join(G, name)) as f:
-        text = f.read()
-    os.remove(os.path.join(G, name))
-    return text
-SECRET, CANARIES = take("secret"), json.loads(take("canaries.json"))
-out = os.fdopen(os.dup(1), "w")
-null = os.open(os.devnull, os.O_RDWR)
-os.dup2(null, 1)
-os.dup2(null, 2)
-verdict = {"results": {}, "error": None, "tampered": None}
-try:
-    run = subprocess.run(
-        [sys.executable, "-I", os.path.join(G, "runner.py")], stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, timeout=RUNNER_WALL_S,
-    )
-    records = [l for l in run.stdout.decode("utf-8", "replace").splitlines()
-               if l.startswith("RESULTS ")]
-    if run.returncode != 0 or len(records) != 1:
-        verdict["error"] = "the tests did not finish (exit %s, %d records)" % (
-            run.returncode, len(records))
-    else:
-        results = json.loads(records[0][len("RESULTS "):])
-        for canary in CANARIES:
-            got = str(results.pop(canary["id"], "not run"))
-            if not (got.startswith(canary["expect"] + ":") and canary["nonce"] in got):
-                verdict["tampered"] = "canary test %s (must end %s) reported %r" % (
-                    canary["id"], canary["expect"], got[:120])
-        verdict["results"] = results
-except subprocess.TimeoutExpired:
-    verdict["error"] = "the tests did not finish within %g s" % RUNNER_WALL_S
-except Exception as exc:
-    verdict["error"] = "malformed results: %s: %s" % (type(exc).__name__, str(exc)[:200])
-out.write(SECRET + json.dumps(verdict) + "\n")
-out.flush()
-os._exit(0)
-"""
-"""Runs in the grading sandbox and never imports repository code: it holds the secret that
-marks the verdict, starts the runner, checks the canaries and writes the verdict."""
-
 RUNNER = r"""
 import importlib.util, io, json, os, sys, unittest
 G = os.path.dirname(os.path.abspath(__file__))
@@ -117,14 +73,14 @@ null = os.open(os.devnull, os.O_RDWR)
 os.dup2(null, 1)
 os.dup2(null, 2)
 sys.stdout = sys.stderr = io.StringIO()
-def load(name, path):
+def load(name, path, probe=None):
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
+    if probe is not None:
+        module.__probe__ = probe
     spec.loader.exec_module(module)
     return module
-canary_path, canary_tests = PLAN["canary"]
-canaries = load("_c", os.path.join(G, canary_path))  # before any repository code runs
-os.remove(os.path.join(G, canary_path))
+runtime = load("probe_runtime", os.path.join(G, "probe_runtime.py"))
 sys.path.append(os.getcwd())  # after the standard library
 def run(module, test):
     parts = test.split("::")[1:]
@@ -136,7 +92,7 @@ def run(module, test):
         result = unittest.TestResult()
         case.run(result)
         if result.wasSuccessful() and result.testsRun == 1 and not result.skipped:
-            return "passed"
+            return "ok"
         if result.errors:
             return "error: " + result.errors[0][1][-300:]
         return "failed: " + (result.failures[0][1][-300:] if result.failures else "skipped")
@@ -144,53 +100,26 @@ def run(module, test):
         return "error: %s: %s" % (type(exc).__name__, str(exc)[:200])
 results = {}
 for index, (path, tests) in enumerate(PLAN["tests"]):
-    name = "_hidden_%d_%s" % (index, os.path.basename(path)[:-3])
+    probe = runtime.Probe()
+    name = "tests_%d_%s" % (index, os.path.basename(path)[:-3])
     try:
-        module = load(name, os.path.join(G, "hidden", path))
+        module = load(name, os.path.join(G, "hidden", path), probe)
         sys.modules[name] = module
     except BaseException as exc:
         for test in tests:
-            results[test] = "error: cannot import %s: %s: %s" % (path, type(exc).__name__, exc)
+            why = "error: cannot import %s: %s: %s" % (path, type(exc).__name__, str(exc)[:200])
+            results[test] = {"end": why, "records": []}
         continue
+    imported = probe.take()
     for test in tests:
-        results[test] = run(module, test)
-for test in canary_tests:  # last: after every import and test of the repository's code
-    results[test] = run(canaries, test)
+        end = run(module, test)
+        results[test] = {"end": end, "records": imported + probe.take()}
 out.write("RESULTS " + json.dumps(results) + "\n")
 out.flush()
 os._exit(0)
 """
-"""The test process: it loads the hidden tests (which import the repository's code) and runs
-them, then the canaries; its results reach only the supervisor."""
-
-CANARY = """import unittest
-
-
-class {cls}(unittest.TestCase):
-    def test_{fail}(self):
-        self.fail("{fail_nonce}")
-
-    def test_{error}(self):
-        raise RuntimeError("{error_nonce}")
-"""
-
-
-def _canaries() -> tuple[str, str, list[dict[str, str]]]:
-    """A canary test file with per-run random names (its path, its text) and what each of its
-    two tests must report: one must fail, one must error, each naming its nonce. A verdict in
-    which one passes means the code under test changed how tests run or are reported."""
-    names = {k: secrets.token_hex(6) for k in ("cls", "fail", "error", "file")}
-    nonces = {k: secrets.token_hex(12) for k in ("fail_nonce", "error_nonce")}
-    cls = "Test" + names["cls"].capitalize()
-    path = f"test_{names['file']}.py"
-    text = CANARY.format(cls=cls, fail=names["fail"], error=names["error"], **nonces)
-    expected = [
-        {"id": f"{path}::{cls}::test_{names['fail']}", "expect": "failed",
-         "nonce": nonces["fail_nonce"]},
-        {"id": f"{path}::{cls}::test_{names['error']}", "expect": "error",
-         "nonce": nonces["error_nonce"]},
-    ]  # fmt: skip
-    return path, text, expected
+"""The test process: it loads the probe programs (which import the repository's code) and
+runs the tests; it reports what the probes recorded and holds no expected value."""
 
 
 @dataclass
@@ -201,7 +130,8 @@ class GradeResult:
     fail_to_pass: list[str] = field(default_factory=list)
     pass_to_pass: list[str] = field(default_factory=list)
     error: str | None = None  # the run produced no valid verdict
-    tampered: str | None = None  # what a canary test reported when the code under test changed it
+    tampered: str | None = None  # a report the runner never writes: the code under test wrote it
+    exposed: list[str] = field(default_factory=list)  # tests that compare inside the sandbox
 
     def passed(self, tests: Sequence[str]) -> int:
         return sum(self.results.get(t) == "passed" for t in tests)
@@ -271,39 +201,66 @@ def grade_files(
     by_file: dict[str, list[str]] = {}
     for test in [*fail_to_pass, *pass_to_pass]:
         by_file.setdefault(test.split("::")[0], []).append(test)
-    canary_path, canary_text, canaries = _canaries()
-    plan = {"tests": list(by_file.items()), "canary": [canary_path, [c["id"] for c in canaries]]}
-    secret = secrets.token_hex(24)
+    splits = {
+        path: split_tests(hidden_tests[path], path) for path in by_file if path in hidden_tests
+    }
     folder = f"_grading_{secrets.token_hex(8)}"  # nothing the episode left can be in its way
-    runner_wall_s = max(limits.wall_s - 2.0, 1.0)
     payload = {
         **{k: v for k, v in files.items() if not _reserved(k)},
-        **{f"{folder}/hidden/{path}": text for path, text in hidden_tests.items()},
-        f"{folder}/{canary_path}": canary_text,
-        f"{folder}/secret": secret,
-        f"{folder}/canaries.json": json.dumps(canaries),
-        f"{folder}/plan.json": json.dumps(plan),
+        **{f"{folder}/hidden/{path}": split.program for path, split in splits.items()},
+        f"{folder}/probe_runtime.py": probe_runtime_source(),
+        f"{folder}/plan.json": json.dumps({"tests": list(by_file.items())}),
         f"{folder}/runner.py": RUNNER,
-        f"{folder}/supervisor.py": f"RUNNER_WALL_S = {runner_wall_s!r}\n" + SUPERVISOR,
     }
     result = GradeResult(fail_to_pass=list(fail_to_pass), pass_to_pass=list(pass_to_pass))
     with backend.session(limits) as session:
         for path, text in payload.items():
             session.write_file(path, text)
-        run = session.run(argv=["python3", "-I", f"{folder}/supervisor.py"], limits=limits)
-    records = [line for line in run.stdout.splitlines() if line.startswith(secret)]
-    if len(records) != 1:
-        why = run.describe() if not run.ok else f"{len(records)} verdict records"
-        result.error = f"no verdict ({why}): {run.stderr[-300:]}"
+        run = session.run(
+            argv=["python3", "-I", f"{folder}/runner.py"],
+            limits=limits.with_(output_bytes=REPORT_BYTES),
+        )
+    records = [line for line in run.stdout.splitlines() if line.startswith("RESULTS ")]
+    if len(records) != 1 or run.truncated:
+        why = run.describe() if not run.ok else f"{len(records)} results lines"
+        result.error = f"the tests did not finish ({why}): {run.stderr[-300:]}"
         return result
-    verdict = json.loads(records[0][len(secret) :])  # the supervisor's own: well formed
-    result.tampered = verdict["tampered"]
-    result.error = verdict["error"] or (verdict["tampered"] and "tampering detected")
-    results = verdict["results"]
-    if result.error is None and set(results) != set(fail_to_pass) | set(pass_to_pass):
+    try:
+        report = json.loads(records[0][len("RESULTS ") :])
+    except (ValueError, RecursionError):
+        report = None
+    return _judge(result, report, splits)
+
+
+REPORT_BYTES = 8 << 20
+"""The most the runner may report (values are size-bounded by the recorder too)."""
+
+
+def _judge(result: GradeResult, report: Any, splits: Mapping[str, SplitTests]) -> GradeResult:
+    """Each wanted test decided on the host from what its probes reported."""
+    wanted = [*result.fail_to_pass, *result.pass_to_pass]
+    if not isinstance(report, dict) or set(report) != set(wanted):
         result.error = "the results do not name exactly the wanted tests"
         return result
-    result.results = {str(k): str(v) for k, v in results.items()}
+    for test in wanted:
+        path, *parts = test.split("::")
+        split = splits.get(path)
+        entry = report[test]
+        if split is None:
+            result.results[test] = f"error: no hidden test file {path}"
+            continue
+        if not isinstance(entry, dict) or set(entry) != {"end", "records"}:
+            result.tampered = f"a malformed report for {test}"
+            break
+        outcome, forged = judge_test(split, ("", ".".join(parts)), entry["end"], entry["records"])
+        if forged:
+            result.tampered = f"{test}: {outcome}"
+            break
+        result.results[test] = outcome
+        if split.exposed(".".join(parts)):
+            result.exposed.append(test)
+    if result.tampered is not None:
+        result.error, result.results = "tampering detected", {}
     return result
 
 

@@ -27,7 +27,9 @@ def build_rubric(
     its raising is the policy's failure, scored `failure_reward` (`env.failure_reward`, 0.0).
     An extra component is a built-in name (`tool_use`, `length_penalty`, `thinking_format`) or
     the import path of a user reward function, `module:function` (sync or async, takes a
-    `Trajectory`, returns a float).
+    `Trajectory`, returns a float). A user function judges the policy's answer: its raising is
+    the policy's failure (raise `forge_agent.errors.InfraError` for a failure the policy cannot
+    cause, e.g. a judge model that is down).
     """
     from forge_agent.rewards import (
         RewardComponent,
@@ -63,7 +65,17 @@ def build_rubric(
                 f"rewards.components: unknown reward {name!r}; use one of "
                 f"{sorted(builtins)} or 'module:function'"
             )
-        components.append(RewardComponent(name, fn, float(weight), timeout_s=30.0))
+        user = name not in builtins  # a user's function judges the policy's answer
+        components.append(
+            RewardComponent(
+                name,
+                fn,
+                float(weight),
+                timeout_s=30.0,
+                judges_policy=user,
+                failure_reward=float(failure_reward or 0.0),
+            )
+        )
     return Rubric(components)
 
 

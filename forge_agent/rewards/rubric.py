@@ -12,9 +12,11 @@ step treats a trajectory with `reward_errors` as an infra failure by default (ex
 its group's baseline and from the loss; see `AdvantageConfig.exclude_reward_errors`).
 
 Except a component that judges the policy's answer (`RewardComponent.judges_policy`: an agent
-program's own reward): like an env's judge, its raising on the answer is the policy's failure
-(`policy_error`, or `policy_timeout` past its `timeout_s`), scored with its `failure_reward`
-and trained on, never dropped as infra (docs/rewards.md, the rule of blame).
+program's own reward, a user's `rewards.components` function): like an env's judge, its
+raising on the answer is the policy's failure (`policy_error`, or `policy_timeout` past its
+`timeout_s`), scored with the env's failure reward and trained on, never dropped as infra
+(docs/rewards.md, the rule of blame). A judge that raises `forge_agent.errors.InfraError`
+(its model endpoint is down) says the policy did not cause it: a reward error, as above.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from collections import Counter
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from forge_agent.errors import InfraError
 from forge_agent.rewards.functions import RewardFn, RewardValue
 from forge_agent.types import Status, Trajectory
 
@@ -123,8 +126,8 @@ class Rubric:
             if isinstance(value, BaseException):
                 result.errors[comp.name] = f"{type(value).__name__}: {value}"
                 self.failures[comp.name] += 1
-                if comp.judges_policy:
-                    return _policy_failure(comp, value)
+                if comp.judges_policy and not isinstance(value, InfraError):
+                    return _policy_failure(comp, value, traj)
                 continue
             result.components.update(value)
             result.total += comp.weight * sum(value.values())
@@ -147,14 +150,16 @@ class Rubric:
         return list(results)
 
 
-def _policy_failure(comp: RewardComponent, exc: BaseException) -> RewardResult:
-    """The score of an episode whose answer made `comp` (a judge of it) fail."""
+def _policy_failure(comp: RewardComponent, exc: BaseException, traj: Trajectory) -> RewardResult:
+    """The score of an episode whose answer made `comp` (a judge of it) fail: the env's
+    failure reward (recorded on the episode), else the component's."""
+    failure = float(traj.info.get("failure_reward", comp.failure_reward))
     timed_out = isinstance(exc, TimeoutError)
     status = Status.POLICY_TIMEOUT if timed_out else Status.POLICY_ERROR
     what = f"ran past {comp.timeout_s:g} s" if timed_out else f"raised {type(exc).__name__}: {exc}"
     return RewardResult(
-        total=comp.failure_reward,
-        components={"policy_failure": comp.failure_reward},
+        total=failure,
+        components={"policy_failure": failure},
         policy_failure=(status, f"reward {comp.name!r} {what}"[:500]),
     )
 

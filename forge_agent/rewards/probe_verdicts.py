@@ -1,0 +1,193 @@
+"""The outside half of split tests: decode what the probe reported and decide each test.
+
+Runs on the host, in the process that holds the checks (`forge_agent.rewards.probes`). What
+it reads came from the graded process, so it is data that may be forged: it is decoded into
+plain values (never unpickled, never evaluated), any value the probe could not carry is an
+`Opaque` that equals nothing, and the host applies only bounded operations to it (comparisons,
+arithmetic on numbers, `abs`, `round`, `math.isclose`, a task's own regular expression).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from collections.abc import Sequence
+from numbers import Number
+from typing import Any
+
+from forge_agent.rewards.probes import SplitTests
+
+__all__ = ["Opaque", "decode", "evaluate", "judge_test"]
+
+_CALLS = {"abs": abs, "round": round, "math.fabs": math.fabs, "math.isclose": math.isclose,
+          "float": float, "int": int}  # fmt: skip
+_BINOPS = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b,
+           "/": lambda a, b: a / b, "//": lambda a, b: a // b, "%": lambda a, b: a % b}  # fmt: skip
+_COMPARE = {
+    "Eq": lambda a, b: a == b, "NotEq": lambda a, b: a != b, "Lt": lambda a, b: a < b,
+    "LtE": lambda a, b: a <= b, "Gt": lambda a, b: a > b, "GtE": lambda a, b: a >= b,
+    "Is": lambda a, b: _same(a, b), "IsNot": lambda a, b: not _same(a, b),
+    "In": lambda a, b: a in b, "NotIn": lambda a, b: a not in b,
+}  # fmt: skip
+
+
+class Opaque:
+    """A value the probe reported by its class name only (an object, or past the budget)."""
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+
+    def __repr__(self) -> str:
+        return f"<{self.what}>"
+
+
+def _same(a: Any, b: Any) -> bool:
+    """`is` over decoded values: identity for None and the booleans, else same type and value."""
+    if a is None or b is None or isinstance(a, bool) or isinstance(b, bool):
+        return a is b
+    return type(a) is type(b) and a == b
+
+
+def decode(e: Any) -> Any:
+    """The plain value of one tagged encoding (`probe_runtime.Probe.encode`). Raises
+    ValueError for anything the probe never writes."""
+    if not isinstance(e, list) or not e or not isinstance(e[0], str):
+        raise ValueError(f"not an encoded value: {str(e)[:60]}")
+    tag, rest = e[0], e[1:]
+    scalars = {"n": lambda: None, "b": lambda: rest[0] is True, "i": lambda: int(rest[0]),
+               "f": lambda: float(rest[0]), "s": lambda: str(rest[0]),
+               "y": lambda: bytes.fromhex(rest[0]),
+               "c": lambda: complex(float(rest[0]), float(rest[1])),
+               "big": lambda: Opaque("a value past the size budget"),
+               "o": lambda: Opaque(f"object of class {str(rest[0])[:80]}")}  # fmt: skip
+    if tag in scalars:
+        return scalars[tag]()
+    kinds = {"l": list, "t": tuple, "set": set, "fset": frozenset}
+    if tag in kinds and isinstance(rest[0], list):
+        return kinds[tag](decode(x) for x in rest[0])
+    if tag == "d" and isinstance(rest[0], list):
+        return {decode(k): decode(v) for k, v in rest[0]}
+    raise ValueError(f"unknown tag {tag[:20]!r}")
+
+
+def _number(*values: Any) -> None:
+    for v in values:
+        if not isinstance(v, Number):
+            raise TypeError(f"{type(v).__name__} is not a number")
+
+
+def _count_equal(a: Any, b: Any) -> bool:
+    a, b = list(a), list(b)
+    try:
+        return Counter(a) == Counter(b)
+    except TypeError:  # unhashable items: match pairwise, bounded
+        if len(a) != len(b) or len(a) > 2000:
+            return False
+        rest = list(b)
+        for item in a:
+            if item not in rest:
+                return False
+            rest.remove(item)
+        return True
+
+
+def _almost(a: Any, b: Any, places: int | None, delta: float | None) -> bool:
+    if a == b:
+        return True
+    _number(a, b)
+    diff = abs(a - b)
+    return diff <= delta if delta is not None else round(diff, 7 if places is None else places) == 0
+
+
+def evaluate(tree: tuple, values: Sequence[Any]) -> Any:
+    """The value of a check's tree over the decoded `values` of its slots."""
+    kind = tree[0]
+    if kind == "lit":
+        return tree[1]
+    if kind == "slot":
+        return values[tree[1]]
+    if kind == "not":
+        return not evaluate(tree[1], values)
+    if kind in ("and", "or"):
+        parts = [bool(evaluate(t, values)) for t in tree[1]]
+        return all(parts) if kind == "and" else any(parts)
+    if kind == "cmp":
+        left = evaluate(tree[1], values)
+        for op, right_tree in zip(tree[2], tree[3], strict=True):
+            right = evaluate(right_tree, values)
+            if not _COMPARE[op](left, right):
+                return False
+            left = right
+        return True
+    if kind in ("bin", "neg", "call"):
+        return _arithmetic(tree, values)
+    if kind == "isinstance":
+        names = values[tree[1][1]]
+        found = isinstance(names, list) and any(w in names for w in tree[2])
+        return found != tree[3]
+    if kind == "almost":
+        a, b = evaluate(tree[1], values), evaluate(tree[2], values)
+        return _almost(a, b, tree[3], tree[4]) != tree[5]
+    if kind == "assertCountEqual":
+        return _count_equal(evaluate(tree[1], values), evaluate(tree[2], values))
+    if kind in ("assertRegex", "assertNotRegex"):
+        text, pattern = evaluate(tree[1], values), evaluate(tree[2], values)
+        found = isinstance(text, str) and re.search(pattern, text) is not None
+        return found == (kind == "assertRegex")
+    if kind == "raised":
+        names, message = values
+        if not isinstance(names, list) or not any(w in names for w in tree[1]):
+            return False
+        return tree[2] is None or (isinstance(message, str) and bool(re.search(tree[2], message)))
+    if kind == "fail":
+        return False
+    raise ValueError(f"unknown check {kind!r}")
+
+
+def _arithmetic(tree: tuple, values: Sequence[Any]) -> Any:
+    if tree[0] == "neg":
+        value = evaluate(tree[1], values)
+        _number(value)
+        return -value
+    if tree[0] == "bin":
+        a, b = evaluate(tree[2], values), evaluate(tree[3], values)
+        _number(a, b)
+        return _BINOPS[tree[1]](a, b)
+    args = [evaluate(t, values) for t in tree[2]]
+    kwargs = {k: evaluate(t, values) for k, t in tree[3]}
+    _number(*args, *(v for k, v in kwargs.items()))
+    return _CALLS[tree[1]](*args, **kwargs)
+
+
+def judge_test(
+    split: SplitTests, functions: Sequence[str], end: Any, records: Any
+) -> tuple[str, bool]:
+    """(outcome, forged) of one test from what its probe reported: `end` is how its body ended
+    inside ("ok", "error: ...", "failed: ...", "skipped"), `records` its checks' values in the
+    order they ran. The outcome is "passed", "failed: ..." or "error: ...". `forged`: a record
+    the probe never writes (an unknown check, the wrong number of values), so the code under
+    test wrote it. `functions`: the functions the test runs (its method, and "" for the
+    module's own top level): each of their `must_run` checks must have run."""
+    if not isinstance(records, list) or not isinstance(end, str):
+        return "error: malformed report", True
+    ran = set()
+    for record in records:
+        ok_shape = isinstance(record, list) and len(record) == 2 and type(record[0]) is int
+        check = split.checks.get(record[0]) if ok_shape else None
+        if check is None or not isinstance(record[1], list) or len(record[1]) != check.slots:
+            return f"error: a record no assertion writes: {str(record)[:80]}", True
+        try:
+            passed = bool(evaluate(check.tree, [decode(v) for v in record[1]]))
+        except Exception:  # a value of the wrong type, unreadable, past a limit: it fails
+            passed = False
+        if not passed:
+            return f"failed: the assertion at line {check.line}", False
+        ran.add(check.id)
+    if end != "ok":
+        known = end.startswith(("error", "failed", "skipped"))
+        return (end if known else f"error: {end}")[:400], False
+    for check in split.checks.values():
+        if check.function in functions and check.must_run and check.id not in ran:
+            return f"failed: the assertion at line {check.line} never ran", False
+    return "passed", False
