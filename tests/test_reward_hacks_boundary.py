@@ -158,14 +158,17 @@ def test_a_user_reward_component_raising_on_the_answer_is_the_policys_failure(ti
              "Confidence: 0.5 \\boxed{4056}"]  # fmt: skip
 
     async def run() -> list[Trajectory]:
-        async with EnvPool(EnvConfig("calculator", {"difficulty": 1}), size=1) as pool:
+        async with EnvPool(
+            ResolvedEnv.of(EnvConfig("calculator", {"difficulty": 1})), size=1
+        ) as pool:
             config = RolloutConfig(max_turns=1, max_total_tokens=2048, max_new_tokens_per_turn=256)
             engines = [
                 RolloutEngine(ScriptPolicy(tiny_tokenizer, [t]), pool,
                               ChatRenderer(tiny_tokenizer), config)
                 for t in texts
             ]  # fmt: skip
-            return list(await asyncio.gather(*(e.run_episode(TASK, 0) for e in engines)))
+            played = await asyncio.gather(*(e.run_episode(TASK, 0) for e in engines))
+            return [traj for (traj,) in played]
 
     raised, wrong, solved = asyncio.run(run())
     component = "tests.test_reward_hacks_boundary:stated_confidence"

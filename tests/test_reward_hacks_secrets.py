@@ -19,7 +19,8 @@ import json
 
 from forge_agent.algorithms.advantages import compute_advantages
 from forge_agent.env import EnvConfig
-from forge_agent.env.worker import EnvPool
+from forge_agent.env.pool import EnvPool
+from forge_agent.env.resolved import ResolvedEnv
 from forge_agent.types import Completion, Group, Status
 
 
@@ -45,7 +46,7 @@ def _play(tokenizer, env: EnvConfig, task: dict, scripts: list[list[str]]) -> li
     from forge_agent.rollout import ChatRenderer, RolloutConfig, RolloutEngine
 
     async def go():
-        async with EnvPool(env, size=1, envs_per_worker=len(scripts)) as pool:
+        async with EnvPool(ResolvedEnv.of(env), size=1, envs_per_worker=len(scripts)) as pool:
             config = RolloutConfig(
                 max_turns=len(max(scripts, key=len)) + 1,
                 max_total_tokens=32768,
@@ -57,7 +58,7 @@ def _play(tokenizer, env: EnvConfig, task: dict, scripts: list[list[str]]) -> li
                 ).run_episode(task, 0)
                 for s in scripts
             ]
-            return await asyncio.gather(*runs)
+            return [traj for (traj,) in await asyncio.gather(*runs)]
 
     return asyncio.run(go())
 
