@@ -11,6 +11,9 @@ the pytest process already uses the local one. Each prints one JSON line.
     train CLIENT_ADDR OUT MODEL TRAIN GEN ENV [BACKEND]   a short run, trainer / generator /
                                        env workers (and reward) each on its own worker, weights
                                        through weight_store.backend=BACKEND; what it saw
+    slurm_train OUT MODEL [BACKEND]    the same short run as docs/hosts.md's Slurm example
+                                       (trainer on one node, generator on two), on the Slurm
+                                       that SLURM_CONF names; what it saw and its job id
 """
 
 from __future__ import annotations
@@ -64,6 +67,30 @@ async def attach(client: str, timeout_s: float, workers: list[str]) -> dict:
 async def train(
     client: str, out: str, model: str, train: str, gen: str, env: str, backend: str = "monarch"
 ) -> dict:
+    hosts = [
+        "hosts.kind=workers",
+        f"hosts.client_address={client}",
+        f"hosts.workers={{train: [{train}], gen: [{gen}], env: [{env}]}}",
+        "hosts.services={trainer: train, generator: gen, env: env, reward: env}",
+    ]
+    return await _short_run(out, model, backend, hosts, ("trainer", "generator0", "env", "reward"))
+
+
+async def slurm_train(out: str, model: str, backend: str = "monarch") -> dict:
+    """The docs' Slurm example (docs/hosts.md), run on this process's Slurm (`SLURM_CONF`)."""
+    hosts = [
+        "hosts.kind=slurm",
+        "hosts.nodes={train: 1, gen: 2}",
+        "hosts.services={trainer: train, generator: gen}",
+    ]
+    report = await _short_run(out, model, backend, hosts, ("trainer", "generator0", "store0"))
+    return {**report, "job": _slurm_job_of(out)}
+
+
+async def _short_run(
+    out: str, model: str, backend: str, hosts: list[str], services: tuple[str, ...]
+) -> dict:
+    """Two GRPO steps with `hosts`; where `services` ran, versions and logprobs after."""
     from forge_agent.generator import SamplingConfig
     from forge_agent.run.config import load_config
     from forge_agent.run.controller import Controller
@@ -84,10 +111,7 @@ async def train(
         "metrics.console=false",
         # the tiny policy rarely solves a task; a length reward gives every group a signal
         "rewards.components={tests.host_programs:sampled_length: 1.0}",
-        "hosts.kind=workers",
-        f"hosts.client_address={client}",
-        f"hosts.workers={{train: [{train}], gen: [{gen}], env: [{env}]}}",
-        "hosts.services={trainer: train, generator: gen, env: env, reward: env}",
+        *hosts,
         f"weight_store.backend={backend}",
     ]
     controller = Controller(load_config(None, overrides))
@@ -96,7 +120,7 @@ async def train(
         where = {
             name: await mesh.spawn("where", HostInfo).describe.call_one()
             for name, mesh in controller.services.placement.named.items()
-            if name in ("trainer", "generator0", "env", "reward")
+            if name in services
         }
         start = await _prompt_logprobs(controller.services.generators[0], SamplingConfig)
         summary = await controller.run()
@@ -110,13 +134,22 @@ async def train(
             "summary": {k: summary[k] for k in ("steps", "policy_version", "counts")},
             "generator_version": await controller.services.generators[0].version.call_one(),
             "where": where,
-            "env_pool": controller.services.pool.where,
+            "env_pool": getattr(controller.services.pool, "where", None),
             "max_abs_diff": max(abs(a - b) for a, b in zip(got, want[1:], strict=True)),
             "changed": max(abs(a - b) for a, b in zip(got, start, strict=True)),
             "store": type(controller.services.store).__name__,
         }
     finally:
         await controller.shutdown()
+
+
+def _slurm_job_of(out: str) -> str | None:
+    """The id of the Slurm job the run's workers logged to (Monarch's `slurm_<id>_*.out`)."""
+    import glob
+    import os
+
+    logs = glob.glob(os.path.join(os.getcwd(), "slurm_*_monarch_job_*.out"))
+    return os.path.basename(logs[0]).split("_")[1] if logs else None
 
 
 async def replicas(client: str, workers: list[str]) -> dict:
@@ -186,6 +219,8 @@ def main() -> None:
         out = asyncio.run(run(client, float(rest[0]), *rest[1:]))
     elif cmd == "train":
         out = asyncio.run(train(client, *rest))
+    elif cmd == "slurm_train":  # no client address: the Slurm job's meshes bring their own
+        out = asyncio.run(slurm_train(client, *rest))
     elif cmd == "attach":
         out = asyncio.run(attach(client, float(rest[0]), rest[1:]))
     else:
