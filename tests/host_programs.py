@@ -76,21 +76,48 @@ async def train(
     return await _short_run(out, model, backend, hosts, ("trainer", "generator0", "env", "reward"))
 
 
-async def slurm_train(out: str, model: str, backend: str = "monarch") -> dict:
-    """The docs' Slurm example (docs/hosts.md), run on this process's Slurm (`SLURM_CONF`)."""
+async def slurm_train(out: str, model: str, backend: str = "monarch", fault: str = "") -> dict:
+    """The docs' Slurm example (docs/hosts.md), run on this process's Slurm (`SLURM_CONF`);
+    `fault` "kill-generator": the generator's process on its node is SIGKILLed in step 2."""
     hosts = [
         "hosts.kind=slurm",
         "hosts.nodes={train: 1, gen: 2}",
         "hosts.services={trainer: train, generator: gen}",
     ]
-    report = await _short_run(out, model, backend, hosts, ("trainer", "generator0", "store0"))
+    services = ("trainer", "generator0", "store0")
+    inject = _kill_generator if fault == "kill-generator" else None
+    report = await _short_run(out, model, backend, hosts, services, inject)
     return {**report, "job": _slurm_job_of(out)}
 
 
+async def _kill_generator(controller) -> dict:
+    """SIGKILL generator replica 0's process (on its Slurm node: one machine here, so its pid
+    is this machine's) once step 2's requests are in flight; what was killed."""
+    import os
+    import signal
+
+    async def until(predicate, what: str, timeout_s: float = 120.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while not predicate():
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"fault injector: waited too long for {what}")
+            await asyncio.sleep(0.05)
+
+    gen = controller.services.generators[0]
+    await until(lambda: controller.step >= 1 and controller.rollouts_open.is_set(), "step 1")
+    await until(lambda: controller.profile.active["generate"] > 0, "requests in flight")
+    pid = gen.mesh_pids[0]
+    with open(f"/proc/{pid}/environ", "rb") as f:  # the node the proc runs on, as Slurm says
+        node = dict(kv.split(b"=", 1) for kv in f.read().split(b"\0") if b"=" in kv)
+    os.kill(pid, signal.SIGKILL)
+    return {"pid": pid, "node": node.get(b"SLURMD_NODENAME", b"").decode(), "step": controller.step}
+
+
 async def _short_run(
-    out: str, model: str, backend: str, hosts: list[str], services: tuple[str, ...]
+    out: str, model: str, backend: str, hosts: list[str], services: tuple[str, ...], inject=None
 ) -> dict:
-    """Two GRPO steps with `hosts`; where `services` ran, versions and logprobs after."""
+    """Two GRPO steps with `hosts`; where `services` ran, versions and logprobs after;
+    `inject(controller)`: a fault injected while the run goes on (what it did: "fault")."""
     from forge_agent.generator import SamplingConfig
     from forge_agent.run.config import load_config
     from forge_agent.run.controller import Controller
@@ -123,6 +150,7 @@ async def _short_run(
             if name in services
         }
         start = await _prompt_logprobs(controller.services.generators[0], SamplingConfig)
+        injector = asyncio.ensure_future(inject(controller)) if inject else None
         summary = await controller.run()
         # after the last cross-host sync: the generator serves the trainer's weights
         ids = list(range(5, 40))
@@ -138,9 +166,20 @@ async def _short_run(
             "max_abs_diff": max(abs(a - b) for a, b in zip(got, want[1:], strict=True)),
             "changed": max(abs(a - b) for a, b in zip(got, start, strict=True)),
             "store": type(controller.services.store).__name__,
+            "fault": _injected(injector),
         }
     finally:
         await controller.shutdown()
+
+
+def _injected(injector) -> dict | str | None:
+    """What the fault injector did (its error raises here), or why it did nothing."""
+    if injector is None:
+        return None
+    if not injector.done():
+        injector.cancel()
+        return "not injected: the run ended first"
+    return injector.result()
 
 
 def _slurm_job_of(out: str) -> str | None:

@@ -52,13 +52,18 @@ def _submitted(cwd: Path) -> list[str]:
     return sorted(p.name.split("_")[1] for p in cwd.glob("slurm_*_monarch_job_*.out"))
 
 
-@pytest.fixture(scope="module", params=["monarch", "torchstore"])
+FAULTS = {"monarch": "kill-generator", "torchstore": ""}  # one run of each also takes a fault
+
+
+@pytest.fixture(scope="module", params=sorted(FAULTS))
 def docs_run(request, cluster, policy_model_path, tmp_path_factory):
     """Two GRPO steps of the docs' split (tests/host_programs.py slurm_train) with each
-    weight-store backend: the report, and the jobs squeue lists after it."""
+    weight-store backend (the default one's generator process killed on its node in step 2):
+    the report, and the jobs squeue lists after it."""
     cwd = tmp_path_factory.mktemp(f"slurm-{request.param}")
     program = [sys.executable, str(ROOT / "tests" / "host_programs.py"), "slurm_train"]
     argv = [*program, str(cwd / "run"), str(policy_model_path), request.param]
+    argv += [FAULTS[request.param]]
     started = time.monotonic()
     proc = _on_head(cluster, argv, cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     out, err = proc.communicate(timeout=300)
@@ -88,6 +93,16 @@ def test_weights_cross_slurm_nodes_and_versions_advance(docs_run):
     assert report["max_abs_diff"] <= 1e-4  # ... to exactly the trainer's
 
 
+def test_a_generator_killed_on_its_node_is_replaced_and_the_run_goes_on(docs_run):
+    report, _, backend = docs_run
+    restarts = report["summary"]["counts"]["restarts/generator0"]
+    if FAULTS[backend]:
+        assert report["fault"]["node"] == "fa-host1" and report["fault"]["step"] >= 1
+        assert restarts == 1  # ... and the run above finished its steps, weights in sync
+    else:
+        assert report["fault"] is None and restarts == 0
+
+
 def test_a_finished_run_leaves_no_job(docs_run):
     report, jobs_after, _ = docs_run
     assert report["job"] is not None  # the run did submit one
@@ -100,14 +115,6 @@ def _agent(cluster, cwd: Path, model: Path, *overrides: str) -> subprocess.Popen
     return _on_head(cluster, argv, cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
 
 
-def test_a_failed_run_gives_its_job_back(cluster, policy_model_path, tmp_path):
-    """The trainer asks for a GPU the nodes lack: the run fails after its job came up."""
-    proc = _agent(cluster, tmp_path, policy_model_path, "services.trainer.with_gpus=true")
-    out, _ = proc.communicate(timeout=180)
-    assert proc.returncode != 0 and "GPU" in out, out[-3000:]
-    assert _submitted(tmp_path) and _jobs_left(cluster) == []
-
-
 def test_an_interrupted_run_gives_its_job_back(cluster, policy_model_path, tmp_path):
     """Ctrl-C (SIGINT) once the job runs and the controller is starting the services."""
     proc = _agent(cluster, tmp_path, policy_model_path, "training.steps=50")
@@ -115,26 +122,35 @@ def test_an_interrupted_run_gives_its_job_back(cluster, policy_model_path, tmp_p
     while "RUNNING" not in cluster.slurm("squeue", "-h", "-o", "%T"):
         assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[0]
         time.sleep(0.2)
-    time.sleep(3)
+    time.sleep(1)
     proc.send_signal(signal.SIGINT)
     out, _ = proc.communicate(timeout=120)
     assert proc.returncode == 130, out[-3000:]
     assert _submitted(tmp_path) and _jobs_left(cluster) == []
 
 
-def test_keep_allocation_leaves_the_job_for_the_next_run(cluster, policy_model_path, tmp_path):
-    proc = _agent(
-        cluster, tmp_path, policy_model_path, "services.trainer.with_gpus=true",
-        "hosts.keep_allocation=true",
-    )  # fmt: skip
-    out, _ = proc.communicate(timeout=180)
-    assert proc.returncode != 0, out[-3000:]
+def test_a_kept_job_is_reused_by_the_next_run_and_a_failed_run_gives_it_back(
+    cluster, policy_model_path, tmp_path
+):
+    """Two runs that fail once their job is up (weight_store.backend=local cannot cross
+    hosts): the first keeps its job (`hosts.keep_allocation`); the second, from the same
+    folder, reuses it through Monarch's cache (no second sbatch) and cancels it."""
+    failing = "weight_store.backend=local"
+    kept = _agent(cluster, tmp_path, policy_model_path, failing, "hosts.keep_allocation=true")
+    out, _ = kept.communicate(timeout=180)
+    assert kept.returncode != 0 and "weight_store.backend" in out, out[-3000:]
     try:
         assert cluster.jobs() == _submitted(tmp_path) != []
-        assert (tmp_path / ".monarch" / "job_state.pkl").exists()  # Monarch's cache: reused
+        assert (tmp_path / ".monarch" / "job_state.pkl").exists()  # Monarch's cache of it
+        again = _agent(cluster, tmp_path, policy_model_path, failing)
+        out, _ = again.communicate(timeout=180)
+        assert again.returncode != 0 and "Connecting to cached job" in out, out[-3000:]
+        assert len(_submitted(tmp_path)) == 1 and _jobs_left(cluster) == []
+        assert not (tmp_path / ".monarch" / "job_state.pkl").exists()
     finally:
-        cluster.slurm("scancel", *cluster.jobs())
-        _jobs_left(cluster)
+        if left := cluster.jobs():
+            cluster.slurm("scancel", *left)
+            _jobs_left(cluster)
 
 
 def test_the_compat_layer_reads_only_its_own_jobs_nodes(cluster, monkeypatch):
