@@ -11,6 +11,9 @@ the pytest process already uses the local one. Each prints one JSON line.
     train CLIENT_ADDR OUT MODEL TRAIN GEN ENV [BACKEND]   a short run, trainer / generator /
                                        env workers (and reward) each on its own worker, weights
                                        through weight_store.backend=BACKEND; what it saw
+    slurm_train OUT MODEL [BACKEND]    the same short run as docs/hosts.md's Slurm example
+                                       (trainer on one node, generator on two), on the Slurm
+                                       that SLURM_CONF names; what it saw and its job id
 """
 
 from __future__ import annotations
@@ -64,6 +67,61 @@ async def attach(client: str, timeout_s: float, workers: list[str]) -> dict:
 async def train(
     client: str, out: str, model: str, train: str, gen: str, env: str, backend: str = "monarch"
 ) -> dict:
+    hosts = [
+        "hosts.kind=workers",
+        f"hosts.client_address={client}",
+        f"hosts.workers={{train: [{train}], gen: [{gen}], env: [{env}]}}",
+        "hosts.services={trainer: train, generator: gen, env: env, reward: env}",
+    ]
+    return await _short_run(out, model, backend, hosts, ("trainer", "generator0", "env", "reward"))
+
+
+async def slurm_train(out: str, model: str, backend: str = "monarch", fault: str = "") -> dict:
+    """The docs' Slurm example (docs/hosts.md), run on this process's Slurm (`SLURM_CONF`);
+    `fault` "kill-generator": the generator's process on its node is SIGKILLed in step 2."""
+    hosts = [
+        "hosts.kind=slurm",
+        "hosts.nodes={train: 1, gen: 2}",
+        "hosts.services={trainer: train, generator: gen}",
+    ]
+    services = ("trainer", "generator0", "store0")
+    inject = _kill_generator if fault == "kill-generator" else None
+    report = await _short_run(out, model, backend, hosts, services, inject)
+    return {**report, "job": _slurm_job_of(out)}
+
+
+async def _kill_generator(controller) -> dict:
+    """SIGKILL generator replica 0's process (on its Slurm node: one machine here, so its pid
+    is this machine's) once step 2's requests are in flight; what was killed."""
+    import os
+    import signal
+
+    async def until(predicate, what: str, timeout_s: float = 120.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while not predicate():
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"fault injector: waited too long for {what}")
+            await asyncio.sleep(0.05)
+
+    gen = controller.services.generators[0]
+    await until(lambda: controller.state.step >= 1 and controller.rollouts_open.is_set(), "step 1")
+    await until(lambda: controller.profile.active["generate"] > 0, "requests in flight")
+    pid = gen.mesh_pids[0]
+    with open(f"/proc/{pid}/environ", "rb") as f:  # the node the proc runs on, as Slurm says
+        node = dict(kv.split(b"=", 1) for kv in f.read().split(b"\0") if b"=" in kv)
+    os.kill(pid, signal.SIGKILL)
+    return {
+        "pid": pid,
+        "node": node.get(b"SLURMD_NODENAME", b"").decode(),
+        "step": controller.state.step,
+    }
+
+
+async def _short_run(
+    out: str, model: str, backend: str, hosts: list[str], services: tuple[str, ...], inject=None
+) -> dict:
+    """Two GRPO steps with `hosts`; where `services` ran, versions and logprobs after;
+    `inject(controller)`: a fault injected while the run goes on (what it did: "fault")."""
     from forge_agent.generator import SamplingConfig
     from forge_agent.run.config import load_config
     from forge_agent.run.controller import Controller
@@ -84,10 +142,7 @@ async def train(
         "metrics.console=false",
         # the tiny policy rarely solves a task; a length reward gives every group a signal
         "rewards.components={tests.host_programs:sampled_length: 1.0}",
-        "hosts.kind=workers",
-        f"hosts.client_address={client}",
-        f"hosts.workers={{train: [{train}], gen: [{gen}], env: [{env}]}}",
-        "hosts.services={trainer: train, generator: gen, env: env, reward: env}",
+        *hosts,
         f"weight_store.backend={backend}",
     ]
     controller = Controller(load_config(None, overrides))
@@ -96,9 +151,10 @@ async def train(
         where = {
             name: await mesh.spawn("where", HostInfo).describe.call_one()
             for name, mesh in controller.services.placement.named.items()
-            if name in ("trainer", "generator0", "env", "reward")
+            if name in services
         }
         start = await _prompt_logprobs(controller.services.generators[0], SamplingConfig)
+        injector = asyncio.ensure_future(inject(controller)) if inject else None
         summary = await controller.run()
         # after the last cross-host sync: the generator serves the trainer's weights
         ids = list(range(5, 40))
@@ -110,13 +166,33 @@ async def train(
             "summary": {k: summary[k] for k in ("steps", "policy_version", "counts")},
             "generator_version": await controller.services.generators[0].version.call_one(),
             "where": where,
-            "env_pool": controller.services.pool.where,
+            "env_pool": getattr(controller.services.pool, "where", None),
             "max_abs_diff": max(abs(a - b) for a, b in zip(got, want[1:], strict=True)),
             "changed": max(abs(a - b) for a, b in zip(got, start, strict=True)),
             "store": type(controller.services.store).__name__,
+            "fault": _injected(injector),
         }
     finally:
         await controller.shutdown()
+
+
+def _injected(injector) -> dict | str | None:
+    """What the fault injector did (its error raises here), or why it did nothing."""
+    if injector is None:
+        return None
+    if not injector.done():
+        injector.cancel()
+        return "not injected: the run ended first"
+    return injector.result()
+
+
+def _slurm_job_of(out: str) -> str | None:
+    """The id of the Slurm job the run's workers logged to (Monarch's `slurm_<id>_*.out`)."""
+    import glob
+    import os
+
+    logs = glob.glob(os.path.join(os.getcwd(), "slurm_*_monarch_job_*.out"))
+    return os.path.basename(logs[0]).split("_")[1] if logs else None
 
 
 async def replicas(client: str, workers: list[str]) -> dict:
@@ -186,6 +262,8 @@ def main() -> None:
         out = asyncio.run(run(client, float(rest[0]), *rest[1:]))
     elif cmd == "train":
         out = asyncio.run(train(client, *rest))
+    elif cmd == "slurm_train":  # no client address: the Slurm job's meshes bring their own
+        out = asyncio.run(slurm_train(client, *rest))
     elif cmd == "attach":
         out = asyncio.run(attach(client, float(rest[0]), rest[1:]))
     else:

@@ -33,6 +33,7 @@ from forge_agent.run import outputs
 from forge_agent.run.config import AgentConfig
 from forge_agent.run.engines import Engines, build_run_engines, evaluate_policy, record_episode
 from forge_agent.run.failures import FailureContext
+from forge_agent.run.host_placement import HostMeshes
 from forge_agent.run.loop_result import LoopClock, LoopResult
 from forge_agent.run.recovery import Recovery
 from forge_agent.run.services import Services
@@ -57,6 +58,7 @@ class Controller:
         self.cfg = cfg
         self.generate_wrapper = generate_wrapper
         self.services: Services | None = None
+        self.host_meshes: HostMeshes | None = None  # released (a Slurm job cancelled) at the end
         self.engines: Engines | None = None
         self.state = RunState()  # step, version, epoch, counts, errors, evals: the loops' own
         self.rollouts_open = asyncio.Event()  # closed while the policy changes (on-policy)
@@ -72,7 +74,8 @@ class Controller:
         from forge_agent.warm_start import policy_model
 
         cfg = self.cfg
-        meshes = await resolve_host_meshes(cfg.hosts)  # first: it picks Monarch's transport
+        # first: it picks Monarch's transport
+        meshes = self.host_meshes = await resolve_host_meshes(cfg.hosts)
         self.out = outputs.prepare_output_dir(cfg)
         self.env = env = ResolvedEnv.of(cfg.env)  # the one lookup of env.id: an unknown id fails
         check_run_choices(cfg, env)  # a curriculum or credit the env cannot follow fails here
@@ -389,14 +392,20 @@ class Controller:
 
     async def shutdown(self) -> None:
         """Stop everything this controller started (actors, workers, sandboxes) and write the
-        trace page and the curves."""
-        if hasattr(self, "traces"):
-            outputs.finish(self.out, self.traces, self.metrics, self.cfg.metrics, self.policy_path)
-        if self.engines is not None:
-            with contextlib.suppress(Exception):
-                await self.engines.stop()
-        if self.services is not None:
-            await self.services.shutdown()
+        trace page and the curves; then give a Slurm job's nodes back (`hosts.keep_allocation`)."""
+        try:
+            if hasattr(self, "traces"):
+                outputs.finish(
+                    self.out, self.traces, self.metrics, self.cfg.metrics, self.policy_path
+                )
+            if self.engines is not None:
+                with contextlib.suppress(Exception):
+                    await self.engines.stop()
+            if self.services is not None:
+                await self.services.shutdown()
+        finally:
+            if self.host_meshes is not None:
+                self.host_meshes.release()
 
 
 async def train(cfg: AgentConfig, generate_wrapper: GenerateWrapper | None = None) -> dict:

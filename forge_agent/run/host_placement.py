@@ -9,10 +9,14 @@
       services: {trainer: train, generator: gen, env: local, reward: local}
 
     meshes = await resolve_host_meshes(cfg)   # {"train": HostMesh, "gen": HostMesh}
+    ...
+    meshes.release()                          # kind=slurm: scancel (unless keep_allocation)
 
 With `kind: slurm` or `kind: kubernetes`, `nodes` maps each mesh name to a node count and the
 meshes come from Monarch's own launchers (`monarch.job.SlurmJob` / `KubernetesJob`, see
-`forge_agent.run.launchers`). A service not named in `services` stays on this machine (`local`).
+`forge_agent.run.launchers`); the run cancels its Slurm job when it ends, fails or is
+interrupted, unless `keep_allocation` (a later run of the same spec then reuses it). A service
+not named in `services` stays on this machine (`local`).
 Weights cross hosts through `forge_agent.weights.relay` (`weights_backend`: gloo or nccl); env
 workers on another host run in an `EnvPoolActor` there (`forge_agent.env.remote_pool`).
 """
@@ -41,6 +45,7 @@ class HostsConfig:
     connect_timeout_s: float = 30.0
     weights_backend: Literal["gloo", "nccl"] = "gloo"
     slurm: dict[str, Any] = field(default_factory=dict)  # extra SlurmJob arguments
+    keep_allocation: bool = False  # kind=slurm: leave the job running for the next run
     kubernetes_namespace: str = "default"
 
     def __post_init__(self) -> None:
@@ -90,27 +95,47 @@ class HostsConfig:
         return self.kind == "local" or all(self.mesh_of(s) == LOCAL for s in SERVICES)
 
 
-async def resolve_host_meshes(cfg: HostsConfig) -> dict[str, Any]:
+class HostMeshes(dict):
+    """Monarch `HostMesh`es by name, and the cluster job they came from (`job`, None for
+    workers); `release()` gives a Slurm job's nodes back unless `keep_allocation`."""
+
+    def __init__(self, meshes: dict[str, Any], job: Any = None, keep: bool = False) -> None:
+        super().__init__(meshes)
+        self.job, self.keep = job, keep
+
+    def release(self) -> None:
+        """`scancel` the Slurm job (once; a no-op for workers, Kubernetes or a kept job)."""
+        job, self.job = self.job, None
+        if job is not None and not self.keep:
+            from forge_agent.run.launchers import release_job
+
+            release_job(job)
+
+
+async def resolve_host_meshes(cfg: HostsConfig) -> HostMeshes:
     """Monarch `HostMesh`es by name for `cfg` (empty for local). Call once per process, before
     any other Monarch call: it enables the TCP transport. Unreachable workers raise
-    `forge_agent.runtime.hosts.HostUnreachableError` naming them, within `connect_timeout_s`."""
+    `forge_agent.runtime.hosts.HostUnreachableError` naming them, within `connect_timeout_s`.
+    With `kind: slurm`, call `release()` on the result when the run ends."""
     from forge_agent.runtime.hosts import attach_hosts, enable_client_transport
 
     if cfg.kind == "local":
-        return {}
+        return HostMeshes({})
     if cfg.kind == "workers":
         enable_client_transport(cfg.client_address)
-        return {
-            name: await attach_hosts(name, addresses, cfg.connect_timeout_s)
-            for name, addresses in cfg.workers.items()
-        }
+        return HostMeshes(
+            {
+                name: await attach_hosts(name, addresses, cfg.connect_timeout_s)
+                for name, addresses in cfg.workers.items()
+            }
+        )
     from forge_agent.run.launchers import job_host_meshes, kubernetes_job, slurm_job
 
-    if cfg.kind == "slurm":
-        job = slurm_job(cfg.nodes, **cfg.slurm)
-    else:
+    if cfg.kind == "kubernetes":  # pods the operator (or the user) runs: never deleted here
         job = kubernetes_job(cfg.kubernetes_namespace, cfg.nodes)
-    return job_host_meshes(job, cfg.mesh_names())
+        return HostMeshes(job_host_meshes(job, cfg.mesh_names()))
+    job = slurm_job(cfg.nodes, **cfg.slurm)
+    return HostMeshes(job_host_meshes(job, cfg.mesh_names()), job, keep=cfg.keep_allocation)
 
 
-__all__ = ["SERVICES", "HostsConfig", "resolve_host_meshes"]
+__all__ = ["SERVICES", "HostMeshes", "HostsConfig", "resolve_host_meshes"]

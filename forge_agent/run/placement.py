@@ -259,11 +259,22 @@ class Placement:
         return await CrossHostWeightStore.spawn(
             (trainer, home),
             others,
-            self.address_of(trainer),
+            await self.trainer_address(trainer, home),
             backend=self.hosts.weights_backend,
             max_versions=cfg.max_versions,
             put_timeout_s=cfg.put_timeout_s,
         )
+
+    async def trainer_address(self, host_name: str, procs: Any) -> str:
+        """The address other hosts reach the trainer's host (mesh ``host_name``, where
+        ``procs`` run) by: on a Slurm node, the node's own hostname, asked of ``procs`` (Slurm
+        nodes resolve each other's names: Monarch reaches its workers by them too)."""
+        if host_name != LOCAL and self.hosts.kind == "slurm":
+            from forge_agent.runtime.hosts import HostInfo
+
+            info = await procs.spawn("trainer_host", HostInfo).describe.call_one()
+            return info["hostname"]
+        return self.address_of(host_name)
 
     def address_of(self, host_name: str) -> str:
         """The address other hosts reach host mesh ``host_name``'s (first) host by."""
@@ -281,7 +292,8 @@ class Placement:
             return socket.gethostname()
         raise ValueError(
             f"placement: the trainer's host mesh {host_name!r} comes from a {self.hosts.kind} "
-            "job; cross-host weights need the trainer on a `workers` mesh or on this host"
+            "job, whose hosts publish no address here; cross-host weights need the trainer on "
+            "a `workers` or `slurm` mesh or on this host, or weight_store.backend=torchstore"
         )
 
     async def env_pool(self, env: ResolvedEnv) -> Any:
