@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Mapping
+from collections.abc import Coroutine, Mapping
 from typing import Any, Protocol
 
 import torch
@@ -18,6 +18,8 @@ __all__ = [
     "WeightStoreError",
     "WeightStoreTimeoutError",
     "check_version",
+    "materialize",
+    "put_within",
     "wait_for_room",
 ]
 
@@ -66,3 +68,41 @@ async def wait_for_room(
             )
         await asyncio.sleep(delay)
         delay = min(delay * 2, 0.1)
+
+
+def materialize(
+    views: StateDict, into: Mapping[str, torch.Tensor] | None, version: int
+) -> StateDict:
+    """Copy the stored views into `into` (in place) or into fresh tensors."""
+    if into is None:
+        return {k: v.clone() for k, v in views.items()}
+    missing = sorted(set(views) - set(into))
+    if missing:
+        raise WeightStoreError(f"version {version}: `into` lacks tensors {missing[:5]}")
+    out = {}
+    for k, v in views.items():
+        dst = into[k]
+        if dst.shape != v.shape:
+            raise WeightStoreError(
+                f"version {version}: tensor {k!r} has shape {tuple(v.shape)} in the store but "
+                f"{tuple(dst.shape)} in `into`"
+            )
+        with torch.no_grad():
+            dst.copy_(v)
+        out[k] = dst
+    return out
+
+
+async def put_within(put: Coroutine[Any, Any, None], version: int, timeout_s: float) -> None:
+    """Await a backend's `put` of `version`; past `timeout_s` (a full store, a hung actor)
+    raise `WeightStoreTimeoutError` instead of hanging the trainer. Every backend's `put`
+    goes through here."""
+    try:
+        await asyncio.wait_for(put, timeout_s)
+    except TimeoutError as e:
+        if isinstance(e, WeightStoreTimeoutError):
+            raise
+        raise WeightStoreTimeoutError(
+            f"put(version={version}) did not finish within put_timeout_s={timeout_s}s "
+            "(store busy, hung or full)"
+        ) from e

@@ -30,15 +30,9 @@ from typing import Any, Literal
 import torch
 from monarch.actor import Actor, endpoint
 
-from forge_agent.weights.layout import SharedView
-from forge_agent.weights.store import (
-    MonarchWeightStore,
-    StateDict,
-    TensorMeta,
-    WeightStoreError,
-    WeightStoreTimeoutError,
-    layout,
-)
+from forge_agent.weights.layout import SharedView, StateDict, TensorMeta, layout
+from forge_agent.weights.monarch_store import MonarchWeightStore
+from forge_agent.weights.protocol import WeightStoreError, WeightStoreTimeoutError
 
 Backend = Literal["gloo", "nccl"]
 

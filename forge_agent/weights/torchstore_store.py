@@ -30,8 +30,8 @@ from forge_agent.weights.config import OnFull
 from forge_agent.weights.layout import StateDict
 from forge_agent.weights.protocol import (
     WeightStoreError,
-    WeightStoreTimeoutError,
     check_version,
+    put_within,
     wait_for_room,
 )
 
@@ -104,14 +104,7 @@ class TorchStoreWeightStore:
     async def put(self, version: int, state_dict: Mapping[str, torch.Tensor]) -> None:
         """Store `state_dict` as `version` (evicting or waiting for room first)."""
         check_version(version)
-        try:
-            await asyncio.wait_for(self._put(version, state_dict), self.put_timeout_s)
-        except TimeoutError as e:
-            if isinstance(e, WeightStoreTimeoutError):
-                raise
-            raise WeightStoreTimeoutError(
-                f"TorchStore put(version={version}) exceeded put_timeout_s={self.put_timeout_s}s"
-            ) from e
+        await put_within(self._put(version, state_dict), version, self.put_timeout_s)
 
     async def _put(self, version: int, state_dict: Mapping[str, torch.Tensor]) -> None:
         deadline = time.monotonic() + self.put_timeout_s
