@@ -303,13 +303,18 @@ class ToolEnv(Env):
         await self._close_sandbox()
         self.task, self.seed = task, seed
         self.sandbox = await maybe_await(self.make_sandbox())
-        self.toolset = ToolSet(
+        self.toolset = self.new_toolset()
+        return self.prompt(task), self.toolset.specs
+
+    def new_toolset(self) -> ToolSet:
+        """This episode's `ToolSet`: `get_tools()` over the episode's sandbox, with the env's
+        tool timeout and output cap."""
+        return ToolSet(
             self.get_tools(),
             sandbox=self.sandbox,
             timeout_s=self.tool_timeout_s,
             max_output_chars=self.max_tool_output_chars,
         )
-        return self.prompt(task), self.toolset.specs
 
     async def step(self, assistant_message: Message) -> StepResult:
         if not hasattr(self, "toolset"):

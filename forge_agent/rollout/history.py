@@ -93,21 +93,6 @@ class TokenHistory:
         traj.versions.extend([-1] * len(ids))
 
     # ------------------------------------------------------------------ message level
-    def bridge(
-        self,
-        renderer: ChatRenderer,
-        new_messages: list[Message],
-        tools: list[ToolSpec] | None,
-        completion: Sequence[int] | None = None,
-    ) -> list[int] | None:
-        """The next prompt as `prompt + completion + new_messages`' tokens, append-only, or
-        None when the renderer cannot extend the sampled history (or there is nothing new).
-        `completion`: the turn to bridge after (default: the recorded one). Records nothing."""
-        sampled = self.completion if completion is None else list(completion)
-        if sampled is None or not new_messages:
-            return None
-        return renderer.bridge(self.prompt, sampled, new_messages, tools)
-
     def next_prompt(
         self,
         renderer: ChatRenderer,
@@ -116,12 +101,17 @@ class TokenHistory:
         completion: Sequence[int] | None = None,
     ) -> list[int] | None:
         """The bridge-or-render decision, made here for every producer (an episode's seat, an
-        endpoint session): the next prompt bridged append-only (`bridge`), or None when a full
-        render must start a new segment. A renderer that raises counts as one that cannot
-        bridge (`traj.info["bridge_error"]`); each None counts one `bridge_fallbacks` in
-        `traj.info`, the one place it is kept. Records no tokens."""
+        endpoint session, a demonstration): the next prompt as `prompt + completion +
+        new_messages`' tokens bridged append-only, or None when a full render must start a
+        new segment (the renderer cannot extend the sampled history, or nothing is new).
+        `completion`: the turn to bridge after (default: the recorded one). A renderer that
+        raises counts as one that cannot bridge (`traj.info["bridge_error"]`); each None counts
+        one `bridge_fallbacks` in `traj.info`, the one place it is kept. Records no tokens."""
+        sampled = self.completion if completion is None else list(completion)
         try:
-            bridged = self.bridge(renderer, new_messages, tools, completion)
+            bridged = None
+            if sampled is not None and new_messages:
+                bridged = renderer.bridge(self.prompt, sampled, new_messages, tools)
         except Exception as exc:  # fall back to a full render, noted
             self.traj.info["bridge_error"] = repr(exc)[:300]
             bridged = None

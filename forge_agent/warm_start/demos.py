@@ -46,7 +46,7 @@ def demo_trajectory(
             j += 1
         if j >= len(messages):
             break
-        bridged = history.bridge(renderer, messages[i + 1 : j], tools)
+        bridged = history.next_prompt(renderer, messages[i + 1 : j], tools)
         if bridged is None:
             raise ValueError(f"could not bridge demonstration {task_id!r} append-only")
         history.extend_to(bridged)

@@ -37,10 +37,9 @@ from forge_agent.weights.layout import (
     unpack,
 )
 from forge_agent.weights.protocol import (
+    VersionedPuts,
     WeightStoreError,
-    check_version,
     materialize,
-    put_within,
     wait_for_room,
 )
 
@@ -196,7 +195,7 @@ def _unlink(path: str) -> None:
         os.unlink(path)
 
 
-class MonarchWeightStore:
+class MonarchWeightStore(VersionedPuts):
     """Client of a `WeightStoreActor` (picklable: it can be handed to trainer and generator
     actors). `transport="auto"` uses shared memory when the store runs on this host;
     `"device"` (colocated on one GPU) slots in the putting process's device memory."""
@@ -253,15 +252,6 @@ class MonarchWeightStore:
 
     async def versions(self) -> list[int]:
         return await self.actor.versions.call_one()
-
-    async def latest_version(self) -> int | None:
-        vs = await self.versions()
-        return vs[-1] if vs else None
-
-    async def put(self, version: int, state_dict: Mapping[str, torch.Tensor]) -> None:
-        """Write `state_dict` as `version`: one flat buffer, one commit message."""
-        check_version(version)
-        await put_within(self._put(version, state_dict), version, self.put_timeout_s)
 
     async def _put(self, version: int, state_dict: Mapping[str, torch.Tensor]) -> None:
         deadline = time.monotonic() + self.put_timeout_s

@@ -14,6 +14,7 @@ import torch
 from forge_agent.weights.layout import StateDict
 
 __all__ = [
+    "VersionedPuts",
     "WeightStore",
     "WeightStoreError",
     "WeightStoreTimeoutError",
@@ -91,6 +92,30 @@ def materialize(
             dst.copy_(v)
         out[k] = dst
     return out
+
+
+class VersionedPuts:
+    """What the Monarch and TorchStore backends share: `put` checks the version and runs the
+    backend's `_put` within `put_timeout_s` (`put_within`); `latest_version` is the newest of
+    `versions()`."""
+
+    put_timeout_s: float
+
+    async def versions(self) -> list[int]:
+        raise NotImplementedError
+
+    async def _put(self, version: int, state_dict: Mapping[str, torch.Tensor]) -> None:
+        raise NotImplementedError
+
+    async def latest_version(self) -> int | None:
+        vs = await self.versions()
+        return vs[-1] if vs else None
+
+    async def put(self, version: int, state_dict: Mapping[str, torch.Tensor]) -> None:
+        """Store `state_dict` as `version` (evicting or waiting for room first), within
+        `put_timeout_s`."""
+        check_version(version)
+        await put_within(self._put(version, state_dict), version, self.put_timeout_s)
 
 
 async def put_within(put: Coroutine[Any, Any, None], version: int, timeout_s: float) -> None:

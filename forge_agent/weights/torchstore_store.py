@@ -29,9 +29,8 @@ import torch
 from forge_agent.weights.config import OnFull
 from forge_agent.weights.layout import StateDict
 from forge_agent.weights.protocol import (
+    VersionedPuts,
     WeightStoreError,
-    check_version,
-    put_within,
     wait_for_room,
 )
 
@@ -54,7 +53,7 @@ def _api() -> tuple[Any, Any]:
     return torchstore, torchstore_compat
 
 
-class TorchStoreWeightStore:
+class TorchStoreWeightStore(VersionedPuts):
     """Versions as TorchStore state dicts under `{prefix}/v{version}` in the TorchStore named
     `store_name` (unique per store by default). Picklable: trainer and generator actors get
     a copy that talks to the same TorchStore. Call `initialize` once, in the process that
@@ -96,15 +95,6 @@ class TorchStoreWeightStore:
                 if digits.isdigit():
                     found.add(int(digits))
         return sorted(found)
-
-    async def latest_version(self) -> int | None:
-        vs = await self.versions()
-        return vs[-1] if vs else None
-
-    async def put(self, version: int, state_dict: Mapping[str, torch.Tensor]) -> None:
-        """Store `state_dict` as `version` (evicting or waiting for room first)."""
-        check_version(version)
-        await put_within(self._put(version, state_dict), version, self.put_timeout_s)
 
     async def _put(self, version: int, state_dict: Mapping[str, torch.Tensor]) -> None:
         deadline = time.monotonic() + self.put_timeout_s

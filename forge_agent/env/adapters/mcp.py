@@ -10,7 +10,6 @@ from forge_agent.env import ToolEnv, maybe_await
 from forge_agent.tools.mcp.client import MCPConnection
 from forge_agent.tools.mcp.config import MCPServerConfig
 from forge_agent.tools.mcp.warm import WARM_SERVERS, ServerSet
-from forge_agent.tools.toolset import ToolSet
 from forge_agent.types import Message, StepResult, ToolSpec
 
 __all__ = ["MCPToolEnv"]
@@ -71,12 +70,7 @@ class MCPToolEnv(ToolEnv):
         self.task, self.seed = task, seed
         if not (self.reuse_servers and await self._take_warm_servers()):
             await self._start_servers()
-        self.toolset = ToolSet(
-            self.get_tools(),
-            sandbox=self.sandbox,
-            timeout_s=self.tool_timeout_s,
-            max_output_chars=self.max_tool_output_chars,
-        )
+        self.toolset = self.new_toolset()
         return self.prompt(task), self.toolset.specs
 
     async def step(self, assistant_message: Message) -> StepResult:
