@@ -231,3 +231,20 @@ def test_verbose_prints_the_cause_s_traceback_before_the_line():
     lines = stream.getvalue().splitlines()
     assert lines[0] == "Traceback (most recent call last):" and "ValueError: boom" in lines[-2]
     assert lines[-1] == "run failed after step 4: module m: ValueError: boom (checkpoint: none)"
+
+
+def test_a_step_zero_stop_writes_summary_json_with_its_line(tmp_path):
+    """Before: a run the step-0 check stopped left no summary.json (only mid-run failures
+    wrote one)."""
+    from forge_agent.errors import SetupError
+    from forge_agent.run.failures import FailureContext, write_stop_summary
+    from forge_agent.run.state import RunState
+
+    state = RunState(evals=[{"step": 0, "eval/reward/mean": 0.0}])
+    state.counts["status/ok"] = 64
+    stop = SetupError("step 0: all 64 held-out episodes earned reward 0, so every ...")
+    write_stop_summary(FailureContext(CFG, state, out=tmp_path, policy_path="/p"), stop)
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["stopped"] == {"step": 0, "line": str(stop)}
+    assert summary["evals"] == state.evals and summary["counts"] == {"status/ok": 64}
+    write_stop_summary(FailureContext(CFG, RunState(), out=None), stop)  # no folder: nothing

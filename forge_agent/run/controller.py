@@ -413,7 +413,7 @@ async def train(cfg: AgentConfig, generate_wrapper: GenerateWrapper | None = Non
     stop it at any point, every actor, env worker and sandbox shut down (`run.signals`).
     A failure after setup raises `RunFailed` (`run.failures`: the part, a last checkpoint)."""
     from forge_agent.errors import SetupError
-    from forge_agent.run.failures import run_failed
+    from forge_agent.run.failures import run_failed, write_stop_summary
 
     controller = Controller(cfg, generate_wrapper)
     try:
@@ -421,7 +421,8 @@ async def train(cfg: AgentConfig, generate_wrapper: GenerateWrapper | None = Non
         with cancel_on_signals(asyncio.current_task()):
             try:
                 return await controller.run()
-            except SetupError:  # the step-0 check: a bad input, not a failure
+            except SetupError as exc:  # the step-0 check: a bad input, not a failure
+                write_stop_summary(controller.failure_context(), exc)
                 raise
             except Exception as exc:
                 raise await run_failed(exc, controller.failure_context()) from exc

@@ -35,7 +35,14 @@ from forge_agent.types import INFRA_STATUSES, Status
 if TYPE_CHECKING:
     from forge_agent.run.recovery import Recovery
 
-__all__ = ["FailureContext", "failed_part", "failure_summary", "last_checkpoint", "run_failed"]
+__all__ = [
+    "FailureContext",
+    "failed_part",
+    "failure_summary",
+    "last_checkpoint",
+    "run_failed",
+    "write_stop_summary",
+]
 
 
 def failed_part(
@@ -166,13 +173,22 @@ def failure_summary(
 ) -> dict[str, Any]:
     """summary.json of a run that failed: `failure` (the part, its error, the step and the one
     line the program prints) beside what the run reached (steps, evals, counts)."""
+    failure = {"part": failed.part, "error": failed.error, "step": failed.step}
+    return {"failure": {**failure, "line": failed.line()}, **_reached(state, policy_path)}
+
+
+def write_stop_summary(run: FailureContext, exc: BaseException) -> None:
+    """summary.json of a run a check stopped (`SetupError`: at step 0, no signal to start
+    from, `run.stop_causes.check_start_signal`): `stopped` (the step and the one line the
+    program prints) beside what the run reached. Nothing when no output folder was made."""
+    if run.out is None or not run.out.exists():
+        return
+    stopped = {"step": run.state.step, "line": str(exc)}
+    outputs.write_summary(run.out, {"stopped": stopped, **_reached(run.state, run.policy_path)})
+
+
+def _reached(state: RunState, policy_path: Path | str | None) -> dict[str, Any]:
     return {
-        "failure": {
-            "part": failed.part,
-            "error": failed.error,
-            "step": failed.step,
-            "line": failed.line(),
-        },
         "steps": state.step,
         "policy_version": state.version,
         "evals": state.evals,
