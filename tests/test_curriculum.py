@@ -236,7 +236,7 @@ def test_the_warm_start_of_a_ladder_demonstrates_every_level(
     """The policy is warm-started on demonstrations of each level, split evenly: on the first
     level only, the calculator earned nothing at difficulty 2 and its ladder stalled there."""
     import forge_agent.models.tiny
-    import forge_agent.warm_start as ws
+    import forge_agent.warm_start.sft as ws
 
     asked = []
     real = ws.demonstrations

@@ -48,36 +48,9 @@ import math
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal
 
+from forge_agent.algorithms.config import AdvantageConfig, Estimator
 from forge_agent.types import Group, Trajectory
-
-Estimator = Literal["grpo", "dr_grpo", "rloo"]
-TruncatedPolicy = Literal["keep", "mask", "drop"]
-TurnCredit = Literal["none", "discounted", "gigpo"]
-
-
-@dataclass
-class AdvantageConfig:
-    """Which estimator and which filters to apply (see the module docstring)."""
-
-    estimator: Estimator = "grpo"
-    eps: float = 1e-6
-    drop_zero_variance: bool = True
-    truncated: TruncatedPolicy = "keep"
-    exclude_reward_errors: bool = True
-    min_group_size: int = 2
-    turn_credit: TurnCredit = "none"
-    gamma: float = 1.0  # per-turn discount of `discounted` and of gigpo's step returns
-    omega: float = 1.0  # gigpo: weight of the step-level advantage
-
-    def __post_init__(self) -> None:
-        from forge_agent.typed_config import check_field
-
-        check_field(self.eps >= 0.0, "eps", self.eps, "a float >= 0")
-        check_field(self.min_group_size >= 1, "min_group_size", self.min_group_size, "an int >= 1")
-        check_field(0.0 < self.gamma <= 1.0, "gamma", self.gamma, "a discount in (0, 1]")
-        check_field(self.omega >= 0.0, "omega", self.omega, "a float >= 0")
 
 
 @dataclass

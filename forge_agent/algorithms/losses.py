@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import torch
 
-from forge_agent.algorithms.loss_config import (
+from forge_agent.algorithms.config import (
     Aggregation,
     KLEstimator,
     LossConfig,

@@ -24,9 +24,10 @@ import math
 import sys
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, TextIO
+
+from forge_agent.observability.config import MetricsConfig
 
 logger = logging.getLogger(__name__)
 
@@ -310,24 +311,6 @@ class WandbSink:
 
 
 # --- the logger ---------------------------------------------------------------------------------
-
-
-@dataclass
-class MetricsConfig:
-    """A run's metric sinks (their files land in its output folder) and trace recording."""
-
-    console: bool = True
-    jsonl: bool = True  # <output>/metrics.jsonl
-    tensorboard: bool = False  # <output>/tb; skipped with a warning when tensorboard is missing
-    wandb_project: str | None = None  # skipped with a warning when wandb is missing
-    plot_every: int = 0  # steps between <output>/curves.png refreshes; 0 = at the end only
-    traces_last: int = 64  # episodes kept in traces.jsonl and shown by traces.html
-
-    def __post_init__(self) -> None:
-        from forge_agent.typed_config import check_field
-
-        check_field(self.plot_every >= 0, "plot_every", self.plot_every, "an int >= 0 (0 = off)")
-        check_field(self.traces_last >= 0, "traces_last", self.traces_last, "an int >= 0")
 
 
 class MetricLogger:

@@ -5,7 +5,7 @@ templates pull in `renderers`) load on first use.
 """
 
 from forge_agent.lazy import lazy_exports
-from forge_agent.rollout.config import RolloutConfig
+from forge_agent.rollout.config import RendererConfig, RolloutConfig
 from forge_agent.rollout.context import ContextConfig
 
 __all__ = [
@@ -27,7 +27,6 @@ __getattr__ = lazy_exports(
         "EnvSource": "forge_agent.rollout.engine",
         "GenerateFn": "forge_agent.generator.config",
         "LocalEnvs": "forge_agent.rollout.engine",
-        "RendererConfig": "forge_agent.rollout.renderer",
         "RolloutEngine": "forge_agent.rollout.engine",
         "SessionRouter": "forge_agent.rollout.engine",
     },

@@ -1,17 +1,19 @@
-"""The rollout's config: one episode's limits and sampling, and how many episodes run at once.
+"""The rollout's configs: one episode's limits and sampling, and how many episodes run at once
+(`RolloutConfig`); how messages become tokens (`RendererConfig`, the `renderer` section).
 
 A light module (dataclasses only, no engine, no torch), so the run's config and the episode's
-context can name `RolloutConfig` without importing the engine.
+context can name them without importing the engine or a tokenizer.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
 
 from forge_agent.rollout.context import ContextConfig
 from forge_agent.typed_config import check_field
 
-__all__ = ["RolloutConfig"]
+__all__ = ["RendererConfig", "RolloutConfig"]
 
 
 @dataclass
@@ -42,3 +44,14 @@ class RolloutConfig:
             check_field(getattr(self, key) >= 1, key, getattr(self, key), "an int >= 1")
         check_field(self.temperature > 0.0, "temperature", self.temperature, "a float > 0")
         check_field(0.0 < self.top_p <= 1.0, "top_p", self.top_p, "a float in (0, 1]")
+
+
+@dataclass
+class RendererConfig:
+    """`kind`: "qwen3" (the tiny model and Qwen3 hub models), "chatml" (ChatML models whose
+    vocabulary has no tool tokens, e.g. SmolLM2: `rollout/chatml.py`), "default" (the model's
+    own chat template through `renderers`' default renderer), or "auto" (qwen3 for Qwen3
+    models, else chatml for ChatML models, else default)."""
+
+    kind: Literal["auto", "qwen3", "chatml", "default"] = "auto"
+    enable_thinking: bool = False

@@ -9,23 +9,12 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 from forge_agent.rollout.chatml import ChatMLToolRenderer, is_chatml
+from forge_agent.rollout.config import RendererConfig
 from forge_agent.tools.schema import loads_strict
 from forge_agent.types import Message, ToolSpec
-
-
-@dataclass
-class RendererConfig:
-    """`kind`: "qwen3" (the tiny model and Qwen3 hub models), "chatml" (ChatML models whose
-    vocabulary has no tool tokens, e.g. SmolLM2: `rollout/chatml.py`), "default" (the model's
-    own chat template through `renderers`' default renderer), or "auto" (qwen3 for Qwen3
-    models, else chatml for ChatML models, else default)."""
-
-    kind: Literal["auto", "qwen3", "chatml", "default"] = "auto"
-    enable_thinking: bool = False
 
 
 class ChatRenderer:

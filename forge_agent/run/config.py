@@ -25,13 +25,11 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal, TypeVar
 
 from forge_agent import typed_config
-from forge_agent.algorithms.advantages import AdvantageConfig
-from forge_agent.algorithms.loss_config import LossConfig
+from forge_agent.algorithms.config import AdvantageConfig, LossConfig
 from forge_agent.env.config import EnvConfig
 from forge_agent.generator.config import GeneratorConfig
-from forge_agent.observability.metrics import MetricsConfig
-from forge_agent.rollout.config import RolloutConfig
-from forge_agent.rollout.renderer import RendererConfig
+from forge_agent.observability.config import MetricsConfig
+from forge_agent.rollout.config import RendererConfig, RolloutConfig
 from forge_agent.run.host_placement import HostsConfig
 from forge_agent.run.placement import PlacementConfig
 from forge_agent.run.supervision import SupervisionConfig

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from forge_agent.algorithms.loss_config import LossConfig
+from forge_agent.algorithms.config import LossConfig
 
 
 @dataclass

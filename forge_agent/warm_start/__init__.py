@@ -6,42 +6,16 @@ some call the tool and answer with its result (correct), the rest answer at once
 (mostly wrong). The warm start is honest and imperfect on purpose: the RL phase has to find
 that calling the tool pays.
 
-Demonstrations are rendered exactly as a rollout would see them (`warm_start.demos`); the
-result is cached under a key of everything that shapes it (`warm_start.cache_key`); the
-settings are `warm_start.config.WarmStartConfig`.
+    policy = policy_model(cfg, env)        # the base model, warm-started (cached) when enabled
+
+Its parts: `config` (`WarmStartConfig`, light: the run's config imports it without torch or a
+tokenizer), `demos` (demonstrations rendered exactly as a rollout would see them), `cache_key`
+(what keys a cached warm start) and `sft` (the supervised pass, `policy_model`). Importing the
+package loads only the config; the rest loads on first use.
 """
 
-from __future__ import annotations
-
-import json
-import logging
-import random
-import shutil
-import time
-from pathlib import Path
-from typing import Any
-
-from forge_agent.env.resolved import ResolvedEnv
-from forge_agent.rollout.renderer import ChatRenderer
-from forge_agent.types import Trajectory
-from forge_agent.warm_start.cache_key import (
-    KEY_DEMONSTRATIONS,
-    KEY_FILE,
-    TOKENIZER_FILES,
-    describe_key,
-    dir_of,
-    warm_start_dir,
-    warm_start_key,
-)
+from forge_agent.lazy import lazy_exports
 from forge_agent.warm_start.config import WarmEnvs, WarmStartConfig
-from forge_agent.warm_start.demos import (
-    DEMO_LENGTHS_FILE,
-    demo_fit_warnings,
-    demo_lengths,
-    demo_trajectory,
-    demonstration_source,
-    demonstrations,
-)
 
 __all__ = [
     "DEMO_LENGTHS_FILE",
@@ -64,154 +38,27 @@ __all__ = [
     "warm_start_key",
 ]
 
-logger = logging.getLogger(__name__)
-
-
-def warm_start(
-    model_path: str | Path,
-    envs: WarmEnvs,
-    cfg: WarmStartConfig,
-    cache_dir: str | Path | None = None,
-    device: str = "auto",
-    autocast: str | None = None,
-) -> Path:
-    """SFT `model_path` on demonstrations of `envs` (resolved envs, or lists of them such as a
-    ladder's levels; demonstrations split evenly over every env and kwargs);
-    returns the new model folder. `autocast`: the trainer's mixed precision (`trainer.autocast`).
-
-    The result is cached under a key of the inputs, so a second run reuses it.
-    """
-    from forge_agent.models.tiny import default_cache_dir, load_tokenizer
-    from forge_agent.trainer.core import Trainer, TrainerConfig
-
-    model_path = Path(model_path)
-    key = warm_start_key(model_path, envs, cfg)
-    if autocast is not None:
-        key["autocast"] = autocast
-    out = dir_of(model_path, key, cache_dir or default_cache_dir())
-    if (out / "config.json").exists():
-        print(f"[warm start] using the cached warm start {out}, keyed on {describe_key(key)}")
-        return out
-
-    tokenizer = load_tokenizer(model_path)
-    demos = demonstration_trajectories(ChatRenderer(tokenizer), envs, cfg)
-    # Short rows: on CPU, sdpa pays for the dense block-diagonal mask of a packed row
-    # quadratically, so rows of a few episodes beat long rows (apps/bench/train_step.py).
-    trainer = Trainer(
-        TrainerConfig(lr=cfg.lr, row_tokens=512, autocast=autocast),
-        str(model_path),
-        device=device,
-        seed=cfg.seed,
-    )
-    rng = random.Random(cfg.seed)
-    print(
-        f"[warm start] {cfg.steps} supervised steps on {len(demos)} demonstrations of "
-        f"{', '.join(sorted(key['envs']))} (cached: a later run with the same settings skips it)",
-        flush=True,
-    )
-    started = time.monotonic()
-    every = max(1, cfg.steps // 10)
-    for step in range(1, cfg.steps + 1):
-        metrics = trainer.sft_step(rng.sample(demos, min(cfg.batch_size, len(demos))))
-        if step == ESTIMATE_AFTER_STEPS and (
-            line := estimate_line(step, time.monotonic() - started, cfg.steps)
-        ):
-            print(line, flush=True)
-        if step % every == 0 or step == cfg.steps:
-            elapsed = time.monotonic() - started
-            rate = step / elapsed
-            print(
-                f"[warm start] step {step}/{cfg.steps} loss {metrics['loss/total']:.3f}"
-                f" | {rate:.2f} steps/s | eta {(cfg.steps - step) / rate:.0f}s",
-                flush=True,
-            )
-    tmp = out.with_name(out.name + f".tmp{time.time_ns()}")
-    trainer.model.save_pretrained(tmp, safe_serialization=True)
-    tokenizer.save_pretrained(tmp)
-    (tmp / DEMO_LENGTHS_FILE).write_text(json.dumps(demo_lengths(demos)))
-    (tmp / KEY_FILE).write_text(json.dumps(key, indent=1, sort_keys=True))
-    try:
-        tmp.rename(out)
-    except OSError:
-        if not (out / "config.json").exists():
-            raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return out
-
-
-def demonstration_trajectories(
-    renderer: ChatRenderer, envs: WarmEnvs, cfg: WarmStartConfig
-) -> list[Trajectory]:
-    """`cfg.num_demos` demonstrations split evenly over every env and kwargs of `envs`, as
-    trajectories; those of one env and kwargs form one group, so the trainer computes their
-    common prompt (the system prompt and tool specs) once per packed row (`share_prefix`)."""
-    sources = [env for item in envs for env in (item if isinstance(item, list) else [item])]
-    demos = []
-    for k, env in enumerate(sources):
-        n = cfg.num_demos // len(sources)
-        convos, tools = demonstrations(env, n, cfg.demo_fraction, cfg.seed)
-        for i, convo in enumerate(convos):
-            demo = demo_trajectory(renderer, convo, tools, f"{env.id}-{k}-{i}")
-            demo.group_id = f"{env.id}-{k}"
-            demos.append(demo)
-    return demos
-
-
-ESTIMATE_AFTER_STEPS = 3
-"""Steps timed before the warm start estimates how long it takes (`estimate_line`)."""
-
-
-def estimate_line(step: int, elapsed_s: float, steps: int) -> str | None:
-    """The console line that says how long a warm start will take, from the `elapsed_s` its
-    first `step` steps took; None when the whole takes under a minute."""
-    total = elapsed_s / step * steps
-    if total < 60:
-        return None
-    return (
-        f"[warm start] about {total / 60:.0f} min for {steps} steps ({elapsed_s / step:.1f} s a "
-        "step); cached after, and warm_start.steps sets how many"
-    )
-
-
-def policy_model(cfg: Any, env: ResolvedEnv) -> Path:
-    """The policy folder an `AgentConfig` starts from: the tiny model (built here) or
-    `model.name` (a folder or a hub name in the local HF cache), after the warm start when
-    `warm_start.enabled` (cached). `env`: `cfg.env` as the driver resolved it. The warm start
-    demonstrates `env.kwargs`; with a
-    difficulty ladder, every level of it (demonstrations split evenly), so that RL finds a
-    reward signal at each level it climbs to (warm-started on the first level only, the
-    calculator earned nothing at difficulty 2 and the ladder stalled there)."""
-    from forge_agent.models.hub import resolve_model
-    from forge_agent.models.tiny import ensure_tiny_model, refresh_chat_template
-
-    if cfg.model.name == "tiny":
-        base = ensure_tiny_model(cfg.model.tiny_config())
-    else:
-        base = resolve_model(cfg.model.name, dtype=cfg.model.storage_dtype)
-    ws = cfg.warm_start
-    if not ws.enabled or ws.steps <= 0:
-        return base
-    ladder = env.config.curriculum
-    levels = [env.with_kwargs({**env.kwargs, ladder.kwarg: v}) for v in ladder.levels]
-    levels = levels if ladder.ladder else []
-    source = demonstration_source(levels[0] if levels else env)
-    if source is None:
-        logger.warning(
-            "warm start skipped: env %r has no demonstrations() and no tools (RL starts from %s)",
-            env.id,
-            base,
-        )
-        return base
-    if source == "tool schemas":
-        print(
-            f"[warm start] env {env.id!r} has no demonstrations(): the warm start teaches "
-            "the call format with calls sampled from its tool schemas",
-            flush=True,
-        )
-    policy = warm_start(base, [levels or env], ws, device=cfg.device, autocast=cfg.trainer.autocast)
-    if cfg.model.name == "tiny":
-        refresh_chat_template(policy)  # warm starts cached before a template fix
-    for warning in demo_fit_warnings(policy, cfg.rollout):
-        print(f"[warm start] warning: {warning}", flush=True)
-    return policy
+_DEMOS = "forge_agent.warm_start.demos"
+_KEY = "forge_agent.warm_start.cache_key"
+_SFT = "forge_agent.warm_start.sft"
+__getattr__ = lazy_exports(
+    __name__,
+    {
+        "DEMO_LENGTHS_FILE": _DEMOS,
+        "demo_fit_warnings": _DEMOS,
+        "demo_lengths": _DEMOS,
+        "demo_trajectory": _DEMOS,
+        "demonstration_source": _DEMOS,
+        "demonstrations": _DEMOS,
+        "KEY_DEMONSTRATIONS": _KEY,
+        "KEY_FILE": _KEY,
+        "TOKENIZER_FILES": _KEY,
+        "describe_key": _KEY,
+        "warm_start_dir": _KEY,
+        "warm_start_key": _KEY,
+        "demonstration_trajectories": _SFT,
+        "estimate_line": _SFT,
+        "policy_model": _SFT,
+        "warm_start": _SFT,
+    },
+)

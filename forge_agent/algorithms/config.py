@@ -1,6 +1,7 @@
-"""The policy loss's config: named presets (recipes) and `LossConfig`, as plain data.
-
-Kept apart from the torch primitives in `losses.py` so that a run's config loads without torch.
+"""The algorithms' configs, as plain data: the advantage estimator and its filters
+(`AdvantageConfig`, used by `advantages.py`) and the policy loss, with its named presets
+(`LossConfig`, used by `losses.py`). Kept apart from the torch primitives so that a run's config
+loads without torch.
 """
 
 from __future__ import annotations
@@ -134,3 +135,31 @@ class LossConfig:
     def preset(cls, name: str, **overrides: object) -> LossConfig:
         """The preset `name` (see `PRESETS`) with `overrides` standing over its values."""
         return cls(name=name, **overrides)  # type: ignore[arg-type]
+
+
+Estimator = Literal["grpo", "dr_grpo", "rloo"]
+TruncatedPolicy = Literal["keep", "mask", "drop"]
+TurnCredit = Literal["none", "discounted", "gigpo"]
+
+
+@dataclass
+class AdvantageConfig:
+    """Which estimator and which filters to apply (see the module docstring)."""
+
+    estimator: Estimator = "grpo"
+    eps: float = 1e-6
+    drop_zero_variance: bool = True
+    truncated: TruncatedPolicy = "keep"
+    exclude_reward_errors: bool = True
+    min_group_size: int = 2
+    turn_credit: TurnCredit = "none"
+    gamma: float = 1.0  # per-turn discount of `discounted` and of gigpo's step returns
+    omega: float = 1.0  # gigpo: weight of the step-level advantage
+
+    def __post_init__(self) -> None:
+        from forge_agent.typed_config import check_field
+
+        check_field(self.eps >= 0.0, "eps", self.eps, "a float >= 0")
+        check_field(self.min_group_size >= 1, "min_group_size", self.min_group_size, "an int >= 1")
+        check_field(0.0 < self.gamma <= 1.0, "gamma", self.gamma, "a discount in (0, 1]")
+        check_field(self.omega >= 0.0, "omega", self.omega, "a float >= 0")
