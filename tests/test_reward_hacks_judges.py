@@ -227,3 +227,16 @@ def test_the_forked_sandbox_cannot_read_a_world_readable_host_file(readable_answ
     assert not reply["ok"] and "No such file" in reply["error"], reply
     shared = run_forked(Path("/usr/lib/os-release").exists, Limits(wall_s=5.0))
     assert shared == {"ok": True, "value": True} or not Path("/usr/lib/os-release").exists()
+
+
+def test_without_root_the_forked_sandbox_refuses_clearly_and_runs_nothing(monkeypatch, tmp_path):
+    """A non-root user gets a `SandboxError` naming what is missing (the judge server turns
+    it into infra, `JudgeServerError`), never the function run unsandboxed."""
+    from forge_agent.sandbox.base import Limits, SandboxError
+    from forge_agent.sandbox.forked import run_forked
+
+    target = tmp_path / "ran"
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    with pytest.raises(SandboxError, match=r"needs root .* uid 1000"):
+        run_forked(functools.partial(target.write_text, "x"), Limits(wall_s=5.0))
+    assert not target.exists()

@@ -266,6 +266,12 @@ class ForkedCall:
     a server with several calls in flight selects over their `fileno()`s)."""
 
     def __init__(self, fn: Callable[[], Any], limits: Limits) -> None:
+        if os.geteuid() != 0:
+            raise SandboxError(
+                f"the forked sandbox needs root (CAP_SYS_ADMIN, for its namespaces and "
+                f"mounts); this process runs as uid {os.geteuid()}. Run the env workers as "
+                "root; nothing is run unsandboxed"
+            )
         self.limits = limits
         self.deadline = time.monotonic() + float(limits.wall_s) + 5.0
         self._chunks: list[bytes] = []
