@@ -186,7 +186,8 @@ def test_the_forked_sandbox_cannot_write_to_a_world_writable_host_folder(shared_
 
     target = shared_host_folder / "left_behind"
     reply = run_forked(functools.partial(target.write_text, "x"), Limits(wall_s=5.0))
-    assert not reply["ok"] and "Read-only file system" in reply["error"], reply
+    assert not reply["ok"], reply  # the folder is read-only, or (covered) not there at all
+    assert "Read-only file system" in reply["error"] or "No such file" in reply["error"]
     assert not target.exists()
 
 
@@ -204,3 +205,41 @@ def test_code_in_the_forked_sandbox_runs_under_the_seccomp_filter():
 
     reply = run_forked(_unshare_user_namespace, Limits(wall_s=5.0))
     assert reply == {"ok": True, "value": -1}
+
+
+@pytest.fixture
+def readable_answer_key():
+    """An answer key any user may read, in a host folder outside the judge's allow-list."""
+    folder = Path(tempfile.mkdtemp(dir="/srv" if os.access("/srv", os.W_OK) else "/var/tmp"))
+    folder.chmod(0o755)
+    key = folder / "answers.txt"
+    key.write_text("42")
+    key.chmod(0o644)
+    yield key
+    shutil.rmtree(folder)
+
+
+def test_the_forked_sandbox_cannot_read_a_world_readable_host_file(readable_answer_key):
+    """Before (main 475abf9): the forked sandbox (judges, verifiers tools) read every host file
+    any user may read, an answer key left world-readable among them. Its readable paths are
+    now an allow-list (the system's folders and the interpreter's): the file is not there."""
+    from forge_agent.sandbox.base import Limits
+    from forge_agent.sandbox.forked import run_forked
+
+    reply = run_forked(readable_answer_key.read_text, Limits(wall_s=5.0))
+    assert not reply["ok"] and "No such file" in reply["error"], reply
+    shared = run_forked(Path("/usr/lib/os-release").exists, Limits(wall_s=5.0))
+    assert shared == {"ok": True, "value": True} or not Path("/usr/lib/os-release").exists()
+
+
+def test_without_root_the_forked_sandbox_refuses_clearly_and_runs_nothing(monkeypatch, tmp_path):
+    """A non-root user gets a `SandboxError` naming what is missing (the judge server turns
+    it into infra, `JudgeServerError`), never the function run unsandboxed."""
+    from forge_agent.sandbox.base import Limits, SandboxError
+    from forge_agent.sandbox.forked import run_forked
+
+    target = tmp_path / "ran"
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    with pytest.raises(SandboxError, match=r"needs root .* uid 1000"):
+        run_forked(functools.partial(target.write_text, "x"), Limits(wall_s=5.0))
+    assert not target.exists()

@@ -10,9 +10,12 @@ once, and each call forks a child that, before the function runs:
 - enters new PID, network and mount namespaces: no network (not even loopback), a `/proc` of
   its own (host processes are invisible), every process it starts dies with it;
 - sees every mount of the host read-only, then gets fresh, bounded tmpfs on ``/tmp``,
-  ``/var/tmp`` and ``/dev/shm`` (nothing crosses calls) and an empty ``/root`` with only the
-  interpreter's folders bound back, read-only: what it may write is an allow-list (those
-  tmpfs), not "whatever the host left world-writable" (``/run/lock`` was);
+  ``/var/tmp`` and ``/dev/shm`` (nothing crosses calls): what it may write is an allow-list
+  (those tmpfs), not "whatever the host left world-writable" (``/run/lock`` was);
+- reads an allow-list too: ``/usr``, ``/etc``, the libraries and ``/dev`` of the host
+  (`SYSTEM_PATHS`), and the folders the interpreter reads (its prefix, the folder of each
+  loaded top-level package), bound back read-only; every other top-level folder
+  (``/root``, ``/home``, ``/work``, ``/var``, ``/run``, ``/sys``, ...) is an empty tmpfs;
 - keeps no descriptor but its reply pipe (not its server's requests or replies);
 - takes the rlimits of `Limits` (CPU seconds, address space beyond what the warm process
   holds, processes, file size, descriptors, no core files) and an empty environment;
@@ -22,8 +25,8 @@ once, and each call forks a child that, before the function runs:
   namespaces or mounts, no keyrings, BPF or io_uring);
 - is killed, with its whole PID namespace, at `Limits.wall_s`.
 
-What it lacks beside bwrap: a view of the file system limited to ``/usr``, ``/etc`` and the
-workspace (host files any user may read stay readable, though nothing is writable). It needs
+What it shows beside bwrap: the interpreter's own folders (the project's checkout among
+them, read-only), which bwrap cannot bind for the sandbox user. It needs
 root (CAP_SYS_ADMIN for the namespaces and mounts); elsewhere `run_forked` raises
 `SandboxError` (infra: the run stops, naming it), never runs the function unsandboxed.
 """
@@ -82,10 +85,33 @@ def _mount(source: str | None, target: str, fstype: str | None, flags: int, data
     )
 
 
+SYSTEM_PATHS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/dev")
+"""What the child may read of the host besides the interpreter: the system's programs,
+libraries and configuration (what bwrap binds). Every other top-level folder is covered."""
+
+
+def _under(path: str, roots: tuple[str, ...] | list[str]) -> bool:
+    return any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots)
+
+
 def _kept_paths() -> list[str]:
-    """The interpreter's folders under /root (bound back into the child's empty /root)."""
-    prefixes = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}
-    return sorted(p for p in prefixes if p.startswith("/root/"))
+    """The folders outside `SYSTEM_PATHS` the interpreter reads (its prefix, and the folder of
+    each loaded top-level package or module, e.g. `forge_agent/` of a checkout, not the
+    checkout): bound back, read-only, into the covered tree."""
+    found = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}
+    for name, module in list(sys.modules.items()):
+        file = getattr(module, "__file__", None)
+        if "." not in name and isinstance(file, str) and os.path.isabs(file):
+            found.add(os.path.dirname(os.path.realpath(file)))  # a package's own folder
+    outside = [p for p in found if p != "/" and not _under(p, [*SYSTEM_PATHS, "/proc", "/tmp"])]
+    return sorted(p for p in outside if not any(p != q and _under(p, [q]) for q in outside))
+
+
+def _covered_folders() -> list[str]:
+    """The top-level folders of the host the child does not see (an empty tmpfs over each)."""
+    seen = (*SYSTEM_PATHS, "/proc", "/tmp")
+    tops = [f"/{name}" for name in os.listdir("/")]
+    return sorted(p for p in tops if p not in seen and os.path.isdir(p) and not os.path.islink(p))
 
 
 def _mount_points() -> list[tuple[str, int]]:
@@ -124,15 +150,21 @@ def _enter_sandbox(limits: Limits, keep_fd: int, seccomp_filter: bytes) -> None:
     tmp_size = f"size={int(limits.file_size_mb)}m,mode=1777"
     _mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, tmp_size)
     kept = _kept_paths()
-    for i, path in enumerate(kept):  # stage the interpreter's folders, then hide /root
+    for i, path in enumerate(kept):  # stage the folders the interpreter reads, then cover
         os.mkdir(f"/tmp/.keep{i}")
         _mount(path, f"/tmp/.keep{i}", None, MS_BIND | MS_REC)
-    _mount("tmpfs", "/root", "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=0755")
+    covered = _covered_folders()
+    for path in covered:  # /root, /home, /work, /var, /run, /sys, /opt...: an allow-list
+        _mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=0755")
     for i, path in enumerate(kept):
         os.makedirs(path, exist_ok=True)
         _mount(f"/tmp/.keep{i}", path, None, MS_BIND | MS_REC)
         _mount(None, path, None, MS_BIND | MS_REMOUNT | MS_RDONLY)
     _check(_libc.umount2(b"/tmp", MNT_DETACH), "umount /tmp")
+    if "/var" in covered:
+        os.makedirs("/var/tmp", exist_ok=True)
+    for path in covered:
+        _mount(None, path, None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, "size=1m")
     for path in ("/tmp", "/var/tmp", "/dev/shm"):
         if os.path.isdir(path):
             _mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, tmp_size)
@@ -234,6 +266,12 @@ class ForkedCall:
     a server with several calls in flight selects over their `fileno()`s)."""
 
     def __init__(self, fn: Callable[[], Any], limits: Limits) -> None:
+        if os.geteuid() != 0:
+            raise SandboxError(
+                f"the forked sandbox needs root (CAP_SYS_ADMIN, for its namespaces and "
+                f"mounts); this process runs as uid {os.geteuid()}. Run the env workers as "
+                "root; nothing is run unsandboxed"
+            )
         self.limits = limits
         self.deadline = time.monotonic() + float(limits.wall_s) + 5.0
         self._chunks: list[bytes] = []
