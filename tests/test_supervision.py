@@ -116,3 +116,29 @@ async def test_past_max_restarts_the_service_fails_naming_itself_and_each_cause(
     with pytest.raises(ServiceFailed):  # stays failed: no call reaches a dead actor
         await svc.slow.call_one(0.1)
     assert await _wait_gone(proc_pid, child_pid)
+
+
+@run_async
+async def test_a_replacement_that_cannot_start_fails_the_service_saying_so():
+    """A lost host: the replacement's spawn raises; the service fails within its restarts,
+    named as such (not as past max_restarts), and reports it as `failed`."""
+    install_fault_hook()
+    spawned = []
+
+    async def spawn_once():
+        if spawned:
+            raise RuntimeError("host mesh 'gen' does not answer")
+        procs = this_host().spawn_procs(per_host={"procs": 1}, name="sup_lost_host")
+        spawned.append(procs.spawn("worker", Worker))
+        await spawned[0].setup.call_one()
+        return procs, spawned[0]
+
+    svc = Service("sup_lost_host", spawn_once, max_restarts=3, restart_timeout_s=60)
+    await svc.start()
+    assert svc.failed is None
+    proc_pid, _ = await svc.pids.call_one()
+    os.kill(proc_pid, signal.SIGKILL)
+    with pytest.raises(ServiceFailed, match=r"replacement could not start.*does not answer"):
+        await svc.pids.call_one()
+    assert isinstance(svc.failed, ServiceFailed) and "max_restarts" not in str(svc.failed)
+    await svc.stop()

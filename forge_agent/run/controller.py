@@ -234,6 +234,7 @@ class Controller:
         """G episodes of one task -> reward service -> advantages -> replay buffer."""
         epoch = self.state.epoch
         group = await self.engines.train.run_group(task, seed, self.cfg.training.group_size)
+        self.services.raise_if_failed()  # a generator past recovery: stop, naming it
         try:
             with self.profile.phase("reward"):
                 scored, reward_metrics = await self.services.score(group.trajectories)

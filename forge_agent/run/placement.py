@@ -183,6 +183,32 @@ class Placement:
         self.named[name] = mesh
         return mesh
 
+    async def check_host(self, name: str, service: str, host: int | None = None) -> None:
+        """Before ``name``'s mesh is spawned again (a replacement after a fault): raise
+        ``HostLostError`` when its host no longer answers within ``HOST_PROBE_S`` (its Monarch
+        worker was killed, or the node lost), instead of a replacement that never starts.
+        A no-op for a first spawn and on this host."""
+        import asyncio
+
+        mesh_name = self.mesh_of(service)
+        if mesh_name == LOCAL or name not in self.named:
+            return
+        from forge_agent.runtime.hosts import HostInfo
+
+        probe = self._host(mesh_name, host).spawn_procs(per_host={"procs": 1}, name="probe")
+        try:
+            info = probe.spawn("probe", HostInfo)
+            await asyncio.wait_for(info.describe.call(), HOST_PROBE_S)
+        except Exception as exc:  # TimeoutError, or the dead worker's error
+            where = "" if host is None else f"host {host % len(self.host_meshes[mesh_name])} of "
+            raise HostLostError(
+                f"placement: {where}host mesh {mesh_name!r} ({self.hosts.kind}) does not "
+                f"answer ({type(exc).__name__}): its Monarch worker is gone (killed, or the "
+                f"node lost), so {name} cannot be replaced there. A Slurm job cannot restart "
+                "a node's worker: resume from the last checkpoint (resume=true) in a new job"
+            ) from exc
+        await probe.stop()
+
     def _host(self, host_name: str, host: int | None) -> Any:
         if host_name == LOCAL:
             from monarch.actor import this_host
@@ -332,6 +358,13 @@ class Placement:
         for host in self.host_meshes.values():
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(host.stop(), 30)
+
+
+HOST_PROBE_S = 30.0  # a host that does not answer a fresh proc by then is lost
+
+
+class HostLostError(RuntimeError):
+    """A service's host no longer answers (its Monarch worker is gone)."""
 
 
 def _bootstrap(devices: tuple[str, ...], environ: tuple[tuple[str, str], ...]) -> None:

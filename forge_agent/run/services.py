@@ -243,6 +243,13 @@ class Services:
     def restarts(self) -> int:
         return sum(s.restarts for s in self.supervised)
 
+    def raise_if_failed(self) -> None:
+        """Raise the `ServiceFailed` of a service beyond recovery (episodes only record a
+        failed generator as `generator_error`; the run must stop with the cause)."""
+        for service in self.supervised:
+            if service.failed is not None:
+                raise service.failed
+
     async def shutdown(self) -> None:
         """Stop everything started here (actors, env workers and their sandboxes)."""
         if self.pool is not None:
@@ -264,6 +271,7 @@ class Services:
         from forge_agent.trainer.actor import TrainerActor
 
         cfg = self.cfg
+        await self.placement.check_host("trainer", "trainer")
         procs = self.placement.trainer_procs()
         trainer = procs.spawn(
             "trainer",
@@ -289,6 +297,7 @@ class Services:
         # environment (OpenMP's wait policy) before torch is imported there
         inproc = cfg.generator.resolved_engine_core() == "inproc"
         environ = engine_process_environ(cfg.generator) if inproc else None
+        await self.placement.check_host(f"generator{replica}", "generator", replica)
         procs = self.placement.generator_procs(replica, environ=environ)
         lora = cfg.trainer.lora
         generator = procs.spawn(
@@ -315,6 +324,7 @@ class Services:
             cfg.env.agent_reward,
             cfg.env.failure_reward,
         )
+        await self.placement.check_host("reward", "reward")
         procs = self.placement.reward_procs()
         rewards = procs.spawn("reward", RewardActor, rubric)
         await rewards.setup.call()

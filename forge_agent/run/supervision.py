@@ -80,12 +80,14 @@ class ServiceRestarted(RuntimeError):
 class ServiceFailed(RuntimeError):
     """A service died more often than `max_restarts` allows: the run cannot go on."""
 
-    def __init__(self, service: str, causes: list[str]) -> None:
+    def __init__(self, service: str, causes: list[str], max_restarts: int | None = None) -> None:
         listed = "; ".join(causes)
-        super().__init__(
-            f"{service} failed {len(causes)} times, more than supervision.max_restarts="
-            f"{len(causes) - 1} allows: {listed}"
-        )
+        limit = len(causes) - 1 if max_restarts is None else max_restarts
+        if len(causes) > limit:
+            why = f"more than supervision.max_restarts={limit} allows"
+        else:
+            why = "and its replacement could not start"
+        super().__init__(f"{service} failed {len(causes)} times, {why}: {listed}")
         self.service, self.causes = service, causes
 
 
@@ -230,6 +232,11 @@ class Service:
     def restarts(self) -> int:
         return len(self.causes)
 
+    @property
+    def failed(self) -> ServiceFailed | None:
+        """Why the service is beyond recovery (None while it runs or can restart)."""
+        return self._failed
+
     def __getattr__(self, name: str) -> _SupervisedEndpoint:
         if name.startswith("_"):
             raise AttributeError(name)
@@ -279,7 +286,9 @@ class Service:
                     await asyncio.wait_for(self.on_restart(self.actor), self.restart_timeout_s)
             except Exception as exc:
                 self._failed = ServiceFailed(
-                    self.name, [*self.causes, f"its replacement failed to start: {exc}"]
+                    self.name,
+                    [*self.causes, f"its replacement failed to start: {exc}"],
+                    self.max_restarts,
                 )
                 raise self._failed from exc
             self.generation += 1
