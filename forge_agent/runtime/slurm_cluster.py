@@ -37,7 +37,8 @@ from pathlib import Path
 from forge_agent.runtime.netns import NetnsHost, NetnsHosts, netns_available
 
 HEAD = "slurm-head"
-DAEMONS = ("munged", "slurmctld", "slurmd", "sbatch", "squeue", "scancel", "nsenter")
+TOOLS = ("munged", "mungekey", "slurmctld", "slurmd", "sbatch", "squeue", "scancel", "scontrol",
+         "sinfo", "nsenter")  # fmt: skip
 # a private mount namespace in which /etc/hosts is the cluster's and the hostname is the host's
 _ENTER = (
     'mount --bind "$0" /etc/hosts && hostname "$1" && '
@@ -50,7 +51,7 @@ def slurm_available() -> str | None:
     """None when a cluster can be started here, else the reason it cannot."""
     if (reason := netns_available()) is not None:
         return reason
-    for tool in DAEMONS:
+    for tool in TOOLS:
         if shutil.which(tool) is None:
             return f"{tool!r} not found (scripts/setup.sh installs slurm-wlm and munge)"
     return None
