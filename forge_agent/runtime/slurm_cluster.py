@@ -57,12 +57,6 @@ def slurm_available() -> str | None:
     return None
 
 
-def slurm_version() -> str:
-    """The installed Slurm's version (`sinfo --version`: "slurm 22.05.8" -> "22.05.8")."""
-    out = subprocess.run(["sinfo", "--version"], capture_output=True, text=True, check=True)
-    return out.stdout.split()[-1]
-
-
 class SlurmCluster:
     """A controller and `nodes` compute nodes; see the module docstring."""
 
