@@ -22,8 +22,8 @@ command -v ip >/dev/null 2>&1 || missing+=(iproute2)         # network-namespace
 command -v unshare >/dev/null 2>&1 || missing+=(util-linux)  # per-host hostname and /dev/shm there
 command -v patch >/dev/null 2>&1 || missing+=(patch)         # repo_tasks: oracle and SWE-bench patches
 command -v git >/dev/null 2>&1 || missing+=(git)             # repo_tasks: SWE-bench instances' repos
-command -v slurmctld >/dev/null 2>&1 || missing+=(slurm-wlm)  # hosts.kind=slurm: tests/test_slurm.py's cluster
-command -v munged >/dev/null 2>&1 || missing+=(munge)        # ... and its authentication
+[[ -x /usr/sbin/slurmctld ]] || missing+=(slurm-wlm)          # hosts.kind=slurm: tests/test_slurm.py's cluster
+[[ -x /usr/sbin/munged ]] || missing+=(munge)                 # ... and its authentication
 if ((${#missing[@]})); then
   echo "[setup] apt-get install ${missing[*]}"
   if [[ $(id -u) -ne 0 ]]; then SUDO=sudo; else SUDO=; fi

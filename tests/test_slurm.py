@@ -159,7 +159,10 @@ def test_the_compat_layer_reads_only_its_own_jobs_nodes(cluster, monkeypatch):
     from forge_agent.run.slurm_compat import job_info
 
     first, second = (
-        cluster.slurm("sbatch", "--parsable", "-N1", "--wrap", "sleep 60").strip() for _ in range(2)
+        cluster.slurm(
+            "sbatch", "--parsable", "-N1", "-o", "/dev/null", "--wrap", "sleep 60"
+        ).strip()
+        for _ in range(2)
     )
     try:
         deadline = time.monotonic() + 30

@@ -74,8 +74,10 @@ class Controller:
         from forge_agent.warm_start import policy_model
 
         cfg = self.cfg
-        # first: it picks Monarch's transport
-        meshes = self.host_meshes = await resolve_host_meshes(cfg.hosts)
+        # first: it picks Monarch's transport. A Slurm job's wait for its nodes blocks this
+        # thread: a signal then raises there, and the job is cancelled even while it queues
+        with python_handlers():
+            meshes = self.host_meshes = await resolve_host_meshes(cfg.hosts)
         self.out = outputs.prepare_output_dir(cfg)
         self.env = env = ResolvedEnv.of(cfg.env)  # the one lookup of env.id: an unknown id fails
         check_run_choices(cfg, env)  # a curriculum or credit the env cannot follow fails here

@@ -37,7 +37,8 @@ from pathlib import Path
 from forge_agent.runtime.netns import NetnsHost, NetnsHosts, netns_available
 
 HEAD = "slurm-head"
-DAEMONS = ("munged", "slurmctld", "slurmd", "sbatch", "squeue", "scancel", "nsenter")
+TOOLS = ("munged", "mungekey", "slurmctld", "slurmd", "sbatch", "squeue", "scancel", "scontrol",
+         "sinfo", "nsenter")  # fmt: skip
 # a private mount namespace in which /etc/hosts is the cluster's and the hostname is the host's
 _ENTER = (
     'mount --bind "$0" /etc/hosts && hostname "$1" && '
@@ -50,16 +51,10 @@ def slurm_available() -> str | None:
     """None when a cluster can be started here, else the reason it cannot."""
     if (reason := netns_available()) is not None:
         return reason
-    for tool in DAEMONS:
+    for tool in TOOLS:
         if shutil.which(tool) is None:
             return f"{tool!r} not found (scripts/setup.sh installs slurm-wlm and munge)"
     return None
-
-
-def slurm_version() -> str:
-    """The installed Slurm's version (`sinfo --version`: "slurm 22.05.8" -> "22.05.8")."""
-    out = subprocess.run(["sinfo", "--version"], capture_output=True, text=True, check=True)
-    return out.stdout.split()[-1]
 
 
 class SlurmCluster:
