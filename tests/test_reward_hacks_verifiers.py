@@ -160,3 +160,16 @@ def test_a_verifiers_rubric_that_evals_the_answer_runs_sandboxed(tmp_path):
     _, end = _vf_episode(VF_SPIRAL, [], attack)
     assert not target.exists()
     assert end.done and sum(end.rewards.values()) == 0.0
+
+
+def test_a_rubric_that_asks_a_model_is_refused_unless_allowed():
+    """Before (main 475abf9): verifiers' `JudgeRubric` was scored in the env worker, on the
+    host, with every other function of its rubric, silently. Now it is refused, naming the
+    opt-in; with it, the env loads and scores there."""
+    from forge_agent.env import EnvSetupError
+    from forge_agent.env.adapters.verifiers import VerifiersEnv
+
+    with pytest.raises(EnvSetupError, match=r"JudgeRubric.*allow_model_judge=true"):
+        VerifiersEnv("tests.verifiers_envs.judged")
+    env = VerifiersEnv("tests.verifiers_envs.judged", allow_model_judge=True)
+    assert not env.sandboxed_rubric

@@ -22,8 +22,9 @@ API, `verifiers.legacy`). What maps to what:
   (environments whose tools need Prime's remote sandboxes cannot run here).
 - reward: at the end of the rollout its rubric scores it (`rubric.score_rollout`, with its
   parser and class objects), in a judge's sandbox (`verifiers_rubric`: its functions read,
-  and some `eval`, the policy's answer), except a rubric that asks a model (`JudgeRubric`),
-  scored in the env worker; every reward function of weight w != 0 is a component
+  and some `eval`, the policy's answer), except a rubric that asks a model (`JudgeRubric`):
+  refused unless `allow_model_judge=true`, then scored in the env worker; every reward
+  function of weight w != 0 is a component
   `{name: w * score}` (their sum is verifiers' reward); weight-0 metrics go to
   `info["metrics"]`. The parser is the environment's own, used by its rubric functions.
   Group-level reward functions (scored over a group of rollouts) are refused at build time.
@@ -193,7 +194,7 @@ class VerifiersEnv(Env):
     required_fields = ("prompt",)
     tool_timeout_s = 20.0  # one tool call (below `env.step_timeout_s`: timeouts nest)
 
-    def __init__(self, module: str, **env_args: Any) -> None:
+    def __init__(self, module: str, allow_model_judge: bool = False, **env_args: Any) -> None:
         self.env_id = f"verifiers:{module}"
         vf = _verifiers(self.env_id)
         name = module.replace("-", "_").split("/")[-1]  # as verifiers.load_environment does
@@ -228,6 +229,15 @@ class VerifiersEnv(Env):
         self.weights = _reward_weights(rubric)
         self.module, self.env_args = module, env_args
         self.sandboxed_rubric = not asks_a_model(rubric)  # a model judge needs the network
+        if not self.sandboxed_rubric and not allow_model_judge:
+            raise EnvSetupError(
+                self.env_id,
+                "rubric",
+                "it asks a model (verifiers' JudgeRubric), which needs the network the judge "
+                "sandbox does not have, so the whole rubric would be scored in the env worker, "
+                "on the host (a reward function of it that evaluates the answer would run "
+                "there); set env.kwargs.allow_model_judge=true to score it there",
+            )
         self.tools: ToolGuard | None = None
         if callable(getattr(self.vf_env, "call_tool", None)):  # a ToolEnv: calls guarded
             self.tools = ToolGuard(self.vf_env, module, env_args, self.tool_timeout_s)
