@@ -129,9 +129,11 @@ class SlurmCluster:
         return proc
 
     def slurm(self, *argv: str, timeout: float = 30) -> str:
-        """A Slurm client command's output (e.g. `squeue -h -o %i`); raises on failure."""
+        """A Slurm client command's output (e.g. `squeue -h -o %i`); raises on failure. It
+        runs in the cluster's folder, so a batch job's default output (`slurm-<id>.out`)
+        lands there, not in the caller's working directory."""
         done = subprocess.run(
-            list(argv), env=self.env, capture_output=True, text=True, timeout=timeout
+            list(argv), env=self.env, capture_output=True, text=True, timeout=timeout, cwd=self.dir
         )
         if done.returncode != 0:
             raise RuntimeError(f"{' '.join(argv)}: {done.stderr.strip() or done.returncode}")
