@@ -10,7 +10,7 @@ from typing import Any
 
 from monarch.actor import Actor, endpoint
 
-from forge_agent.types import Trajectory
+from forge_agent.types import Completion, Trajectory
 
 
 def spawn_test_procs(n: int) -> Any:
@@ -116,3 +116,16 @@ class SlotOnly:
 
     async def device_view(self, version: int) -> Any:
         return await self.store.device_view(version)
+
+
+class ScriptPolicy:
+    """A scripted policy (a `GenerateFn`): its messages in order, one per turn, the last one
+    repeated."""
+
+    def __init__(self, tokenizer: Any, texts: list[str]) -> None:
+        self.tokenizer, self.texts = tokenizer, list(texts)
+
+    async def __call__(self, prompt_ids: list[int], sampling: Any, session: str) -> Completion:
+        text = self.texts.pop(0) if len(self.texts) > 1 else self.texts[0]
+        ids = self.tokenizer.encode(text + "<|im_end|>", add_special_tokens=False)
+        return Completion(ids, [-0.1] * len(ids), "stop", policy_version=0)

@@ -19,21 +19,10 @@ from forge_agent.env.pool import EnvPool
 from forge_agent.env.resolved import ResolvedEnv
 from forge_agent.observability.traces import TraceWriter, read_traces
 from forge_agent.rewards.build import build_rubric
-from forge_agent.types import Completion, Group, Status, Trajectory
+from forge_agent.types import Group, Status, Trajectory
+from tests.helpers import ScriptPolicy
 
 TASK = {"task_id": "t0", "prompt": "What is 78 * 52?", "answer": "4056", "expression": "78 * 52"}
-
-
-class ScriptPolicy:
-    """A scripted policy: its messages in order, one per turn."""
-
-    def __init__(self, tokenizer, texts: list[str]) -> None:
-        self.tokenizer, self.texts = tokenizer, list(texts)
-
-    async def __call__(self, prompt_ids, sampling, session) -> Completion:
-        text = self.texts.pop(0) if len(self.texts) > 1 else self.texts[0]
-        ids = self.tokenizer.encode(text + "<|im_end|>", add_special_tokens=False)
-        return Completion(ids, [-0.1] * len(ids), "stop", policy_version=0)
 
 
 def _call(body: str) -> str:
@@ -121,12 +110,7 @@ def test_an_agent_programs_reward_raising_on_the_answer_is_the_policys_failure()
     raised, wrong, solved = (
         _agent_episode(r) for r in (r"\boxed{,}", r"\boxed{1}", r"\boxed{4056}")
     )
-    asyncio.run(rubric.score_all([raised, wrong, solved]))
-    assert raised.status is Status.POLICY_ERROR and "ValueError" in raised.info["error"]
-    assert raised.reward == 0.0 and "reward_errors" not in raised.info
-    kept, stats = compute_advantages([Group("t0", [raised, wrong, solved])])
-    assert raised in kept and stats.dropped.get("infra_failure", 0) == 0
-    assert raised.advantage < 0 < solved.advantage
+    _assert_the_raise_is_the_policys(rubric, raised, wrong, solved)
 
 
 def test_an_agent_programs_failed_reward_scores_the_envs_failure_reward():
@@ -173,12 +157,7 @@ def test_a_user_reward_component_raising_on_the_answer_is_the_policys_failure(ti
     raised, wrong, solved = asyncio.run(run())
     component = "tests.test_reward_hacks_boundary:stated_confidence"
     rubric = build_rubric({component: 0.1})
-    asyncio.run(rubric.score_all([raised, wrong, solved]))
-    assert raised.status is Status.POLICY_ERROR and "ValueError" in raised.info["error"]
-    assert raised.reward == 0.0 and "reward_errors" not in raised.info
-    kept, stats = compute_advantages([Group("t0", [raised, wrong, solved])])
-    assert raised in kept and stats.dropped.get("infra_failure", 0) == 0
-    assert raised.advantage < 0 < solved.advantage
+    _assert_the_raise_is_the_policys(rubric, raised, wrong, solved)
 
 
 def down_judge(traj: Trajectory) -> float:
@@ -197,3 +176,14 @@ def test_a_user_reward_component_raising_infra_error_stays_a_reward_error():
         and "InfraError"
         in traj.info["reward_errors"]["tests.test_reward_hacks_boundary:down_judge"]
     )
+
+
+def _assert_the_raise_is_the_policys(rubric, raised, wrong, solved) -> None:
+    """Scored by `rubric`, the episode whose answer made a reward function raise is the
+    policy's failure: `policy_error`, reward 0, kept and trained on below its group."""
+    asyncio.run(rubric.score_all([raised, wrong, solved]))
+    assert raised.status is Status.POLICY_ERROR and "ValueError" in raised.info["error"]
+    assert raised.reward == 0.0 and "reward_errors" not in raised.info
+    kept, stats = compute_advantages([Group("t0", [raised, wrong, solved])])
+    assert raised in kept and stats.dropped.get("infra_failure", 0) == 0
+    assert raised.advantage < 0 < solved.advantage

@@ -21,19 +21,8 @@ from forge_agent.algorithms.advantages import compute_advantages
 from forge_agent.env import EnvConfig
 from forge_agent.env.pool import EnvPool
 from forge_agent.env.resolved import ResolvedEnv
-from forge_agent.types import Completion, Group, Status
-
-
-class ScriptPolicy:
-    """A scripted policy: its messages in order, one per turn (the last one repeats)."""
-
-    def __init__(self, tokenizer, texts: list[str]) -> None:
-        self.tokenizer, self.texts = tokenizer, list(texts)
-
-    async def __call__(self, prompt_ids, sampling, session) -> Completion:
-        text = self.texts.pop(0) if len(self.texts) > 1 else self.texts[0]
-        ids = self.tokenizer.encode(text + "<|im_end|>", add_special_tokens=False)
-        return Completion(ids, [-0.1] * len(ids), "stop", policy_version=0)
+from forge_agent.types import Group, Status
+from tests.helpers import ScriptPolicy
 
 
 def _write(path: str, content: str) -> str:
