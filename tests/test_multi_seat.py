@@ -248,6 +248,28 @@ def test_the_textarena_demonstrations_are_legal_games_of_one_seat() -> None:
     assert board == ["O", "X", "", "", "", "", "", "", "X"]
 
 
+def test_connect_four_has_legal_moves_and_stacking_demonstrations() -> None:
+    """Before: Connect Four lists no `Available Moves`, so it had no demonstrations (the warm
+    start was skipped) and its random opponent could only answer "[0]"."""
+    env = TextArenaEnv("ConnectFour-v0", board_only=True, demo_player="stack")
+    start = env._reset({"seed": 0})
+    assert legal_moves(start.seats["player_0"][0][-1]["content"]) == [f"[{c}]" for c in range(7)]
+    for _ in range(6):  # column 2 filled to the top: no longer a legal move
+        step = env._step({"role": "assistant", "content": "[2]"})
+    seen = next(iter(step.messages.values()))[0]["content"]
+    assert "[2]" not in legal_moves(seen) and len(legal_moves(seen)) == 6
+    demos = env.demonstrations(8, seed=0, demo_fraction=1.0)
+    assert len(demos) == 8
+    for demo in demos:
+        moves = [m["content"] for m in demo if m["role"] == "assistant"]
+        for before, move in itertools.pairwise(demo):
+            if move["role"] == "assistant":
+                assert move["content"] in legal_moves(before["content"])
+        assert len(set(moves)) < len(moves)  # it keeps dropping into its column
+    with pytest.raises(EnvSetupError, match="demo_player"):
+        TextArenaEnv("ConnectFour-v0", demo_player="greedy")
+
+
 def test_the_tictactoe_cells_view_names_the_same_board_and_the_scripted_players_read_it() -> None:
     env = TextArenaEnv("TicTacToe-v0", cells=True)
     start = env._reset({"seed": 0})

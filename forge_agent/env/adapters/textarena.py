@@ -37,15 +37,21 @@ PIP_INSTALL = "pip install textarena==0.7.4  (or: pip install -e '.[ecosystems]'
 
 _MOVES = re.compile(r"Available Moves:\s*(.*)")
 _CELLS = re.compile(r"Board: (\S) (\S) (\S) / (\S) (\S) (\S) / (\S) (\S) (\S)\.")
+_COLUMNS = re.compile(r"0 1 2 3 4 5 6\n-+\n([.XO](?: [.XO]){6})")
+"""A Connect Four board's column header and top row (a column is open while its top is `.`)."""
 
 
 def legal_moves(text: str) -> list[str]:
-    """The moves an observation lists (`Available Moves: '[0]', '[1]'`, or the free cells of
-    the cells view's `Board: 0 X 2 / ...` as `[0]`, `[2]`), or []."""
+    """The moves an observation lists (`Available Moves: '[0]', '[1]'`), the free cells of
+    the cells view's `Board: 0 X 2 / ...` as `[0]`, `[2]`, or the open columns of the last
+    Connect Four board as `[3]`; else []."""
     found, views = _MOVES.findall(text), list(_CELLS.finditer(text))
     if views and (not found or views[-1].start() > text.rfind("Available Moves:")):
         return [f"[{c}]" for c in views[-1].groups() if c.isdigit()]
-    return re.findall(r"'(\[[^\]]*\])'", found[-1]) if found else []
+    if found:
+        return re.findall(r"'(\[[^\]]*\])'", found[-1])
+    boards = _COLUMNS.findall(text)
+    return [f"[{c}]" for c, top in enumerate(boards[-1].split()) if top == "."] if boards else []
 
 
 def _textarena(env_id: str) -> Any:
@@ -65,6 +71,10 @@ class TextArenaEnv(SeatEnv):
     when free or its mark, row by row, and the seat's mark: `You are O. Board: 0 X 2 / 3 O 5 /
     6 7 8.` instead of the 3x3 drawing and its list of moves (the same state, short, every cell
     at a fixed place, the free ones the only digits; no hint of a move).
+    `demo_player`: how the demonstrated seat plays in `demonstrations()`: "random" (uniformly
+    random legal moves) or "stack" (Connect Four: in a share `demo_fraction` of the games it
+    keeps dropping into its last column while that column is open, a plan that beats a random
+    player more often than not; random moves otherwise).
     """
 
     seats: ClassVar[tuple[str, ...]] = ("player_0", "player_1")
@@ -73,7 +83,11 @@ class TextArenaEnv(SeatEnv):
     failure_reward: ClassVar[float] = -1.0  # a forfeit or a failed move is a lost game
 
     def __init__(
-        self, game: str = "TicTacToe-v0", board_only: bool = False, cells: bool = False
+        self,
+        game: str = "TicTacToe-v0",
+        board_only: bool = False,
+        cells: bool = False,
+        demo_player: str = "random",
     ) -> None:
         ta = _textarena(f"textarena:{game}")
         base = game.removesuffix("-raw")
@@ -85,7 +99,11 @@ class TextArenaEnv(SeatEnv):
         if cells and base != "TicTacToe-v0":
             where = f"textarena:{game}"
             raise EnvSetupError(where, "env.kwargs.cells", "only TicTacToe-v0 has a cells view")
+        if demo_player not in ("random", "stack"):
+            where = f"textarena:{game}"
+            raise EnvSetupError(where, "env.kwargs.demo_player", "expected 'random' or 'stack'")
         self.game, self.board_only, self.cells = base, board_only or cells, cells
+        self.demo_player = demo_player
         self._ta = ta
         self._env: Any = None
 
@@ -103,6 +121,8 @@ class TextArenaEnv(SeatEnv):
         player = self.seats.index(seat)
         if self.cells:
             return f"{self.game}, Player {player}. Reply with a free cell as [n]."
+        if self.board_only and self.game.startswith("ConnectFour"):
+            return f"{self.game}, Player {player}. Reply with an open column as [n]."
         if self.board_only:
             return f"{self.game}, Player {player}. Reply with one of the Available Moves."
         return (
@@ -172,20 +192,23 @@ class TextArenaEnv(SeatEnv):
         return self.demonstrations(16, seed=0, demo_fraction=1.0)
 
     def demonstrations(self, n: int, seed: int, demo_fraction: float) -> list[list[Message]]:
-        """Conversations of one seat making uniformly random legal moves against a random
-        opponent (games that list their available moves); the seat alternates."""
+        """Conversations of one seat playing legal moves (`demo_player`) against a random
+        opponent (games that list their legal moves, and Connect Four); the seat alternates."""
         rng = random.Random(seed)
         demos = []
         for i in range(n):
             seat = self.seats[i % len(self.seats)]
-            demo = self._random_game(rng, seat, rng.randrange(1 << 30))
+            stack = self.demo_player == "stack" and rng.random() < demo_fraction
+            demo = self._random_game(rng, seat, rng.randrange(1 << 30), stack)
             if demo:
                 demos.append(demo)
         return demos
 
-    def _random_game(self, rng: random.Random, seat: str, game_seed: int) -> list[Message]:
-        """One game of random legal moves; the conversation `seat` saw and played ([] when
-        the game lists no moves)."""
+    def _random_game(
+        self, rng: random.Random, seat: str, game_seed: int, stack: bool = False
+    ) -> list[Message]:
+        """One game of random legal moves (`seat`'s own: its last move again while legal, when
+        `stack`); the conversation `seat` saw and played ([] when the game lists no moves)."""
         start = self._reset({"seed": game_seed})
         seen = {s: list(start.seats[s][0]) for s in self.seats}  # what each seat has read
         convo = [m for m in seen[seat] if m["role"] == "system"]
@@ -197,7 +220,9 @@ class TextArenaEnv(SeatEnv):
             if not moves:
                 self._env = None
                 return []
-            move: Message = {"role": "assistant", "content": rng.choice(moves)}
+            last = convo[-1]["content"] if convo and convo[-1]["role"] == "assistant" else None
+            keep = stack and turn == seat and last in moves
+            move: Message = {"role": "assistant", "content": last if keep else rng.choice(moves)}
             if turn == seat:
                 convo.extend(seen[seat][read:])
                 convo.append(move)
