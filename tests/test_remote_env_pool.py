@@ -10,7 +10,7 @@ import os
 
 import pytest
 
-from forge_agent.env import EnvConfig, EnvFailure
+from forge_agent.env import EnvFailure, ResolvedEnv
 from forge_agent.env.remote_pool import EnvPoolActor, RemoteEnvs
 from forge_agent.types import Status
 from tests.helpers import spawn_test_procs
@@ -26,7 +26,7 @@ def test_remote_episodes_run_in_the_actors_workers_and_keep_failure_statuses():
         actor = procs.spawn(
             "env_pool",
             EnvPoolActor,
-            EnvConfig(ECHO, kwargs={}, step_timeout_s=1.0, reset_timeout_s=30.0),
+            ResolvedEnv.of(ECHO, step_timeout_s=1.0, reset_timeout_s=30.0),
             workers=1,
             per_core=8,
             envs_per_worker=2,
