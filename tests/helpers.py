@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import random
 import stat
@@ -128,4 +129,17 @@ class ScriptPolicy:
     async def __call__(self, prompt_ids: list[int], sampling: Any, session: str) -> Completion:
         text = self.texts.pop(0) if len(self.texts) > 1 else self.texts[0]
         ids = self.tokenizer.encode(text + "<|im_end|>", add_special_tokens=False)
+        return Completion(ids, [-0.1] * len(ids), "stop", policy_version=0)
+
+
+class SaysPolicy:
+    """A scripted policy (a `GenerateFn`): every turn, the same final message (after
+    `delay_s`)."""
+
+    def __init__(self, tokenizer: Any, text: str, delay_s: float = 0.0) -> None:
+        self.tokenizer, self.text, self.delay_s = tokenizer, text, delay_s
+
+    async def __call__(self, prompt_ids: list[int], sampling: Any, session: str) -> Completion:
+        await asyncio.sleep(self.delay_s)
+        ids = self.tokenizer.encode(self.text + "<|im_end|>", add_special_tokens=False)
         return Completion(ids, [-0.1] * len(ids), "stop", policy_version=0)

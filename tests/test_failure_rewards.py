@@ -15,7 +15,8 @@ from forge_agent.env.pool import EnvPool
 from forge_agent.env.resolved import ResolvedEnv
 from forge_agent.env.tasks import load_tasks
 from forge_agent.evaluation import evaluate
-from forge_agent.types import Completion, Status
+from forge_agent.types import Status
+from tests.helpers import SaysPolicy
 
 
 def _say(text: str) -> dict:
@@ -83,15 +84,6 @@ def test_envs_scored_from_zero_fail_at_zero_or_below(env_id):
 
     env_class = load_entry_point(env_spec(env_id).entry_point)
     assert env_class.failure_reward <= 0.0
-
-
-class SaysPolicy:
-    def __init__(self, tokenizer, text: str) -> None:
-        self.tokenizer, self.text = tokenizer, text
-
-    async def __call__(self, prompt_ids, sampling, session) -> Completion:
-        ids = self.tokenizer.encode(self.text + "<|im_end|>", add_special_tokens=False)
-        return Completion(ids, [-0.1] * len(ids), "stop", policy_version=0)
 
 
 def _engine(tokenizer, text: str, pool, max_turns: int = 1):

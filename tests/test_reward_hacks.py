@@ -22,6 +22,7 @@ from forge_agent.env.resolved import ResolvedEnv
 from forge_agent.evaluation import evaluate
 from forge_agent.rewards import RewardComponent, Rubric
 from forge_agent.types import Completion, Group, Status, Trajectory
+from tests.helpers import SaysPolicy
 
 CALC_TASKS = [
     {
@@ -32,17 +33,6 @@ CALC_TASKS = [
     }
     for i, (a, b) in enumerate([(78, 52), (11, 11), (9, 7)])
 ]
-
-
-class SaysPolicy:
-    """A scripted policy: every turn, the same final message."""
-
-    def __init__(self, tokenizer, text: str) -> None:
-        self.tokenizer, self.text = tokenizer, text
-
-    async def __call__(self, prompt_ids, sampling, session) -> Completion:
-        ids = self.tokenizer.encode(self.text + "<|im_end|>", add_special_tokens=False)
-        return Completion(ids, [-0.1] * len(ids), "stop", policy_version=0)
 
 
 def _calculator_engine(tokenizer, policy, pool):

@@ -23,22 +23,11 @@ from forge_agent.env.protocol import step_failure
 from forge_agent.env.resolved import ResolvedEnv
 from forge_agent.env.tasks import load_tasks
 from forge_agent.sandbox.judge import JudgeError, JudgeTimeout
-from forge_agent.types import Completion, Status
+from forge_agent.types import Status
 from tests import sandboxed_scorers
+from tests.helpers import SaysPolicy
 
 SPIRAL = "reasoning_gym:spiral_matrix"
-
-
-class SaysPolicy:
-    """A scripted policy: every turn, the same final message (after `delay_s`)."""
-
-    def __init__(self, tokenizer, text: str, delay_s: float = 0.0) -> None:
-        self.tokenizer, self.text, self.delay_s = tokenizer, text, delay_s
-
-    async def __call__(self, prompt_ids, sampling, session) -> Completion:
-        await asyncio.sleep(self.delay_s)
-        ids = self.tokenizer.encode(self.text + "<|im_end|>", add_special_tokens=False)
-        return Completion(ids, [-0.1] * len(ids), "stop", policy_version=0)
 
 
 def _task() -> dict:
