@@ -7,15 +7,15 @@ actor's loop), so many callers share vLLM's continuous batching.
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any, Protocol, Unpack
 
 import torch
 from monarch.actor import Actor, endpoint
 from monarch.actor.concurrent import concurrent_endpoint
 
-from forge_agent.generator.vllm_engine import GeneratorConfig, SamplingConfig, VLLMEngine
+from forge_agent.generator.config import EngineOptions, GeneratorConfig, SamplingConfig
+from forge_agent.generator.vllm_engine import VLLMEngine
 from forge_agent.runtime.memory import trim_heap
-from forge_agent.trainer.config import LoraConfig
 from forge_agent.types import Completion
 
 
@@ -29,27 +29,18 @@ class Generator(Actor):
     """A vLLM engine serving token-id prompts, with versioned in-place weight updates."""
 
     def __init__(
-        self,
-        config: GeneratorConfig,
-        model: str,
-        *,
-        dtype: str = "auto",
-        seed: int = 0,
-        lora: LoraConfig | None = None,
-        colocate: str = "off",
+        self, config: GeneratorConfig, model: str, **options: Unpack[EngineOptions]
     ) -> None:
-        """`lora`: serve `model` plus the policy's LoRA adapter of this shape (updates are
-        adapter tensors); None: updates are full weights. `colocate`: `services.colocate`
-        (the engine sleeps while the trainer steps on its GPU)."""
+        """The engine's arguments (`VLLMEngine`), kept until `setup` starts it."""
         self.config = config
         self.model = model
-        self.run = {"dtype": dtype, "seed": seed, "lora": lora, "colocate": colocate}
+        self.options = options
         self.engine: VLLMEngine | None = None
 
     @endpoint
     async def setup(self) -> dict[str, Any]:
         """Start the engine; returns its context length and vocabulary size."""
-        self.engine = VLLMEngine(self.config, self.model, **self.run)
+        self.engine = VLLMEngine(self.config, self.model, **self.options)
         await self.engine.start()
         return {"max_model_len": self.engine.max_model_len, "vocab_size": self.engine.vocab_size}
 

@@ -5,9 +5,12 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from forge_agent.types import Completion
+
+if TYPE_CHECKING:
+    from forge_agent.trainer.config import LoraConfig
 
 CPU_BLOCK_SIZE = 32
 """The smallest KV block vLLM's CPU attention takes (its default there is 128)."""
@@ -176,3 +179,12 @@ def on_cpu() -> bool:
 
 def _cpu(cpu: bool | None) -> bool:
     return on_cpu() if cpu is None else cpu
+
+
+class EngineOptions(TypedDict, total=False):
+    """`VLLMEngine`'s keyword arguments, for what passes them through (the generator actor)."""
+
+    dtype: str
+    seed: int
+    lora: LoraConfig | None
+    colocate: str

@@ -21,9 +21,9 @@ import time
 import uuid
 import weakref
 
-from forge_agent.sandbox.base import SandboxError
+from forge_agent.sandbox.base import Limits, SandboxError
 
-__all__ = ["Reservation", "default_budget_mb", "reserve", "room_mb"]
+__all__ = ["Reservation", "default_budget_mb", "reserve", "reserve_for", "room_mb"]
 
 BUDGET_ENV = "FORGE_SANDBOX_MEMORY_BUDGET_MB"
 LEDGER_ENV = "FORGE_SANDBOX_LEDGER"
@@ -135,3 +135,8 @@ def reserve(memory_mb: int, budget_mb: int | None = None, timeout_s: float = 30.
                 f"{timeout_s:g} s (set {BUDGET_ENV} or run fewer sandboxes at once)"
             )
         time.sleep(POLL_S)
+
+
+def reserve_for(limits: Limits, budget_mb: int | None, timeout_s: float) -> Reservation:
+    """Reserve what a sandbox with `limits` may hold: its memory and its workspace."""
+    return reserve(limits.memory_mb + limits.workspace_mb, budget_mb, timeout_s)

@@ -20,10 +20,10 @@ import binascii
 import subprocess
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from types import TracebackType
-from typing import Self
+from typing import Protocol, Self
 
 from forge_agent.errors import InfraError
 from forge_agent.sandbox.tree_removal import empty_folder
@@ -310,15 +310,44 @@ class SandboxSession(abc.ABC):
         self.close()
 
 
+class Releasable(Protocol):
+    """What a session holds until it closes (its share of the memory budget, `admission`)."""
+
+    def release(self) -> None: ...
+
+
 class WorkspaceSession(SandboxSession):
     """A session whose workspace is a host folder: files are written and read on the host
     side (symlinks never followed); `run` checks the request, writes `files` and hands over to
     the backend's `_execute` under the session lock."""
 
     workspace: str
-    restarts: int
-    _lock: threading.Lock
-    _closed: bool
+
+    def __init__(self, backend: Sandbox, limits: Limits) -> None:
+        self.backend = backend
+        self.limits = limits
+        self.restarts = 0
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def _open(self, reservation: Releasable, make_workspace: Callable[[], str]) -> None:
+        """Hold `reservation` (released by `close`), make the workspace, then `_start`; what
+        was taken is given back when a part fails."""
+        self._reservation = reservation
+        try:
+            self.workspace = make_workspace()
+        except BaseException:
+            reservation.release()
+            raise
+        try:
+            self._start()
+        except BaseException:
+            self.close()
+            raise
+
+    @abc.abstractmethod
+    def _start(self) -> None:
+        """Start the sandbox (its process or container) over the workspace."""
 
     @property
     @abc.abstractmethod

@@ -27,12 +27,11 @@ import select
 import shutil
 import signal
 import subprocess
-import threading
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from forge_agent.sandbox.admission import reserve
+from forge_agent.sandbox.admission import Reservation, reserve_for
 from forge_agent.sandbox.base import (
     WORKSPACE,
     Limits,
@@ -112,6 +111,10 @@ class BubblewrapSandbox(Sandbox):
         self.use_cgroups = use_cgroups
         self.drop_to = (SANDBOX_ID, SANDBOX_ID) if os.geteuid() == 0 else None
 
+    def reserve(self, limits: Limits) -> Reservation:
+        """Reserve a session's share of the host-wide sandbox memory budget."""
+        return reserve_for(limits, self.memory_budget_mb, self.admission_timeout_s)
+
     def session(self, limits: Limits | None = None) -> BubblewrapSession:
         """Start a sandbox with a fresh workspace; it stays up until `close()`."""
         return BubblewrapSession(self, limits or self.limits)
@@ -144,38 +147,25 @@ class BubblewrapSession(WorkspaceSession):
     def __init__(self, backend: BubblewrapSandbox, limits: Limits) -> None:
         if limits.network:
             raise SandboxError(NETWORK_REFUSED)
-        self.backend = backend
-        self.limits = limits
-        self.restarts = 0
-        self._lock = threading.Lock()
+        super().__init__(backend, limits)
+        self.backend: BubblewrapSandbox = backend
         self._proc: subprocess.Popen[bytes] | None = None
         self._pending = bytearray()
-        self._closed = False
         self._cgroup: SandboxCgroup | None = None
         self._spawned: list[subprocess.Popen[bytes]] = []
         self._spawned_cpu_s: dict[int, float] = {}  # pid -> its CPU budget (`renew_spawned`)
         self._next_id = 0
-        self._reservation = reserve(
-            limits.memory_mb + limits.workspace_mb,
-            backend.memory_budget_mb,
-            backend.admission_timeout_s,
+        self._open(backend.reserve(limits), self._make_workspace)
+
+    def _make_workspace(self) -> str:
+        backend = self.backend
+        self._workspace = Workspace(
+            self.limits.workspace_mb,
+            self.limits.workspace_files,
+            owner=backend.drop_to,
+            root=backend.workspace_root,
         )
-        try:
-            self._workspace = Workspace(
-                limits.workspace_mb,
-                limits.workspace_files,
-                owner=backend.drop_to,
-                root=backend.workspace_root,
-            )
-        except BaseException:
-            self._reservation.release()
-            raise
-        self.workspace = self._workspace.path
-        try:
-            self._start()
-        except BaseException:
-            self.close()
-            raise
+        return self._workspace.path
 
     # -- lifecycle ---------------------------------------------------------------------------
 

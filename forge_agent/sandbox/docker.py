@@ -38,13 +38,12 @@ import json
 import os
 import shutil
 import subprocess
-import threading
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from forge_agent.sandbox import janitor
-from forge_agent.sandbox.admission import reserve
+from forge_agent.sandbox.admission import Reservation, reserve_for
 from forge_agent.sandbox.base import (
     WORKSPACE,
     FileData,
@@ -200,11 +199,9 @@ class DockerSandbox(Sandbox):
             dirs.remove()
             reservation.release()
 
-    def reserve(self, limits: Limits) -> Any:
+    def reserve(self, limits: Limits) -> Reservation:
         """Reserve this sandbox's share of the host-wide memory budget (waits, or refuses)."""
-        return reserve(
-            limits.memory_mb + limits.workspace_mb, self.memory_budget_mb, self.admission_timeout_s
-        )
+        return reserve_for(limits, self.memory_budget_mb, self.admission_timeout_s)
 
     def supervisor_command(self, *args: str) -> list[str]:
         """The command line running the supervisor (isolated mode) with `args`."""
@@ -215,26 +212,16 @@ class DockerSession(WorkspaceSession):
     """One container kept running for an episode; runs are ``docker exec`` of the supervisor."""
 
     def __init__(self, backend: DockerSandbox, limits: Limits) -> None:
-        self.backend = backend
-        self.limits = limits
-        self.restarts = 0
-        self._lock = threading.Lock()
-        self._closed = False
+        super().__init__(backend, limits)
+        self.backend: DockerSandbox = backend
         self._container: Any = None
         self._keepalive_pid: int | None = None
         self._spawned: list[ContainerProcess] = []
-        self._reservation = backend.reserve(limits)
-        try:
-            self._dirs = ControlDirs(backend.workspace_root, backend.owner, limits)
-        except BaseException:
-            self._reservation.release()
-            raise
-        self.workspace = self._dirs.workspace
-        try:
-            self._start()
-        except BaseException:
-            self.close()
-            raise
+        self._open(backend.reserve(limits), self._make_workspace)
+
+    def _make_workspace(self) -> str:
+        self._dirs = ControlDirs(self.backend.workspace_root, self.backend.owner, self.limits)
+        return self._dirs.workspace
 
     def _start(self) -> None:
         backend = self.backend
