@@ -46,7 +46,7 @@ async def actors(client: str, workers: list[str], shutdown: bool) -> dict:
 
 
 async def attach(client: str, timeout_s: float, workers: list[str]) -> dict:
-    from forge_agent.run.host_placement import HostsConfig, resolve_host_meshes
+    from forge_agent.run.host_meshes import HostsConfig, resolve_host_meshes
 
     cfg = HostsConfig(
         kind="workers",
@@ -196,7 +196,7 @@ def _slurm_job_of(out: str) -> str | None:
 
 
 async def replicas(client: str, workers: list[str]) -> dict:
-    from forge_agent.run.host_placement import HostsConfig, resolve_host_meshes
+    from forge_agent.run.host_meshes import HostsConfig, resolve_host_meshes
     from forge_agent.run.placement import Placement, PlacementConfig
     from forge_agent.runtime.hosts import HostInfo
 

@@ -30,7 +30,7 @@ from forge_agent.env.config import EnvConfig
 from forge_agent.generator.config import GeneratorConfig
 from forge_agent.observability.config import MetricsConfig
 from forge_agent.rollout.config import RendererConfig, RolloutConfig
-from forge_agent.run.host_placement import HostsConfig
+from forge_agent.run.host_meshes import HostsConfig
 from forge_agent.run.placement import PlacementConfig
 from forge_agent.run.supervision import SupervisionConfig
 from forge_agent.trainer.config import TrainerConfig, titan_degrees

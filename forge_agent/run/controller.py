@@ -33,7 +33,7 @@ from forge_agent.run import outputs
 from forge_agent.run.config import AgentConfig
 from forge_agent.run.engines import Engines, build_run_engines, evaluate_policy, record_episode
 from forge_agent.run.failures import FailureContext
-from forge_agent.run.host_placement import HostMeshes
+from forge_agent.run.host_meshes import HostMeshes
 from forge_agent.run.loop_result import LoopClock, LoopResult
 from forge_agent.run.recovery import Recovery
 from forge_agent.run.services import Services
@@ -69,7 +69,7 @@ class Controller:
     async def setup(self) -> None:
         """Tasks, the policy (after its warm start), the services, engines, buffer, metrics."""
         from forge_agent.observability.traces import TraceWriter
-        from forge_agent.run.host_placement import resolve_host_meshes
+        from forge_agent.run.host_meshes import resolve_host_meshes
         from forge_agent.run.setup_checks import check_colocation_device, check_run_choices
         from forge_agent.warm_start import policy_model
 

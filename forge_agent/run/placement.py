@@ -4,7 +4,7 @@
     trainer_procs = placement.trainer_procs()        # services.trainer.procs procs, 1 GPU each
     generator_procs = placement.generator_procs(0)   # 1 proc seeing tensor_parallel_size GPUs
 
-    # several hosts (forge_agent.run.host_placement): each service on its host mesh
+    # several hosts (forge_agent.run.host_meshes): each service on its host mesh
     placement = Placement(cfg.services, hosts=cfg.hosts, host_meshes=await resolve_host_meshes(...))
 
 Every proc that runs on GPUs gets its own, disjoint ``CUDA_VISIBLE_DEVICES``, set by the proc's
@@ -20,7 +20,7 @@ import functools
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from forge_agent.run.host_placement import LOCAL, SERVICES, HostsConfig
+from forge_agent.run.host_meshes import LOCAL, SERVICES, HostsConfig
 from forge_agent.typed_config import check_field as _check
 
 if TYPE_CHECKING:

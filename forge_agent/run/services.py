@@ -3,7 +3,7 @@
     services = Services(cfg, policy_path, on_trainer_restart, on_generator_restart, env)
     await services.start(meshes)     weight store, env workers, then trainer ranks, vLLM generator
                                      replicas and reward actors started together, each on its
-                                     host mesh (`run.placement`, `run.host_placement`)
+                                     host mesh (`run.placement`, `run.host_meshes`)
     await services.train_step(batch)             every trainer rank (call), rank 0's metrics
     await services.push_weights()                trainer -> weight store; the new version
     await services.generators.update(v, in_flight="finish" | "continue" | "drop")

@@ -1,2 +1,2 @@
-"""Where and how the run's processes live: placement on host meshes, hosts, launchers, supervision,
-the services, memory."""
+"""Leaves the run's hosts stand on: attaching Monarch worker hosts (`hosts`), network-namespace
+hosts (`netns`), a real Slurm cluster in namespaces (`slurm_cluster`), memory (`memory`)."""

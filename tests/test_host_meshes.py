@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from forge_agent.run.host_placement import HostsConfig
+from forge_agent.run.host_meshes import HostsConfig
 from forge_agent.typed_config import ConfigError, from_dict
 
 
@@ -58,7 +58,7 @@ def test_slurm_job_takes_monarchs_arguments():
         import pytest
         from monarch.job import SlurmJob
 
-        from forge_agent.run.launchers import slurm_job
+        from forge_agent.run.host_meshes import slurm_job
 
         job = slurm_job({"train": 1, "gen": 2}, gpus_per_node=8, partition="gpu")
         assert isinstance(job, SlurmJob)

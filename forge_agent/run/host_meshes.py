@@ -1,4 +1,4 @@
-"""Which host each service of a run lives on: this machine, Monarch workers, or a cluster job.
+"""The run's hosts: this machine, Monarch workers, or a cluster job, as host meshes by name.
 
     hosts:
       kind: workers                    # local (default) | workers | slurm | kubernetes
@@ -13,16 +13,29 @@
     meshes.release()                          # kind=slurm: scancel (unless keep_allocation)
 
 With `kind: slurm` or `kind: kubernetes`, `nodes` maps each mesh name to a node count and the
-meshes come from Monarch's own launchers (`monarch.job.SlurmJob` / `KubernetesJob`, see
-`forge_agent.run.launchers`); the run cancels its Slurm job when it ends, fails or is
-interrupted, unless `keep_allocation` (a later run of the same spec then reuses it). A service
-not named in `services` stays on this machine (`local`).
-Weights cross hosts through `forge_agent.weights.relay` (`weights_backend`: gloo or nccl); env
-workers on another host run in an `EnvPoolActor` there (`forge_agent.env.remote_pool`).
+meshes come from Monarch's own jobs (`monarch.job`), built by the functions at the end of this
+module, which pass every Monarch option through:
+
+    job = slurm_job({"train": 1, "gen": 2}, gpus_per_node=8, partition="gpu")
+    meshes = job_host_meshes(job, ["train", "gen"])     # submits (sbatch) and waits for nodes
+    release_job(job)                                    # scancel, and forget Monarch's cache
+
+Monarch starts its workers on the allocated nodes itself (Slurm) or finds pods already running
+`python -m forge_agent.worker` / Monarch's worker (Kubernetes, label selector
+`app.kubernetes.io/name=<mesh>`). The Slurm job is Monarch's `SlurmJob` through
+`forge_agent.run.slurm_compat` (Monarch 0.7 misreads Slurm < 24.05's `squeue --json`); the suite
+runs it on a real Slurm 22.05 (`tests/test_slurm.py`). The Kubernetes job is written, not run:
+no cluster here. The run cancels its Slurm job when it ends, fails or is interrupted, unless
+`keep_allocation` (a later run of the same spec then reuses it). A service not named in
+`services` stays on this machine (`local`). Which processes each service gets on its host is
+`forge_agent.run.placement`. Weights cross hosts through `forge_agent.weights.relay`
+(`weights_backend`: gloo or nccl); env workers on another host run in an `EnvPoolActor` there
+(`forge_agent.env.remote_pool`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -107,8 +120,6 @@ class HostMeshes(dict):
         """`scancel` the Slurm job (once; a no-op for workers, Kubernetes or a kept job)."""
         job, self.job = self.job, None
         if job is not None and not self.keep:
-            from forge_agent.run.launchers import release_job
-
             release_job(job)
 
 
@@ -129,8 +140,6 @@ async def resolve_host_meshes(cfg: HostsConfig) -> HostMeshes:
                 for name, addresses in cfg.workers.items()
             }
         )
-    from forge_agent.run.launchers import job_host_meshes, kubernetes_job, slurm_job
-
     if cfg.kind == "kubernetes":  # pods the operator (or the user) runs: never deleted here
         job = kubernetes_job(cfg.kubernetes_namespace, cfg.nodes)
         return HostMeshes(job_host_meshes(job, cfg.mesh_names()))
@@ -138,4 +147,62 @@ async def resolve_host_meshes(cfg: HostsConfig) -> HostMeshes:
     return HostMeshes(job_host_meshes(job, cfg.mesh_names()), job, keep=cfg.keep_allocation)
 
 
-__all__ = ["SERVICES", "HostMeshes", "HostsConfig", "resolve_host_meshes"]
+# ---------------------------------------------------------------------- cluster jobs
+JOB_CACHE = ".monarch/job_state.pkl"  # Monarch's default: a later run of the same spec reuses it
+
+
+def slurm_job(nodes: dict[str, int], **slurm_args: Any) -> Any:
+    """A `monarch.job.SlurmJob` with `nodes[mesh]` nodes per named mesh; `slurm_args` pass
+    through (`gpus_per_node`, `partition`, `time_limit`, `slurm_args`, `python_exe`, ...)."""
+    from forge_agent.run.slurm_compat import CompatSlurmJob
+
+    return CompatSlurmJob(meshes=dict(nodes), **slurm_args)
+
+
+def kubernetes_job(namespace: str, nodes: dict[str, int], **mesh_args: Any) -> Any:
+    """A `monarch.job.kubernetes.KubernetesJob` in `namespace` with one mesh of `nodes[mesh]`
+    pods per name; `mesh_args` pass through to `add_mesh` (label_selector, image_spec, ...)."""
+    from monarch.job.kubernetes import KubernetesJob
+
+    job = KubernetesJob(namespace=namespace)
+    for name, n in nodes.items():
+        job.add_mesh(name, n, **mesh_args)
+    return job
+
+
+def job_host_meshes(job: Any, names: Sequence[str]) -> dict[str, Any]:
+    """Bring `job` up (a no-op when Monarch's cache, `.monarch/job_state.pkl` in the working
+    directory, holds a running job of the same spec) and return its host meshes by name. A
+    failure or an interrupt (Ctrl-C) while it comes up releases the job."""
+    try:
+        state = job.state(cached_path=JOB_CACHE)
+        return {name: getattr(state, name) for name in names}
+    except BaseException:
+        release_job(job)
+        raise
+
+
+def release_job(job: Any) -> None:
+    """Give the job's nodes back (Slurm: `scancel`) and delete Monarch's cache of it, so the
+    next run neither reuses nor re-cancels it."""
+    import contextlib
+    import os
+
+    try:
+        job.kill()
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(os.path.realpath(JOB_CACHE))
+
+
+__all__ = [
+    "JOB_CACHE",
+    "SERVICES",
+    "HostMeshes",
+    "HostsConfig",
+    "job_host_meshes",
+    "kubernetes_job",
+    "release_job",
+    "resolve_host_meshes",
+    "slurm_job",
+]
