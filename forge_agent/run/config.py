@@ -328,7 +328,7 @@ beside the YAML naming it is found here, so a user's config in any folder can sa
 ``defaults: default.yaml`` (or ``frozen_lake.yaml``)."""
 
 
-def load_yaml(path: str | Path, schema: Any = None, _seen: tuple[Path, ...] = ()) -> dict:
+def load_yaml(path: str | Path, schema: type | None = None, _seen: tuple[Path, ...] = ()) -> dict:
     """Read a YAML config, resolving ``defaults:`` (a file name or list, relative to ``path``,
     else one of `SHIPPED_CONFIGS` by name).
 
@@ -339,7 +339,9 @@ def load_yaml(path: str | Path, schema: Any = None, _seen: tuple[Path, ...] = ()
     return typed_config.load_yaml(path, schema, _seen, search=(SHIPPED_CONFIGS,))
 
 
-def apply_override(data: dict[str, Any], override: str, schema: Any = None) -> dict[str, Any]:
+def apply_override(
+    data: dict[str, Any], override: str, schema: type | None = None
+) -> dict[str, Any]:
     """Apply one ``a.b.c=value`` override to ``data`` in place (value parsed as YAML).
 
     Keys are checked against the schema (default ``AgentConfig``) down to the first free-form

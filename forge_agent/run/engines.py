@@ -22,7 +22,7 @@ from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from forge_agent.env.resolved import ResolvedEnv
 from forge_agent.evaluation import ScoreFn
@@ -30,6 +30,12 @@ from forge_agent.observability.metrics import INFRA_EXCLUDED, record
 from forge_agent.rollout import ChatRenderer, RolloutEngine
 from forge_agent.run.config import AgentConfig
 from forge_agent.types import Trajectory
+
+if TYPE_CHECKING:
+    from forge_agent.generator.config import GenerateFn
+    from forge_agent.rollout.engine import EnvSource
+    from forge_agent.run.services import Services
+    from forge_agent.weights.protocol import WeightStore
 
 logger = logging.getLogger(__name__)
 
@@ -52,13 +58,13 @@ class Engines:
 async def build_engines(
     cfg: AgentConfig,
     env: ResolvedEnv,
-    generate: Any,
-    envs: Any,
+    generate: GenerateFn,
+    envs: EnvSource,
     renderer: ChatRenderer,
     max_model_len: int,
     *,
     agent_score: ScoreFn | None = None,
-    store: Any = None,
+    store: WeightStore | None = None,
     policy_path: Path | str | None = None,
     on_eval_trajectory: Callable[[Trajectory], None] | None = None,
     route_adapters: bool = True,
@@ -106,7 +112,7 @@ async def build_engines(
 async def build_run_engines(
     cfg: AgentConfig,
     env: ResolvedEnv,
-    services: Any,
+    services: Services,
     policy_path: Path | str,
     max_model_len: int,
     wrap: Callable[[Any], Any] = lambda generate: generate,
@@ -154,9 +160,9 @@ def agent_rubric_score(cfg: AgentConfig) -> ScoreFn:
 
 def seat_players(
     cfg: AgentConfig,
-    store: Any,
+    store: WeightStore | None,
     policy_path: Path | str,
-    renderer: Any,
+    renderer: ChatRenderer,
     env: ResolvedEnv | None = None,
 ) -> dict | None:
     """Who plays each seat of a multi-seat env (`env.seats`); None for one-seat envs.

@@ -37,10 +37,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from forge_agent.typed_config import check_field as _check
 from forge_agent.worker import parse_address
+
+if TYPE_CHECKING:
+    from monarch.actor import HostMesh
+    from monarch.job import JobTrait
 
 SERVICES = ("trainer", "generator", "reward", "env")
 LOCAL = "local"
@@ -112,7 +116,9 @@ class HostMeshes(dict):
     """Monarch `HostMesh`es by name, and the cluster job they came from (`job`, None for
     workers); `release()` gives a Slurm job's nodes back unless `keep_allocation`."""
 
-    def __init__(self, meshes: dict[str, Any], job: Any = None, keep: bool = False) -> None:
+    def __init__(
+        self, meshes: dict[str, HostMesh], job: JobTrait | None = None, keep: bool = False
+    ) -> None:
         super().__init__(meshes)
         self.job, self.keep = job, keep
 
@@ -170,7 +176,7 @@ def kubernetes_job(namespace: str, nodes: dict[str, int], **mesh_args: Any) -> A
     return job
 
 
-def job_host_meshes(job: Any, names: Sequence[str]) -> dict[str, Any]:
+def job_host_meshes(job: JobTrait, names: Sequence[str]) -> dict[str, HostMesh]:
     """Bring `job` up (a no-op when Monarch's cache, `.monarch/job_state.pkl` in the working
     directory, holds a running job of the same spec) and return its host meshes by name. A
     failure or an interrupt (Ctrl-C) while it comes up releases the job."""
@@ -182,7 +188,7 @@ def job_host_meshes(job: Any, names: Sequence[str]) -> dict[str, Any]:
         raise
 
 
-def release_job(job: Any) -> None:
+def release_job(job: JobTrait) -> None:
     """Give the job's nodes back (Slurm: `scancel`) and delete Monarch's cache of it, so the
     next run neither reuses nor re-cancels it."""
     import contextlib

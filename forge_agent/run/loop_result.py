@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from forge_agent.observability.loop_timing import LoopTiming
+
+if TYPE_CHECKING:
+    from forge_agent.run.services import GeneratorReplicas
 
 __all__ = ["LoopClock", "LoopResult"]
 
@@ -29,7 +32,7 @@ class LoopClock:
     timing: LoopTiming = field(default_factory=LoopTiming)
 
     @classmethod
-    async def start(cls, generators: Any) -> LoopClock:
+    async def start(cls, generators: GeneratorReplicas) -> LoopClock:
         return cls(generators, time.monotonic(), await generators.busy_seconds())
 
     async def stop(self) -> tuple[float, dict[str, float]]:

@@ -21,7 +21,10 @@ from forge_agent.run.config import AgentConfig, dump_yaml
 from forge_agent.run.loop_result import LoopResult
 
 if TYPE_CHECKING:
+    from forge_agent.observability.config import MetricsConfig
     from forge_agent.observability.metrics import MetricLogger
+    from forge_agent.observability.trace_html import Decode
+    from forge_agent.observability.traces import TraceWriter
 
 logger = logging.getLogger(__name__)
 
@@ -57,7 +60,7 @@ def plot_curves_safely(out: Path) -> None:
         logger.warning("plotting curves failed: %s", exc)
 
 
-def write_trace_page(out: Path, last: int, decode: Any) -> None:
+def write_trace_page(out: Path, last: int, decode: Decode) -> None:
     """traces.html: the last `last` episodes of traces.jsonl, tokens decoded by `decode`."""
     from forge_agent.observability.trace_html import write_html
     from forge_agent.observability.traces import read_traces
@@ -94,7 +97,13 @@ def run_summary(
     }
 
 
-def finish(out: Path, traces: Any, metrics: Any, metrics_cfg: Any, policy: Any) -> None:
+def finish(
+    out: Path,
+    traces: TraceWriter,
+    metrics: MetricLogger,
+    metrics_cfg: MetricsConfig,
+    policy: str | Path,
+) -> None:
     """At shutdown: close the trace writer and the metric sinks, then write traces.html (the
     last `metrics.traces_last` episodes, decoded with `policy`'s tokenizer) and curves.png.
     Never raises."""

@@ -24,7 +24,11 @@ from forge_agent.run.host_meshes import LOCAL, SERVICES, HostsConfig
 from forge_agent.typed_config import check_field as _check
 
 if TYPE_CHECKING:
+    from monarch.actor import ProcMesh
+
     from forge_agent.env.resolved import ResolvedEnv
+    from forge_agent.weights.config import WeightStoreConfig
+    from forge_agent.weights.protocol import WeightStore
 
 
 @dataclass
@@ -239,7 +243,7 @@ class Placement:
         self._next_gpu[host_name] = first + n
         return ",".join(str(d) for d in range(first, first + n))
 
-    async def weight_store(self, cfg: Any) -> Any:
+    async def weight_store(self, cfg: WeightStoreConfig) -> WeightStore:
         """The run's weight store (``cfg``: a ``WeightStoreConfig``) on the trainer's host:
         in this process when the trainer and the generators run on this host.
 
@@ -291,7 +295,7 @@ class Placement:
             put_timeout_s=cfg.put_timeout_s,
         )
 
-    async def trainer_address(self, host_name: str, procs: Any) -> str:
+    async def trainer_address(self, host_name: str, procs: ProcMesh) -> str:
         """The address other hosts reach the trainer's host (mesh ``host_name``, where
         ``procs`` run) by: on a Slurm node, the node's own hostname, asked of ``procs`` (Slurm
         nodes resolve each other's names: Monarch reaches its workers by them too)."""

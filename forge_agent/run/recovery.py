@@ -19,6 +19,7 @@ from typing import Any
 from forge_agent.algorithms.replay import ReplayBuffer
 from forge_agent.env.curriculum import Curriculum
 from forge_agent.run.services import Services
+from forge_agent.run.supervision import ActorMesh
 
 
 @dataclass
@@ -64,7 +65,7 @@ class Recovery:
             self._go_back(restored.position, restored.version)
         return restored
 
-    async def trainer_restarted(self, trainer: Any) -> tuple[Restored | None, int]:
+    async def trainer_restarted(self, trainer: ActorMesh) -> tuple[Restored | None, int]:
         """A replacement trainer continues from the newest complete checkpoint (or the initial
         policy when there is none); the generators go back to that policy, dropping requests
         in flight. Returns what was restored and the version now served."""

@@ -30,12 +30,16 @@ import socket
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from forge_agent.env.resolved import ResolvedEnv
 from forge_agent.rewards.build import build_rubric
 from forge_agent.run.config import AgentConfig
-from forge_agent.run.supervision import Service, ServiceRestarted, install_fault_hook
+from forge_agent.run.supervision import ActorMesh, Service, ServiceRestarted, install_fault_hook
+
+if TYPE_CHECKING:
+    from forge_agent.run.host_meshes import HostMeshes
+    from forge_agent.weights.protocol import WeightStore
 
 logger = logging.getLogger(__name__)
 
@@ -50,7 +54,9 @@ them (going back to a checkpoint)."""
 class GeneratorReplicas:
     """The generator replicas, called as one where every replica must act (a fan-out)."""
 
-    def __init__(self, replicas: list[Service], store: Any, colocated: bool = False) -> None:
+    def __init__(
+        self, replicas: list[Service], store: WeightStore, colocated: bool = False
+    ) -> None:
         self.replicas = replicas
         self.store = store  # the weight store the replicas pull versions from
         self.colocated = colocated  # `services.colocate`: they sleep while the trainer steps
@@ -144,7 +150,7 @@ class Services:
     def supervised(self) -> list[Service]:
         return [s for s in [self.trainer, self.rewards, *self.generators] if s is not None]
 
-    async def start(self, meshes: Any) -> dict[str, Any]:
+    async def start(self, meshes: HostMeshes) -> dict[str, Any]:
         """Place and start every service; the generator's setup answer (`max_model_len`...)."""
         from forge_agent.run.placement import Placement
 
@@ -206,7 +212,7 @@ class Services:
         """One optimizer step on `batch`; the step's metrics (`train/policy_version` ...)."""
         return await self._rank0(self.trainer.train_step, batch)
 
-    async def push_weights(self, *, trainer: Any = None) -> int:
+    async def push_weights(self, *, trainer: ActorMesh | None = None) -> int:
         """The trainer's weights into the weight store as a new version; that version."""
         return int(await self._rank0((trainer or self.trainer).push_weights))
 
@@ -214,11 +220,13 @@ class Services:
         """Policy, optimizer, version and the run's `position` (tasks, step, replay) to `path`."""
         await self._rank0(self.trainer.save_checkpoint, path, position)
 
-    async def load_checkpoint(self, path: str, *, trainer: Any = None) -> dict[str, Any]:
+    async def load_checkpoint(
+        self, path: str, *, trainer: ActorMesh | None = None
+    ) -> dict[str, Any]:
         """Restore a checkpoint into the trainer; the run's position saved with it."""
         return await self._rank0((trainer or self.trainer).load_checkpoint, path)
 
-    async def policy_version(self, *, trainer: Any = None) -> int:
+    async def policy_version(self, *, trainer: ActorMesh | None = None) -> int:
         """The version of the trainer's current policy."""
         return int(await self._rank0((trainer or self.trainer).policy_version))
 

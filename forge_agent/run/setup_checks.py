@@ -24,6 +24,7 @@ from forge_agent.env.sources import EnvSetupError
 from forge_agent.errors import SetupError
 
 if TYPE_CHECKING:
+    from forge_agent.rollout.renderer import ChatRenderer
     from forge_agent.run.config import AgentConfig
 
 __all__ = [
@@ -202,7 +203,7 @@ def prompt_length_warning(
 def check_prompt_lengths(
     env: ResolvedEnv,
     tasks: Sequence[dict[str, Any]],
-    renderer: Any,
+    renderer: ChatRenderer,
     max_total_tokens: int,
 ) -> str | None:
     """The `prompt_length_warning` for `tasks` (at most `PROMPT_SAMPLE` of them), or None.

@@ -29,9 +29,16 @@ import signal
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from forge_agent.typed_config import check_field as _check
+
+if TYPE_CHECKING:
+    from monarch.actor import MeshFailure, ProcMesh
+
+ActorMesh = Any
+"""A Monarch actor mesh (what `ProcMesh.spawn` returns). Its endpoints are looked up by name
+at run time, so Monarch 0.7 exports no type to annotate it with; this alias names the role."""
 
 logger = logging.getLogger(__name__)
 
@@ -105,7 +112,7 @@ def install_fault_hook() -> None:
     """
     import monarch.actor
 
-    def log_failure(failure: Any) -> None:
+    def log_failure(failure: MeshFailure) -> None:
         logger.warning("monarch supervision event: %s", str(failure).splitlines()[0])
 
     monarch.actor.unhandled_fault_hook = log_failure
@@ -153,7 +160,7 @@ def boot_id() -> str:
         return f.read().strip()
 
 
-async def proc_pids(procs: Any) -> list[int]:
+async def proc_pids(procs: ProcMesh) -> list[int]:
     """The OS pids of a proc mesh's processes that run on this machine (a remote host's procs
     are stopped through Monarch, never by pid)."""
     global _PROBE
