@@ -104,7 +104,7 @@ async def _kill_generator(controller) -> dict:
             await asyncio.sleep(0.05)
 
     gen = controller.services.generators[0]
-    await until(lambda: controller.state.step >= 1 and controller.rollouts_open.is_set(), "step 1")
+    await until(lambda: controller.state.step >= 1 and controller.rollouts.open.is_set(), "step 1")
     await until(lambda: controller.profile.active["generate"] > 0, "requests in flight")
     pid = gen.mesh_pids[0]
     with open(f"/proc/{pid}/environ", "rb") as f:  # the node the proc runs on, as Slurm says

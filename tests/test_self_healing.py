@@ -38,7 +38,7 @@ async def _inject(controller, out: Path, log: list[tuple[str, int, int]]) -> Non
 
     gen = controller.services.generators[0]
     await until(
-        lambda: controller.state.step >= 1 and controller.rollouts_open.is_set(), "step 1's sync"
+        lambda: controller.state.step >= 1 and controller.rollouts.open.is_set(), "step 1's sync"
     )
     # step 2's episodes are being generated (a fixed pause could fall between requests: the
     # tiny policy answers a group in well under a second): they die with it

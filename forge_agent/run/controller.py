@@ -5,9 +5,10 @@
 
 `training.max_policy_lag` = 0 pauses rollouts while the trainer steps and syncs (on-policy);
 n > 0 lets them run on (no trained token more than n versions old; algorithms/replay.py) and a
-weight sync continues running requests on the new weights. Elsewhere: services and their calls
-(`run.services`), checkpoints and going back (`run.recovery`), engines and eval
-(`run.rollouts`), the output folder (`run.outputs`), signals (`run.signals`).
+weight sync continues running requests on the new weights. Elsewhere: the rollout loop
+(`run.rollout_loop`), services and their calls (`run.services`), checkpoints and going back
+(`run.recovery`), engines and eval (`run.engines`), the output folder (`run.outputs`), signals
+(`run.signals`).
 """
 
 from __future__ import annotations
@@ -16,12 +17,10 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from forge_agent.algorithms.advantages import compute_advantages
-from forge_agent.algorithms.replay import ReplayBuffer, ZeroSignalWatch, check_token_lags
+from forge_agent.algorithms.replay import ReplayBuffer, check_token_lags
 from forge_agent.env.curriculum import Curriculum
 from forge_agent.env.resolved import ResolvedEnv
 from forge_agent.env.tasks import eval_tasks
@@ -31,16 +30,17 @@ from forge_agent.observability.metrics import MetricLogger, record
 from forge_agent.observability.step_profile import PhaseClock
 from forge_agent.run import outputs
 from forge_agent.run.config import AgentConfig
-from forge_agent.run.engines import Engines, build_run_engines, evaluate_policy, record_episode
+from forge_agent.run.engines import Engines, build_run_engines, evaluate_policy
 from forge_agent.run.failures import FailureContext
 from forge_agent.run.host_meshes import HostMeshes
 from forge_agent.run.loop_result import LoopClock, LoopResult
 from forge_agent.run.recovery import Recovery
+from forge_agent.run.rollout_loop import RolloutLoop
 from forge_agent.run.services import Services
 from forge_agent.run.signals import cancel_on_signals, python_handlers, raise_if_cancelled
 from forge_agent.run.state import RunState
 from forge_agent.run.stop_causes import check_start_signal, warm_start_kind
-from forge_agent.run.supervision import ServiceFailed, ServiceRestarted
+from forge_agent.run.supervision import ServiceRestarted
 from forge_agent.types import Group
 
 logger = logging.getLogger(__name__)
@@ -61,8 +61,6 @@ class Controller:
         self.host_meshes: HostMeshes | None = None  # released (a Slurm job cancelled) at the end
         self.engines: Engines | None = None
         self.state = RunState()  # step, version, epoch, counts, errors, evals: the loops' own
-        self.rollouts_open = asyncio.Event()  # closed while the policy changes (on-policy)
-        self.rollouts_open.set()
         self.profile = PhaseClock()  # per-step phases (profile/* metrics)
         self.timing = LoopTiming()
 
@@ -97,8 +95,10 @@ class Controller:
         )  # fmt: skip
         self.traces = TraceWriter(self.out / "traces.jsonl", keep=cfg.metrics.traces_last)
         self.buffer = ReplayBuffer(cfg.training.replay_capacity, cfg.training.max_policy_lag)
-        gps = cfg.training.groups_per_step
-        self.zero_signal = ZeroSignalWatch(warn_after=4 * gps, fail_after=25 * gps)
+        self.rollouts = RolloutLoop(
+            cfg, self.state, self.engines.train, self.services, self.tasks, self.buffer,
+            self.traces, self.profile,
+        )  # fmt: skip
         self.metrics = MetricLogger.from_config(cfg.metrics, self.out, cfg.training.steps)
         self.recovery = Recovery(
             self.out / "checkpoints", cfg.checkpoint.keep, self.services, self.tasks, self.buffer
@@ -116,7 +116,7 @@ class Controller:
         self.timing = clock.timing  # the loop's clock: setup (warm start, actors) is not in it
         await self._evaluate_before_training()
         self.profile.start()
-        rollouts = asyncio.create_task(self._rollout_loop())
+        rollouts = asyncio.create_task(self.rollouts.run())
         try:
             while self.state.step < cfg.training.steps:
                 raise_if_cancelled()  # a Ctrl-C whose cancel an await swallowed (run.signals)
@@ -151,7 +151,7 @@ class Controller:
         record("train/groups", sum(1 for g in groups if g.trajectories), "last")
         lags = check_token_lags(batch, self.state.version, cfg.training.max_policy_lag)
         if cfg.training.max_policy_lag == 0:
-            self.rollouts_open.clear()  # on-policy: no rollouts while the policy changes
+            self.rollouts.open.clear()  # on-policy: no rollouts while the policy changes
         try:
             with self.timing.measure("trainer_busy"), self.profile.phase("train"):
                 await services.generators.sleep()  # colocated: the trainer's GPU
@@ -169,7 +169,7 @@ class Controller:
             return None
         finally:
             await services.generators.wake_up(["weights", "kv_cache"])  # what sleeps
-            self.rollouts_open.set()
+            self.rollouts.open.set()
         return metrics, lags
 
     async def _evaluate_and_checkpoint(self) -> bool:
@@ -201,83 +201,6 @@ class Controller:
             await self.services.generators.update(version, in_flight=in_flight)
         record("weight_sync/s", time.monotonic() - started)
 
-    # ------------------------------------------------------------------ rollout loop
-    async def _rollout_loop(self) -> None:
-        """The rollout loop. Consumes tasks; produces scored groups with advantages into the
-        replay buffer; waits on the generators, env workers, reward actors, and on buffer room
-        (`ReplayBuffer.room`: on-policy, exactly the groups the next step needs; with
-        `training.dynamic_sampling` a dropped group is replaced, without it it leaves an empty
-        slot in the step's batch)."""
-        cfg = self.cfg
-        max_groups = max(1, cfg.rollout.max_concurrent_episodes // cfg.training.group_size)
-        running: set[asyncio.Task] = set()
-        try:
-            while True:
-                while not self.rollouts_open.is_set():  # a wake-up may come after it re-closed
-                    await self.rollouts_open.wait()
-                room = self.buffer.room(len(running), cfg.training.groups_per_step)
-                if len(running) < max_groups and room > 0:
-                    running.add(asyncio.create_task(self._one_group(*next(self.tasks))))
-                    continue
-                changed = asyncio.ensure_future(self.buffer.changed())  # a take, a new version
-                done, _ = await asyncio.wait(
-                    running | {changed}, timeout=1.0, return_when=asyncio.FIRST_COMPLETED
-                )
-                changed.cancel()
-                for finished in done - {changed}:
-                    running.discard(finished)
-                    finished.result()
-        finally:
-            for group in running:
-                group.cancel()
-            await asyncio.gather(*running, return_exceptions=True)
-
-    async def _one_group(self, task: dict[str, Any], seed: int) -> None:
-        """G episodes of one task -> reward service -> advantages -> replay buffer."""
-        epoch = self.state.epoch
-        group = await self.engines.train.run_group(task, seed, self.cfg.training.group_size)
-        self.services.raise_if_failed()  # a generator past recovery: stop, naming it
-        try:
-            with self.profile.phase("reward"):
-                scored, reward_metrics = await self.services.score(group.trajectories)
-        except ServiceFailed:
-            raise
-        except Exception as exc:  # the whole reward service failed: mark, do not crash
-            self.state.counts["reward_service_error"] += 1
-            logger.warning("reward scoring failed for %s: %s", group.task_id, exc)
-            return
-        if epoch != self.state.epoch:  # sampled by a policy a trainer restart went back from
-            self.state.counts["groups_discarded_after_restart"] += 1
-            return
-        for traj in scored:
-            self.traces.write(traj, {"step": self.state.step, "policy_version": self.state.version})
-            record_episode(traj, self.state.counts, self.state.errors)
-        for name, value in reward_metrics.items():
-            record(name, value)
-        self._observe_curriculum(task, scored)
-        kept, stats = compute_advantages([Group(group.task_id, list(scored))], self.cfg.advantages)
-        for name, value in stats.as_metrics().items():
-            record(name, value, "sum")
-        self.state.counts["groups_produced"] += 1
-        statuses = Counter(t.status.value for t in scored)
-        self.zero_signal.observe(bool(kept), [t.reward for t in scored], stats.dropped, statuses)
-        if kept:
-            await self.buffer.put(Group(task_id=group.task_id, trajectories=kept))
-            return
-        self.state.counts["groups_filtered"] += 1
-        if not self.cfg.training.dynamic_sampling:  # it keeps its slot in the step's batch
-            await self.buffer.put(Group(task_id=group.task_id, trajectories=[]))
-
-    def _observe_curriculum(self, task: dict[str, Any], scored: list[Any]) -> None:
-        """The group's rewards (infra failures left out) to the curriculum; a move up the
-        ladder is printed."""
-        rewards = [t.reward for t in scored if not t.status.is_infra_failure]
-        if self.tasks.observe(task, rewards):
-            level = f"{self.tasks.kwarg}={self.tasks.level!r}"
-            print(f"[curriculum] step {self.state.step}: training tasks now at {level}", flush=True)
-        for name, value in self.tasks.metrics().items():
-            record(name, value, "last")
-
     # ------------------------------------------------------------------ evaluation
     async def _evaluate_before_training(self) -> None:
         """The step's held-out evaluation before the first step (`eval.every` > 0); at step 0,
@@ -295,7 +218,7 @@ class Controller:
 
     async def _evaluate(self) -> None:
         """Held-out tasks at `eval.temperature`, no training groups started meanwhile."""
-        self.rollouts_open.clear()
+        self.rollouts.open.clear()
         busy = await self.services.generators.busy_seconds()
         try:
             with self.timing.measure("eval"):
@@ -303,7 +226,7 @@ class Controller:
                     self.engines, self.eval_tasks, self.cfg, self.state.step
                 )
         finally:
-            self.rollouts_open.set()
+            self.rollouts.open.set()
             busy = await self.services.generators.busy_seconds() - busy
             self.timing.add("generator_busy_eval", busy)
         # wall_s: seconds of training so far, evaluation excluded (time-to-reward comparisons)
