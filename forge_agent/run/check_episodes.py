@@ -23,7 +23,11 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from forge_agent.env.pool import EnvPool
+from forge_agent.env.protocol import env_seats
+from forge_agent.env.registry import is_agent_program
 from forge_agent.env.resolved import ResolvedEnv
+from forge_agent.rollout.engine import RolloutEngine
 from forge_agent.types import Completion, Status, Trajectory
 
 if TYPE_CHECKING:
@@ -113,10 +117,6 @@ def check_episodes(
     episode loop (`RolloutEngine.run_episode`), in an env worker built from `env` (`cfg.env`
     as `check_setup` resolved it); `renderer`: the policy's. A seated game has every seat
     played by the scripted policy; the report is the first seat's."""
-    from forge_agent.env.pool import EnvPool
-    from forge_agent.env.protocol import env_seats
-    from forge_agent.env.registry import is_agent_program
-    from forge_agent.rollout.engine import RolloutEngine
 
     if is_agent_program(cfg.env.id):
         return EpisodeCheck(

@@ -24,11 +24,16 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from forge_agent.endpoint.agents import start_agent_engines
 from forge_agent.env.resolved import ResolvedEnv
-from forge_agent.evaluation import ScoreFn
+from forge_agent.evaluation import ScoreFn, evaluate
+from forge_agent.models.tiny import load_tokenizer
 from forge_agent.observability.metrics import INFRA_EXCLUDED, record
-from forge_agent.rollout import ChatRenderer, RolloutEngine
+from forge_agent.rewards.build import AGENT_REWARD, build_rubric
+from forge_agent.rollout import ChatRenderer, RolloutEngine, SessionRouter
+from forge_agent.rollout.players import build_players
 from forge_agent.run.config import AgentConfig
+from forge_agent.run.setup_checks import check_env_seats
 from forge_agent.types import Trajectory
 
 if TYPE_CHECKING:
@@ -83,8 +88,6 @@ async def build_engines(
     """
     configs = [cfg.rollout, replace(cfg.rollout, temperature=cfg.eval.temperature)]
     if env.config.is_agent_program:
-        from forge_agent.endpoint.agents import start_agent_engines
-
         endpoint, (train, evaluate) = await start_agent_engines(
             generate, envs, renderer, max_model_len, configs
         )
@@ -122,9 +125,6 @@ async def build_run_engines(
     (each episode stays on one replica), the env workers, the weight store (snapshot seats)
     and, for an agent program's eval episodes, the reward actors. `wrap` / `wrap_envs` wrap the
     generate function and the env source (step timing, fault injection in tests)."""
-    from forge_agent.models.tiny import load_tokenizer
-    from forge_agent.rewards.build import AGENT_REWARD
-    from forge_agent.rollout import SessionRouter
 
     return await build_engines(
         cfg,
@@ -142,7 +142,6 @@ async def build_run_engines(
 def agent_rubric_score(cfg: AgentConfig) -> ScoreFn:
     """An agent program's eval scoring without reward actors: the run's rubric
     (`build_rubric`, as the reward actors build it) with its `agent_reward` component only."""
-    from forge_agent.rewards.build import AGENT_REWARD, build_rubric
 
     rubric = build_rubric(
         dict(cfg.rewards.components),
@@ -167,8 +166,6 @@ def seat_players(
 ) -> dict | None:
     """Who plays each seat of a multi-seat env (`env.seats`); None for one-seat envs.
     Snapshot seats read `store` (the run's weight store); `env`: `cfg.env` resolved."""
-    from forge_agent.rollout.players import build_players
-    from forge_agent.run.setup_checks import check_env_seats
 
     specs = check_env_seats(cfg, env)
     if not specs:
@@ -190,7 +187,6 @@ async def evaluate_policy(
     """`eval.k` episodes of each held-out task; the report's metrics, recorded and printed
     (`[eval] step N: mean ..., pass@1 ..., tool_call_rate ...`), and the first error text of
     each status (`EvalReport.first_errors`)."""
-    from forge_agent.evaluation import evaluate
 
     score = engines.eval_score
     report = await evaluate(engines.eval, tasks, cfg.eval.k, seed=cfg.seed, score=score)

@@ -17,6 +17,10 @@ import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from forge_agent.observability.metrics import record
+from forge_agent.observability.plots import plot_curves
+from forge_agent.observability.trace_html import load_token_decoder, write_html
+from forge_agent.observability.traces import read_traces
 from forge_agent.run.config import AgentConfig, dump_yaml
 from forge_agent.run.loop_result import LoopResult
 
@@ -52,7 +56,6 @@ def prepare_output_dir(cfg: AgentConfig) -> Path:
 
 def plot_curves_safely(out: Path) -> None:
     """curves.png from metrics.jsonl so far; a failed plot is logged, never raised."""
-    from forge_agent.observability.plots import plot_curves
 
     try:
         plot_curves(out / "metrics.jsonl", out / "curves.png")
@@ -62,8 +65,6 @@ def plot_curves_safely(out: Path) -> None:
 
 def write_trace_page(out: Path, last: int, decode: Decode) -> None:
     """traces.html: the last `last` episodes of traces.jsonl, tokens decoded by `decode`."""
-    from forge_agent.observability.trace_html import write_html
-    from forge_agent.observability.traces import read_traces
 
     try:
         write_html(read_traces(out / "traces.jsonl", last=last), out / "traces.html", decode=decode)
@@ -107,7 +108,6 @@ def finish(
     """At shutdown: close the trace writer and the metric sinks, then write traces.html (the
     last `metrics.traces_last` episodes, decoded with `policy`'s tokenizer) and curves.png.
     Never raises."""
-    from forge_agent.observability.trace_html import load_token_decoder
 
     with contextlib.suppress(Exception):
         traces.close()
@@ -129,7 +129,6 @@ def log_step(
     """A finished step's metrics to the sinks: the trainer's, the trained tokens' policy lag
     (mean and max) and `gauges` (their last value: replay and restart counts, where the step's
     time went), flushed at `step`; curves.png into `curves` when given (`metrics.plot_every`)."""
-    from forge_agent.observability.metrics import record
 
     for name, value in train_metrics.items():
         record(name, value)

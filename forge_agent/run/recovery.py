@@ -20,6 +20,7 @@ from forge_agent.algorithms.replay import ReplayBuffer
 from forge_agent.env.curriculum import Curriculum
 from forge_agent.run.services import Services
 from forge_agent.run.supervision import ActorMesh
+from forge_agent.trainer.checkpoint import complete_checkpoints, prune_checkpoints
 
 
 @dataclass
@@ -50,7 +51,6 @@ class Recovery:
 
     async def save(self, step: int) -> Path:
         """Checkpoint `step` (`step_000040`) with the run's position; prune to `keep`."""
-        from forge_agent.trainer.checkpoint import prune_checkpoints
 
         path = self.folder / f"step_{step:06d}"
         position = {"tasks": self.tasks.state(), "step": step, "replay": self.buffer.state_dict()}
@@ -77,7 +77,6 @@ class Recovery:
         return restored, version
 
     async def _restore(self, trainer: Any) -> Restored | None:
-        from forge_agent.trainer.checkpoint import complete_checkpoints
 
         checkpoints = complete_checkpoints(self.folder)
         if not checkpoints:
