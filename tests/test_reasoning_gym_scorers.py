@@ -87,6 +87,38 @@ def test_a_split_scorer_gives_reasoning_gyms_own_verdicts(task):
     assert _verdicts(f"reasoning_gym:{task}", tasks, answers) == expected
 
 
+def test_a_list_of_nan_does_not_sort_numbers():
+    """reasoning-gym's own number_sorting pays 1.0 for it (NaN is within any tolerance)."""
+    dataset = reasoning_gym.create_dataset("number_sorting", seed=0, size=1)
+    entry = dataset[0]
+    nans = str(["nan"] * len(entry["metadata"]["sorted_numbers"]))
+    assert dataset.score_answer(nans, entry) == 1.0
+    task = {"prompt": entry["question"], "answer": entry["answer"], "entry": entry}
+    assert _verdicts("reasoning_gym:number_sorting", [task], [[nans]]) == [[0.0]]
+
+
+def _as_python_list(entry: dict[str, Any]) -> str:
+    return str(entry["metadata"]["solution"])
+
+
+def _as_json(entry: dict[str, Any]) -> str:
+    return entry["answer"].replace("'", '"')
+
+
+@pytest.mark.parametrize(
+    ("task", "config", "other_form", "its_score"),
+    [  # a 30 kB Python list (its value travels as a digest); 1,000 numbers as JSON (~12 kB)
+        ("spiral_matrix", {"min_n": 100, "max_n": 100}, _as_python_list, 0.1),
+        ("number_sorting", {"min_numbers": 1000, "max_numbers": 1000}, _as_json, 1.0),
+    ],
+)
+def test_the_value_of_a_large_task_comes_back_whole(task, config, other_form, its_score):
+    (entry,) = reasoning_gym.create_dataset(task, seed=0, size=1, **config)
+    t = {"prompt": entry["question"], "answer": entry["answer"], "entry": entry}
+    answers = [entry["answer"], other_form(entry), "0"]
+    assert _verdicts(f"reasoning_gym:{task}", [t], [answers], **config) == [[1.0, its_score, 0.0]]
+
+
 def _leaves(value: Any) -> list[Any]:
     """`value` and every part of it (dict keys and values, list items, dataclass fields)."""
     found, todo = [], [value]

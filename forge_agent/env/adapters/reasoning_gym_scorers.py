@@ -23,9 +23,12 @@ integration tasks) the whole verdict is computed inside, by reasoning-gym's own
 comparison is re-implemented here rather than calling ``score_answer``, because that function
 needs the key and the evaluated answer together; each half follows the scorer of reasoning-gym
 0.1.25 line by line, and `tests/test_reasoning_gym_scorers.py` holds the two to the same
-verdicts. Strings compared for equality travel as `fingerprint`s (a long one as its digest),
-so a 100 x 100 matrix costs a short reply. An answer is evaluated with the builtins alone
-(reasoning-gym evaluates it in its module's namespace, whose other names no answer needs).
+verdicts, but for one hole this closes: reasoning-gym's number_sorting pays 1.0 for a list of
+``'nan'`` as long as the key (NaN is never more than its tolerance away); here a number that
+is not finite is wrong. Strings compared for equality travel as `fingerprint`s (a long one
+as its digest), so a 100 x 100 matrix costs a short reply. An answer is evaluated with the
+builtins alone (reasoning-gym evaluates it in its module's namespace, whose other names no
+answer needs).
 """
 
 from __future__ import annotations
@@ -183,6 +186,8 @@ def _number_sorting_outside(value: Any, answer: str, entry: Entry) -> float:
     if len(value) != len(expected):
         return 0.0
     given, wanted = [float(v) for v in value], [float(n) for n in expected]
+    if not all(map(math.isfinite, given)):  # reasoning-gym pays 1.0 for ['nan', 'nan', ...]
+        return 0.0
     descending = entry["metadata"]["direction"] != "ascending"
     if given != sorted(given, reverse=descending):
         return 0.0
