@@ -1,38 +1,16 @@
-"""The eval guard of sandboxed judges (`forge_agent.sandbox.eval_guard`): the answers
-reasoning-gym's evaluating scorers expect score as they did without it, and expressions that
-could run code are refused. Verdicts come through the real judge server."""
+"""The eval guard of sandboxed judges (`forge_agent.sandbox.eval_guard`): expressions that
+could run code are refused, plain values and arithmetic pass. Verdicts come through the real
+judge server. (The answers reasoning-gym's evaluating scorers expect, under the guard:
+`tests/test_reasoning_gym_scorers.py`.)"""
 
 from __future__ import annotations
 
 import asyncio
 
 import pytest
-import reasoning_gym
 
-from forge_agent.env.adapters.reasoning_gym import scorer
-from forge_agent.sandbox.judge import JudgeError, ScorerRef, judge_server
+from forge_agent.sandbox.judge import JudgeError
 from tests import sandboxed_scorers
-
-# The tasks whose scorers `eval` or `sympy.parse_expr` the answer (or their own answer key).
-EVALUATING = [
-    "binary_matrix", "bitwise_arithmetic", "countdown", "intermediate_integration", "n_queens",
-    "number_sorting", "polynomial_multiplication", "puzzle24", "simple_integration",
-    "spiral_matrix", "string_insertion",
-]  # fmt: skip
-
-
-@pytest.mark.parametrize("task", EVALUATING)
-def test_the_guard_keeps_the_verdicts_of_evaluating_scorers(task):
-    dataset = reasoning_gym.create_dataset(task, seed=0, size=3)
-    cases = [(answer, e) for e in dataset for answer in (str(e["answer"]), "0", "[[1, 2], [3]]")]
-    in_process = [float(scorer(task, {})(answer, entry)) for answer, entry in cases]
-    ref = ScorerRef("forge_agent.env.adapters.reasoning_gym:scorer", (task, {}))
-
-    async def sandboxed() -> list[float]:
-        return await asyncio.gather(*(judge_server().score(ref, a, e) for a, e in cases))
-
-    assert asyncio.run(sandboxed()) == in_process
-
 
 ESCAPES = [
     "__import__('os').getpid()",

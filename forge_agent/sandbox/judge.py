@@ -18,6 +18,10 @@ other episodes timed out. Here:
 - what goes in: the scorer's identity (`ScorerRef`: an importable factory and its arguments),
   the answer and the task entry it needs; what comes back: ``{"ok": true, "value": <number>}``
   or the reason it failed, as JSON (nothing from the sandbox is unpickled);
+- a scorer split in two (`JudgeServer.value`) keeps the answer key out: its sandboxed side is
+  given the answer and what the question states, and reports what the answer computes as
+  plain JSON data (a number, a string, a list); the caller compares that with the key
+  (reasoning-gym's evaluating scorers: `forge_agent.env.adapters.reasoning_gym_scorers`);
 - a verdict that is not a finite number, a scorer that raises, dies or runs out of memory is
   the policy's failure (`JudgeError`, `policy_error`); one past its time limit is
   `JudgeTimeout` (`policy_timeout`); a server that does not start or dies is infra
@@ -78,7 +82,8 @@ JUDGE_LIMITS = Limits(wall_s=15.0, cpu_s=15.0, memory_mb=1024, max_procs=16, fil
 START_TIMEOUT_S = 60.0
 REPLY_MARGIN_S = 15.0  # past the call's wall time, a missing reply is the server's failure
 _SECRET_MARKERS = ("TOKEN", "KEY", "SECRET", "PASSWORD", "CREDENTIAL")
-_REPLY_MAX = 3000  # one reply line stays below PIPE_BUF, so concurrent writes never interleave
+_REPLY_MAX = 65_536  # a reply line: a verdict, or a value (1,000 sorted numbers are ~20 kB)
+_VALUE_NODES = 100_000  # the most parts a value may have (lists, dicts, scalars)
 
 Scorer = Callable[[Any, Any], Any]
 
@@ -154,6 +159,13 @@ class JudgeServer:
         """The verdict of `ref` on `answer`; raises `JudgeError`, `JudgeTimeout` (the
         policy's) or `JudgeServerError` (infra)."""
         return verdict(await self._reply(ref, answer, entry, limits), ref)
+
+    async def value(
+        self, ref: ScorerRef, answer: Any, entry: Any, limits: Limits = JUDGE_LIMITS
+    ) -> Any:
+        """What `ref` computes from `answer`, as JSON data (a split scorer's sandboxed side:
+        the caller compares it with the key); raises as `score` does, but for the number."""
+        return _value(await self._reply(ref, answer, entry, limits), ref)
 
     async def score_metrics(
         self, ref: ScorerRef, answer: Any, entry: Any, limits: Limits = JUDGE_LIMITS
@@ -324,28 +336,56 @@ def _load(path: str) -> Any:
 
 
 # ---------------------------------------------------------------------- the server process
-_NUMBER, _DICT = (int, float), dict  # taken now: the answer may rebind the builtins
+_NUMBER, _DICT, _LIST, _STR = (int, float), dict, list, str  # taken now: the answer may
+_SCALAR = (int, float, str, bool, type(None))  # rebind the builtins
 
 
 def _score(scorer: Scorer, answer: str, entry: Any) -> Any:
     """In the sandboxed child: `eval` guarded (`forge_agent.sandbox.eval_guard`), then the
-    scorer's verdict."""
+    scorer's verdict, or its value where that is plain JSON data (`JudgeServer.value`)."""
     eval_guard.install()
     value = scorer(answer, entry)
     if type(value) is _DICT and all(type(v) in _NUMBER for v in value.values()):
         return {str(k): v for k, v in value.items()}
-    return value if type(value) in _NUMBER else repr(value)[:100]
+    return value if _plain(value) else repr(value)[:100]
+
+
+def _plain(value: Any) -> bool:
+    """Whether `value` is JSON data of the built-in types only (no subclass the answer made:
+    its `__str__` would run in the reply's encoder), at most `_VALUE_NODES` parts."""
+    todo, seen = [value], 0
+    while todo:
+        item = todo.pop()
+        seen += 1
+        if seen > _VALUE_NODES:
+            return False
+        if type(item) is _LIST:
+            todo.extend(item)
+        elif type(item) is _DICT:
+            if not all(type(k) is _STR for k in item):
+                return False
+            todo.extend(item.values())
+        elif type(item) not in _SCALAR:
+            return False
+    return True
 
 
 def _reply(call_id: int, reply: dict[str, Any]) -> bytes:
-    """One reply line: the call's id and the fields the client reads, short enough to write
-    whole."""
+    """One reply line: the call's id and the fields the client reads, at most `_REPLY_MAX`
+    characters."""
     kept = {k: v for k, v in reply.items() if k in ("ok", "value", "error", "timed_out", "infra")}
     line = json.dumps({**kept, "id": call_id})
-    if len(line) > _REPLY_MAX:
+    if len(line) > _REPLY_MAX:  # the server alone writes its stdout, each line whole
         error = str(kept.get("error", "the verdict is too long"))[:500]
         line = json.dumps({"ok": False, "error": error, "id": call_id})
     return line.encode() + b"\n"
+
+
+def _send(fd: int, data: bytes) -> None:
+    """Write `data` whole (a line longer than the pipe's buffer takes several writes)."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
 
 
 def _frames(fd: int) -> Any:
@@ -389,7 +429,7 @@ def serve() -> None:
                 reply = call.result()
             except SandboxError as exc:
                 reply = {"infra": str(exc)}
-            os.write(out_fd, _reply(call_id, reply))
+            _send(out_fd, _reply(call_id, reply))
         if 0 not in ready:
             continue
         for request in frames:
@@ -399,10 +439,10 @@ def serve() -> None:
                 scorer = _scorer(request["ref"], scorers)
             except Exception as exc:
                 infra = {"infra": f"cannot build the scorer: {type(exc).__name__}: {exc}"}
-                os.write(out_fd, _reply(request["id"], infra))
+                _send(out_fd, _reply(request["id"], infra))
                 continue
             if request.get("build_only"):
-                os.write(out_fd, _reply(request["id"], {"ok": True, "value": 0}))
+                _send(out_fd, _reply(request["id"], {"ok": True, "value": 0}))
                 continue
             task = functools.partial(_score, scorer, request["answer"], request["entry"])
             running[ForkedCall(task, Limits(**request["limits"]))] = request["id"]

@@ -12,7 +12,10 @@
   whole final message when it has no tags. Several scorers `eval` or `sympy.parse_expr` the
   answer, so every verdict runs sandboxed (`forge_agent.sandbox.judge`), never in the env
   worker: a scorer that raises, dies or runs out of memory on the answer is `policy_error`,
-  one past `grader_timeout_s` is `policy_timeout`; a score outside [0, 1] is clipped.
+  one past `grader_timeout_s` is `policy_timeout`; a score outside [0, 1] is clipped. Those
+  scorers are split (`reasoning_gym_scorers`): the sandbox gets the answer and what the
+  question states, reports what the answer computes, and the comparison with the key
+  happens here; the other scorers only compare text and get the whole entry.
 - several tasks: `reasoning_gym:composite` with
   `datasets: [{name: leg_counting}, {name: basic_arithmetic, weight: 2, config: {...}}]`.
 - difficulty: `level=k` starts from reasoning-gym's own curriculum for the task at global
@@ -37,6 +40,7 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from forge_agent.env.adapters.reasoning_gym_scorers import SPLIT_SCORERS, redacted, split_scorer
 from forge_agent.env.protocol import ToolEnv
 from forge_agent.env.registry import UnknownEnvError, load_entry_point
 from forge_agent.env.sources import EnvSetupError, Split, holdout
@@ -167,6 +171,14 @@ class ReasoningGymEnv(ToolEnv):
                 self.env_id, "env.kwargs", f"reasoning-gym refused the config: {exc}"
             ) from exc
         self._scorer_ref = ScorerRef(f"{__name__}:scorer", (task, self.config))
+        self._inside_ref = ScorerRef(
+            "forge_agent.env.adapters.reasoning_gym_scorers:inside_scorer", (task, self.config)
+        )
+        sources = _sources(task, self.config)
+        self._refs = [
+            *([self._scorer_ref] if sources - set(SPLIT_SCORERS) else []),
+            *([self._inside_ref] if sources & set(SPLIT_SCORERS) else []),
+        ]  # the scorers this env's tasks use, built at reset
         self.tool_paths = [str(t) for t in tools]
         self._tools = [_load_tool(self.env_id, path) for path in self.tool_paths]
         self.sandbox_backend = sandbox_backend
@@ -176,8 +188,9 @@ class ReasoningGymEnv(ToolEnv):
     async def reset(
         self, task: dict[str, Any], seed: int | None = None
     ) -> tuple[list[Message], list[ToolSpec]]:
-        # the judge server starts and builds the scorer here, under the reset's deadline
-        await judge_server().prepare(self._scorer_ref)
+        # the judge server starts and builds the scorers here, under the reset's deadline
+        for ref in self._refs:
+            await judge_server().prepare(ref)
         return await super().reset(task, seed)
 
     # ------------------------------------------------------------------ tasks and scoring
@@ -202,7 +215,13 @@ class ReasoningGymEnv(ToolEnv):
 
     async def judge(self, answer: str) -> tuple[dict[str, float], dict[str, Any]]:
         given = extract_answer(answer)
-        verdict = await judge_server().score(self._scorer_ref, given, self.task["entry"])
+        entry = self.task["entry"]
+        split = split_scorer(entry)
+        if split is None:  # a scorer that only compares text: the whole entry
+            verdict = await judge_server().score(self._scorer_ref, given, entry)
+        else:  # the answer and what the question states go in; the key stays here
+            value = await judge_server().value(self._inside_ref, given, redacted(entry))
+            verdict = split.outside(value, given, entry)
         score = min(max(verdict, 0.0), 1.0)
         outcome = "correct" if score >= 1.0 else ("partial" if score > 0 else "wrong")
         info = {"outcome": outcome, "answer": given[:200], "expected": self.task["answer"][:200]}
@@ -287,6 +306,13 @@ class ReasoningGymEnv(ToolEnv):
             )
         convo.append({"role": "assistant", "content": f"<answer>{task['answer']}</answer>"})
         return convo
+
+
+def _sources(task: str, config: dict[str, Any]) -> set[str]:
+    """The tasks whose scorers score `task`'s entries (a composite's: its datasets')."""
+    if task != "composite":
+        return {task}
+    return {d.name if hasattr(d, "name") else d["name"] for d in config.get("datasets") or ()}
 
 
 def _signature(fn: Callable[..., Any]) -> Any:
