@@ -398,3 +398,21 @@ def test_compact_observation_names_the_games_it_knows_for_one_it_does_not() -> N
         make_env("gymnasium:Acrobot-v1", observation="compact")
     with pytest.raises(ValueError, match=r"'render' or 'compact', got 'short'"):
         make_env("gymnasium:Taxi-v4", observation="short")
+
+
+# ---------------------------------------------------------------- the shipped configs
+@pytest.mark.parametrize("name", ["frozen_lake_by_id.yaml", "taxi.yaml"])
+def test_a_shipped_gymnasium_config_resolves_to_a_game_it_demonstrates_and_lets_finish(name):
+    """`apps/agent/frozen_lake_by_id.yaml` and `taxi.yaml` (issue 51's one-command runs):
+    their env resolves and builds, demonstrates whole games from its table, ends each game by
+    its own move cap within the rollout's turns (`--check` plays an episode of each)."""
+    from pathlib import Path
+
+    from forge_agent.run.config import load_config
+
+    cfg = load_config(Path(__file__).resolve().parents[1] / "apps" / "agent" / name)
+    env = ResolvedEnv.of(cfg.env).make()
+    assert cfg.env.id.startswith("gymnasium:")
+    assert env.max_moves == cfg.rollout.max_turns
+    convo, _ = env.demonstrations(1, 0, cfg.warm_start.demo_fraction)[0]
+    assert "game is over" in convo[-1]["content"]
