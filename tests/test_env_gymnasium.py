@@ -347,3 +347,72 @@ def test_a_game_without_a_deterministic_table_falls_back_to_the_tool_schemas():
 
     assert make_env("gymnasium:FrozenLake-v1").demonstrations(2, 0, 1.0) == []  # slippery
     assert demonstration_source(ResolvedEnv.of("gymnasium:FrozenLake-v1")) == "tool schemas"
+
+
+# ---------------------------------------------------------------- compact observations
+@pytest.mark.parametrize(
+    ("gym_id", "kwargs", "first", "after"),
+    [
+        (
+            "FrozenLake-v1",
+            {"make_kwargs": {"is_slippery": False}},
+            "You are at row 0, column 0.",
+            "You are at row 1, column 0.\nReward: 0",
+        ),
+        ("CliffWalking-v1", {}, "You are at row 3, column 0.", "You are at row 2, column 0."),
+        (
+            "Taxi-v4",
+            {},
+            "Taxi at (1, 1). Passenger at Y (4, 0). Destination R (0, 0).",
+            "Taxi at (0, 1). Passenger at Y (4, 0). Destination R (0, 0).\nReward: -1",
+        ),
+    ],
+)
+def test_a_compact_observation_is_one_line_of_the_game_s_state(gym_id, kwargs, first, after):
+    """`observation: compact` says where the player is (Taxi: where the taxi, the passenger and
+    the destination are) in one line, not the whole map each move."""
+    move = {"FrozenLake-v1": "down", "CliffWalking-v1": "up", "Taxi-v4": "north"}[gym_id]
+
+    async def main() -> tuple[str, str]:
+        env = make_env(f"gymnasium:{gym_id}", observation="compact", **kwargs)
+        messages, _ = await env.reset({"task_id": "t", "seed": 2}, seed=2)
+        result = await env.step(act_calls([move]))
+        await env.close()
+        return messages[-1]["content"], result.messages[-1]["content"]
+
+    shown, reply = asyncio.run(main())
+    assert shown == first
+    assert reply.startswith(after)
+
+
+def test_a_compact_game_demonstrates_in_compact_replies() -> None:
+    env = make_env("gymnasium:Taxi-v4", max_moves=30, observation="compact")
+    convo, _ = env.demonstrations(1, 0, 1.0)[0]
+    assert convo[1]["content"].startswith("Taxi at (")
+    assert "Passenger in the taxi." in "".join(m.get("content") or "" for m in convo)
+    assert "Reward: 20\n" in convo[-1]["content"] + "\n"
+
+
+def test_compact_observation_names_the_games_it_knows_for_one_it_does_not() -> None:
+    with pytest.raises(ValueError, match=r"no renderer for Acrobot-v1.*FrozenLake-v1, Taxi-v4"):
+        make_env("gymnasium:Acrobot-v1", observation="compact")
+    with pytest.raises(ValueError, match=r"'render' or 'compact', got 'short'"):
+        make_env("gymnasium:Taxi-v4", observation="short")
+
+
+# ---------------------------------------------------------------- the shipped configs
+@pytest.mark.parametrize("name", ["frozen_lake_by_id.yaml", "taxi.yaml"])
+def test_a_shipped_gymnasium_config_resolves_to_a_game_it_demonstrates_and_lets_finish(name):
+    """`apps/agent/frozen_lake_by_id.yaml` and `taxi.yaml` (issue 51's one-command runs):
+    their env resolves and builds, demonstrates whole games from its table, ends each game by
+    its own move cap within the rollout's turns (`--check` plays an episode of each)."""
+    from pathlib import Path
+
+    from forge_agent.run.config import load_config
+
+    cfg = load_config(Path(__file__).resolve().parents[1] / "apps" / "agent" / name)
+    env = ResolvedEnv.of(cfg.env).make()
+    assert cfg.env.id.startswith("gymnasium:")
+    assert env.max_moves == cfg.rollout.max_turns
+    convo, _ = env.demonstrations(1, 0, cfg.warm_start.demo_fraction)[0]
+    assert "game is over" in convo[-1]["content"]

@@ -50,6 +50,31 @@ OBSERVATION_RENDERERS: dict[str, Callable[[gymnasium.Env, Any], str]] = {
 }
 
 
+def _grid_cell_text(env: gymnasium.Env, obs: Any) -> str:
+    columns = int(getattr(env.unwrapped, "ncol", 0) or env.unwrapped.shape[1])
+    return f"You are at row {int(obs) // columns}, column {int(obs) % columns}."
+
+
+def _taxi_text(env: gymnasium.Env, obs: Any) -> str:
+    row, col, passenger, destination = env.unwrapped.decode(int(obs))
+    names, cells = "RGYB", env.unwrapped.locs
+    where = "in the taxi" if passenger == 4 else f"at {names[passenger]} {cells[passenger]}"
+    return (
+        f"Taxi at ({row}, {col}). Passenger {where}. "
+        f"Destination {names[destination]} {cells[destination]}."
+    )
+
+
+COMPACT_RENDERERS: dict[str, Callable[[gymnasium.Env, Any], str]] = {
+    "FrozenLake-v1": _grid_cell_text,
+    "CliffWalking-v1": _grid_cell_text,
+    "Taxi-v4": _taxi_text,
+    "Blackjack-v1": lambda env, obs: _blackjack_text(obs),
+}
+"""`observation="compact"`: one line of the game's state instead of its map (the grid games:
+the player's row and column; Taxi: the taxi's cell, the passenger's and the destination's)."""
+
+
 class GymnasiumAgentEnv(ToolEnv):
     """A Gymnasium env with Discrete actions, played through an `act(action)` tool.
 
@@ -66,6 +91,10 @@ class GymnasiumAgentEnv(ToolEnv):
         max_moves: the game's move cap (it then ends truncated, scored its return); None:
             the spec's `max_episode_steps`, else `DEFAULT_MAX_MOVES`. Set it to
             `rollout.max_turns`, so that the rollout never cuts a game that is played.
+        observation: "render" (the game's own text: `OBSERVATION_RENDERERS[gym_id]`, else its
+            "ansi" render, the whole map each move) or "compact" (`COMPACT_RENDERERS[gym_id]`,
+            one line: fewer tokens a move, so a cheaper warm start and longer games in the
+            token cap). `render` wins over both.
 
     An unfinished episode (a quit, a step that raised, a rollout cut) scores `failure_reward`:
     `unfinished_reward`, else the game's worst return (its table's worst move x `max_moves`,
@@ -90,6 +119,7 @@ class GymnasiumAgentEnv(ToolEnv):
         instructions: str | None = None,
         unfinished_reward: float | None = None,
         max_moves: int | None = None,
+        observation: Literal["render", "compact"] = "render",
     ) -> None:
         self.gym_id = gym_id
         self.unfinished_reward = unfinished_reward
@@ -101,7 +131,7 @@ class GymnasiumAgentEnv(ToolEnv):
             else _worst_return(gym_id, self.make_kwargs, self.max_moves)
         )
         self._action_names = action_names
-        self._render = render or OBSERVATION_RENDERERS.get(gym_id)
+        self._render = render or _renderer(gym_id, observation)
         self.instructions = instructions or f"You are playing the Gymnasium game {gym_id}."
         self.gym_env: gymnasium.Env | None = None
 
@@ -320,6 +350,21 @@ def _check_gym_id(gym_id: str) -> None:
             "env.id",
             f"gymnasium refuses the id ({str(exc).rstrip('.')}){known}",
         ) from None
+
+
+def _renderer(gym_id: str, observation: str) -> Callable[[gymnasium.Env, Any], str] | None:
+    """The text renderer of `observation` ("render" or "compact") for `gym_id`; None: the
+    game's own "ansi" render."""
+    if observation == "render":
+        return OBSERVATION_RENDERERS.get(gym_id)
+    if observation != "compact":
+        raise ValueError(f"observation must be 'render' or 'compact', got {observation!r}")
+    if gym_id not in COMPACT_RENDERERS:
+        raise ValueError(
+            f"observation='compact' has no renderer for {gym_id}; it has one for "
+            f"{', '.join(sorted(COMPACT_RENDERERS))} (or pass render=)"
+        )
+    return COMPACT_RENDERERS[gym_id]
 
 
 def _move_cap(gym_id: str, max_moves: int | None) -> int:
