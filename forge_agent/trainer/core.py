@@ -30,7 +30,7 @@ from torch import nn
 from forge_agent.algorithms.losses import policy_loss
 from forge_agent.trainer.config import TrainerConfig
 from forge_agent.trainer.logprobs import hf_logits, hf_logprobs_at, logprobs_from_logits
-from forge_agent.trainer.packing import MicroBatch, pack_trajectories, unit_lengths
+from forge_agent.trainer.packing import MicroBatch, pack_trajectories, pad_rows, unit_lengths
 from forge_agent.types import Trajectory
 
 
@@ -73,13 +73,6 @@ def compile_decoder_layers(model: nn.Module, backend: str) -> int:
     for layer in layers:
         layer.compile(backend=backend, dynamic=True)
     return len(layers)
-
-
-def _pad(rows: Sequence[Sequence[float]], T: int, dtype: torch.dtype) -> torch.Tensor:
-    out = torch.zeros(len(rows), T, dtype=dtype)
-    for b, r in enumerate(rows):
-        out[b, : len(r)] = torch.tensor(r, dtype=dtype)
-    return out
 
 
 def _max_token_lag(trajs: Sequence[Trajectory], version: int) -> int:
@@ -242,7 +235,7 @@ class Trainer:
 
     def _masks(self, trajs: Sequence[Trajectory], mb: MicroBatch) -> torch.Tensor:
         T = mb.valid.shape[1]
-        mask = _pad([trajs[i].loss_mask for i in mb.traj_indices], T, torch.float32)
+        mask = pad_rows([trajs[i].loss_mask for i in mb.traj_indices], T, torch.float32)
         return mask.to(self.device) * (mb.valid & ~mb.seq_start)  # [B, T]
 
     @torch.no_grad()
@@ -391,10 +384,10 @@ class Trainer:
                 loss = -(logp * mask).sum() / max(num_tokens, 1.0)
                 metrics = {"loss/total": float(loss.detach())}
             else:
-                sampler = _pad([trajs[i].logprobs for i in mb.traj_indices], T, torch.float32)
+                sampler = pad_rows([trajs[i].logprobs for i in mb.traj_indices], T, torch.float32)
                 batch = [trajs[i] for i in mb.traj_indices]
                 if any(t.turn_advantages for t in batch):  # turn-level credit: [B, T]
-                    adv = _pad([t.token_advantages() for t in batch], T, torch.float32)
+                    adv = pad_rows([t.token_advantages() for t in batch], T, torch.float32)
                 else:
                     adv = torch.tensor([t.advantage for t in batch])
                 ref = None
@@ -469,12 +462,19 @@ class Trainer:
 
     def save_checkpoint(self, path: str | Path, data_position: Any = None) -> Path:
         """Save policy (HF folder), optimizer, step, version, RNG and data position."""
+        return self._write_checkpoint(path, self.model, self.optimizer, data_position)
+
+    def _write_checkpoint(
+        self, path: str | Path, model: nn.Module, optimizer: Any, data_position: Any
+    ) -> Path:
+        """`trainer.checkpoint.save_checkpoint` of `model` (and `optimizer`, None when the
+        backend saved its own) with this trainer's step, version and tokenizer."""
         from forge_agent.trainer.checkpoint import save_checkpoint
 
         return save_checkpoint(
             path,
-            self.model,
-            self.optimizer,
+            model,
+            optimizer,
             step=self.step,
             policy_version=self.policy_version,
             data_position=data_position,

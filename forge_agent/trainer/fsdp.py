@@ -141,8 +141,6 @@ class FSDPTrainer(Trainer):
     def save_checkpoint(self, path: str | Path, data_position: Any = None) -> Path:
         """Rank 0 writes the full weights (HF folder) and the full optimizer state; the other
         ranks take part in the gathers. Returns when every rank is done."""
-        from forge_agent.trainer.checkpoint import save_checkpoint
-
         path = Path(path)
         weights = self._full_state_dict()
         optimizer = self._full_optimizer_state()
@@ -151,15 +149,7 @@ class FSDPTrainer(Trainer):
             hf.load_state_dict(weights)
             path.mkdir(parents=True, exist_ok=True)
             torch.save(optimizer, path / _OPTIMIZER_FILE)  # before COMPLETE is written
-            save_checkpoint(
-                path,
-                hf,
-                None,
-                step=self.step,
-                policy_version=self.policy_version,
-                data_position=data_position,
-                tokenizer=self.tokenizer,
-            )
+            self._write_checkpoint(path, hf, None, data_position)
         dist.barrier()
         return path
 

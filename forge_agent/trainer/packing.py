@@ -287,3 +287,11 @@ def pack_trajectories(
     return [
         _build(trajectories, blocks, g) for g in _microbatches(rows, lengths, microbatch_tokens)
     ]
+
+
+def pad_rows(rows: Sequence[Sequence[float]], T: int, dtype: torch.dtype) -> torch.Tensor:
+    """Per-token values of each trajectory (`rows`) as `[B, T]`, zero past each row's end."""
+    out = torch.zeros(len(rows), T, dtype=dtype)
+    for b, r in enumerate(rows):
+        out[b, : len(r)] = torch.tensor(r, dtype=dtype)
+    return out

@@ -219,8 +219,6 @@ class TitanTrainer(Trainer):
 
     def save_checkpoint(self, path: str | Path, data_position: Any = None) -> Path:
         """HF policy folder (converted) + this rank's torchtitan optimizer state."""
-        from forge_agent.trainer.checkpoint import save_checkpoint
-
         path = Path(path)
         hf = self.hf_model()  # every rank: gathering the sharded weights is a collective
         path.mkdir(parents=True, exist_ok=True)
@@ -230,15 +228,7 @@ class TitanTrainer(Trainer):
 
             dist.barrier()  # every rank's optimizer file is on disk before COMPLETE is
         if self.rank == 0:
-            save_checkpoint(
-                path,
-                hf,
-                None,
-                step=self.step,
-                policy_version=self.policy_version,
-                data_position=data_position,
-                tokenizer=self.tokenizer,
-            )
+            self._write_checkpoint(path, hf, None, data_position)
         return path
 
     def load_checkpoint(self, path: str | Path) -> Any:
