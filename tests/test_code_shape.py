@@ -46,3 +46,28 @@ def test_the_shape_check_sees_a_long_function(tmp_path: Path) -> None:
     body = "\n".join(f"    x{i} = {i}" for i in range(MAX_FUNCTION_LINES))
     (tmp_path / "long.py").write_text(f"def long():\n{body}\n")
     assert _too_long(tmp_path / "long.py") == [f"long at line 1: {MAX_FUNCTION_LINES + 1} lines"]
+
+
+def untyped_parameters(folder: Path) -> list[str]:
+    """Parameters of public functions (and `__init__`) under `folder` annotated plain `Any`,
+    as `file:line function(parameter)` with the file relative to `folder`."""
+    found = []
+    for path in sorted(folder.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                continue
+            if node.name.startswith("_") and node.name != "__init__":
+                continue
+            for arg in node.args.posonlyargs + node.args.args + node.args.kwonlyargs:
+                if arg.annotation is not None and ast.unparse(arg.annotation) == "Any":
+                    rel = path.relative_to(folder)
+                    found.append(f"{rel}:{node.lineno} {node.name}({arg.arg})")
+    return found
+
+
+def test_the_run_layer_types_its_public_parameters(tmp_path: Path) -> None:
+    """No public signature in `forge_agent/run/` takes a plain `Any`: a value the run passes
+    has a type, or a named alias that says why it has none (`supervision.ActorMesh`)."""
+    assert untyped_parameters(REPO / "forge_agent" / "run") == []
+    (tmp_path / "m.py").write_text("from typing import Any\ndef f(x: Any, _y: Any) -> None: ...\n")
+    assert [s.split(" ")[1] for s in untyped_parameters(tmp_path)] == ["f(x)"]
