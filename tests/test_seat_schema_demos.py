@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import textwrap
 
-from forge_agent.env.demonstrations import schema_demonstrations
+import pytest
+
 from forge_agent.env.resolved import ResolvedEnv
+from forge_agent.warm_start.schema_demos import schema_demonstrations
 
 GAME = """
 from forge_agent.env import SeatEnv
@@ -50,3 +52,43 @@ def test_a_seated_games_schema_demonstrations_are_the_moving_seats_calls(tmp_pat
 
 def test_textarena_connect_four_has_no_schema_demonstrations_and_does_not_crash():
     assert schema_demonstrations(ResolvedEnv.of("textarena:ConnectFour-v0"), 2, seed=0) == []
+
+
+LOUD = """
+from forge_agent.env import ToolEnv
+
+
+def shout(word: str) -> str:
+    \"\"\"Repeat a word many times.\"\"\"
+    return (word + " ") * 5000
+
+
+class LoudEnv(ToolEnv):
+    tools = [shout]
+
+    def tasks(self, split, n, seed):
+        return [{"task_id": f"l{seed}-{i}", "prompt": "Shout a word."} for i in range(n)]
+
+    def judge(self, answer):
+        return {"correct": 0.0}
+
+
+class BrokenStepEnv(LoudEnv):
+    async def step(self, assistant_message):
+        raise ConnectionError("booking backend went away")
+"""
+
+
+def test_schema_demonstrations_are_played_by_the_episode_loop(tmp_path, monkeypatch):
+    """A scripted player in `Episode`: the env's tool outputs are cut as a run's are
+    (`rollout.tool_output_tokens`), and a step that fails is raised, not skipped."""
+    (tmp_path / "loud_env.py").write_text(textwrap.dedent(LOUD))
+    monkeypatch.syspath_prepend(str(tmp_path))
+
+    convos = schema_demonstrations(ResolvedEnv.of("loud_env:LoudEnv"), 2, seed=0)
+    replies = [m for messages, _ in convos for m in messages if m["role"] == "tool"]
+    assert replies and all(len(m["content"]) < 1000 for m in replies)  # 30,000+ characters
+    assert all(m["content"].endswith("[truncated]") for m in replies)
+
+    with pytest.raises(ConnectionError, match="booking backend went away"):
+        schema_demonstrations(ResolvedEnv.of("loud_env:BrokenStepEnv"), 2, seed=0)

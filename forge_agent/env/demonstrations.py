@@ -1,7 +1,8 @@
 """An env's demonstrations: its optional `demonstrations()` hook, read as conversations paired
-with the tool specs they were written against, and for an env without one, demonstrations of
-the call format sampled from its tool schemas (`schema_demonstrations`). The warm start
-(`forge_agent.warm_start`) reads them; the tokenizer corpus is `forge_agent.env.corpus`.
+with the tool specs they were written against, and the pieces of the call format's scripted
+demonstrations for an env without one (`sampled_call`, `final_answer`; played through the
+episode loop by `forge_agent.warm_start.schema_demos`). The warm start reads them; the
+tokenizer corpus is `forge_agent.env.corpus`.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any, TypeVar
 from forge_agent.env.protocol import maybe_await
 from forge_agent.env.resolved import ResolvedEnv
 from forge_agent.tools.toolset import ToolSet
-from forge_agent.types import Message, SeatStart, SeatStep, ToolSpec
+from forge_agent.types import Message, ToolSpec
 
 __all__ = [
     "Conversation",
@@ -26,7 +27,6 @@ __all__ = [
     "final_answer",
     "run_sync",
     "sampled_call",
-    "schema_demonstrations",
     "tool_specs_of",
 ]
 
@@ -118,59 +118,6 @@ def demonstrations_origin(env: ResolvedEnv) -> ResolvedEnv:
 # ---------------------------------------------------------------------------- schema demos
 SCHEMA_DEMO_MAX_CALLS = 3
 """Tool calls per schema demonstration, at most (1 to this many, then a final answer)."""
-
-
-def schema_demonstrations(env: ResolvedEnv, n: int, seed: int) -> list[Conversation]:
-    """`n` conversations of `env` built from its own tool schemas, for an env without
-    `demonstrations()`: each resets the env on a training task, makes 1 to
-    `SCHEMA_DEMO_MAX_CALLS` well-formed calls with arguments sampled from the schemas (enum
-    values, words of the prompt, small numbers), gets the env's real answers, and ends with a
-    short final answer (unless the env ended the episode first). A seated game (a reset that
-    returns a `SeatStart`) is demonstrated from the seat to move: its calls until its move is
-    made (the turn passes to another seat) or the game ends.
-
-    They teach the call format only, not the task: a policy warm-started on them calls the
-    env's tools at all, so RL sees groups whose rewards differ. [] when the env offers no tools.
-    """
-    import random
-
-    from forge_agent.env.tasks import load_tasks
-
-    tasks = load_tasks(env, "train", n, seed=seed)
-    rng = random.Random(f"schema-demos-{env.spec.env_id}-{seed}")
-
-    async def play() -> list[Conversation]:
-        out: list[Conversation] = []
-        instance = env.make()
-        try:
-            for i, task in enumerate(tasks):
-                start = await instance.reset(task, seed + i)
-                seat = start.turn if isinstance(start, SeatStart) else None
-                messages, tools = start.seats[seat] if seat is not None else start
-                if not tools:
-                    return []
-                convo = list(messages)
-                for k in range(rng.randint(1, SCHEMA_DEMO_MAX_CALLS)):
-                    call = sampled_call(rng.choice(tools), convo, rng, f"call_{k}")
-                    assistant = {"role": "assistant", "content": "", "tool_calls": [call]}
-                    convo.append(assistant)
-                    result = await instance.step(assistant)
-                    if isinstance(result, SeatStep):  # a seated game: the moving seat's view
-                        convo.extend(result.messages.get(seat, []))
-                        if result.done or result.turn != seat:
-                            break  # its move is made: the game goes on with another seat
-                        continue
-                    convo.extend(result.messages)
-                    if result.done:
-                        break
-                else:
-                    convo.append({"role": "assistant", "content": final_answer(convo, rng)})
-                out.append((convo, list(tools)))
-        finally:
-            await instance.close()
-        return out
-
-    return run_sync(play())
 
 
 def sampled_call(tool: ToolSpec, convo: list[Message], rng: Any, call_id: str) -> dict:

@@ -54,6 +54,7 @@ class Episode:
     seats: dict[str, Seat]
     start: SeatStart | None = None
     totals: dict[str, float] = field(init=False)
+    stopped: Stop | None = field(init=False, default=None)  # what ended it early, if anything
 
     def __post_init__(self) -> None:
         self.totals = {name: 0.0 for name in self.seats}
@@ -81,6 +82,7 @@ class Episode:
         try:
             await self._turns(task, seed, sampling_seed)
         except Stop as stop:
+            self.stopped = stop
             self._stopped(stop)
         for seat in self.policy_seats:
             traj = seat.traj
@@ -420,16 +422,19 @@ def turn_sampling(
     )
 
 
-def cut_message(renderer: ChatRenderer, message: Message, max_tokens: int) -> Message:
+def cut_message(renderer: ChatRenderer | None, message: Message, max_tokens: int) -> Message:
     """An env message made safe to render: text fields without lone surrogates, content cut
-    to `max_tokens` (by characters if the tokenizer still refuses it)."""
+    to `max_tokens` (by characters without a renderer, in scripted play, or if the tokenizer
+    still refuses it)."""
     message = {k: clean_text(v) if isinstance(v, str) else v for k, v in message.items()}
     content = message.get("content")
     if not isinstance(content, str):
         return message
-    try:
-        cut = renderer.truncate_text(content, max_tokens)
-    except Exception:
-        keep = 4 * max_tokens
-        cut = content if len(content) <= keep else content[:keep] + "\n...[truncated]"
+    if renderer is not None:
+        try:
+            return {**message, "content": renderer.truncate_text(content, max_tokens)}
+        except Exception:  # the tokenizer refused it: cut by characters
+            pass
+    keep = 4 * max_tokens
+    cut = content if len(content) <= keep else content[:keep] + "\n...[truncated]"
     return {**message, "content": cut}

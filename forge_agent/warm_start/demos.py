@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from forge_agent.env.demonstrations import demonstrations_of, schema_demonstrations
+from forge_agent.env.demonstrations import demonstrations_of
 from forge_agent.env.resolved import ResolvedEnv
 from forge_agent.env.sources import EnvSetupError
 from forge_agent.rollout.config import RolloutConfig
@@ -17,6 +17,7 @@ from forge_agent.rollout.history import TokenHistory
 from forge_agent.rollout.renderer import ChatRenderer
 from forge_agent.tools.schema import ToolSchemaError
 from forge_agent.types import Message, ToolSpec, Trajectory
+from forge_agent.warm_start.schema_demos import schema_demonstrations
 
 __all__ = [
     "DEMO_LENGTHS_FILE",
