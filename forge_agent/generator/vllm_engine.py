@@ -26,12 +26,12 @@ import dataclasses
 import itertools
 import logging
 import os
-import shutil
 import time
 from typing import Any
 
 import torch
 
+from forge_agent.generator.adapters import ServedAdapters
 from forge_agent.generator.config import GeneratorConfig, SamplingConfig
 from forge_agent.generator.engine_args import (
     GeneratorError,
@@ -46,7 +46,6 @@ from forge_agent.generator.weight_files import (
     check_shapes,
     cuda_ipc_payload,
     expected_shapes,
-    write_adapter,
     write_shared,
 )
 from forge_agent.trainer.config import LoraConfig
@@ -78,9 +77,7 @@ class VLLMEngine:
             raise GeneratorError("VLLMEngine: model is empty; give a model folder or hub name")
         self.config = config
         self.lora = lora
-        # adapter name -> the LoRARequest new requests of it use (empty: the base, version 0)
-        self._lora_requests: dict[str, Any] = {}
-        self._lora_ids = itertools.count(1)  # vLLM LoRA ids: unique per adapter, >= 1
+        self.adapters = ServedAdapters(lora, str(model)) if lora is not None else None
         self.model, self.dtype, self.seed = str(model), dtype, seed
         self.version = 0
         self._llm: Any = None
@@ -150,9 +147,8 @@ class VLLMEngine:
         if self._llm is not None:
             self._llm.shutdown()
             self._llm = None
-        for request in self._lora_requests.values():
-            shutil.rmtree(request.lora_path, ignore_errors=True)
-        self._lora_requests = {}
+        if self.adapters is not None:
+            self.adapters.remove_folders()
 
     # ---------------------------------------------------------------- generation
     def _check_prompt(self, prompt_ids: list[int], max_tokens: int) -> None:
@@ -373,73 +369,29 @@ class VLLMEngine:
         rollback: bool = False,
     ) -> int:
         """Serve the adapter `tensors` (`trainer.lora.adapter_tensors`: peft's names, each
-        adapter but "default" under `"<name>/"`) as `version`: each a peft folder in shared
-        memory, added to vLLM as a new LoRA id, the previous ones removed."""
+        adapter but "default" under `"<name>/"`) as `version` (`generator.adapters`)."""
         self._check_newer(version, rollback)
-        if self.lora is None:
+        if self.adapters is None:
             raise GeneratorError(
                 "update_adapter: this engine serves full weights (it was started without lora)"
             )
-        other = sorted(k for k in tensors if ".lora_A." not in k and ".lora_B." not in k)
-        if other or not tensors:
-            raise GeneratorError(
-                f"an adapter update holds {len(tensors)} tensors, {len(other)} of them not "
-                f"LoRA A/B matrices (e.g. {other[:3]}): the trainer sent full weights?"
-            )
-        from forge_agent.trainer.lora import split_adapters
-
-        adapters = split_adapters(tensors)
-        if sorted(adapters) != sorted(self.lora.adapters):
-            raise GeneratorError(
-                f"an adapter update holds the adapters {sorted(adapters)}, this engine serves "
-                f"{sorted(self.lora.adapters)} (trainer.lora.adapters)"
-            )
+        adapters, served = self.adapters.split(tensors), self.adapters
 
         async def reload() -> None:
-            from vllm.lora.request import LoRARequest
-
-            started = time.perf_counter()
-            folders = {
-                name: write_adapter(part, self.lora, self.model, version, name)
-                for name, part in adapters.items()
-            }
-            written = time.perf_counter()
-            old, new = self._lora_requests, {}
-            for name, folder in folders.items():
-                new[name] = LoRARequest(f"{name}-v{version}", next(self._lora_ids), str(folder))
-                await self._llm.add_lora(new[name])
-            self._lora_requests = new
-            for request in old.values():  # nothing runs on them: the swap drained or aborted
-                await self._llm.remove_lora(request.lora_int_id)
-                shutil.rmtree(request.lora_path, ignore_errors=True)
-            self.last_reload = [
-                {
-                    "tensors": float(len(tensors)),
-                    "read_s": written - started,
-                    "reload_s": time.perf_counter() - written,
-                    "reprepare_s": 0.0,
-                }
-            ]
+            self.last_reload = [await served.load(self._llm, adapters, version)]
 
         return await self._swap(version, reload, abort_in_flight, resume_in_flight)
 
     def _adapter_request(self, name: str | None) -> Any:
-        """The LoRARequest of adapter `name` (None: the first of `lora.adapters`); None when
-        the engine serves no adapter yet (version 0: every adapter is the base model)."""
-        if self.lora is None:
+        """The LoRARequest of adapter `name`, None for the base model (`ServedAdapters`)."""
+        if self.adapters is None:
             if name is not None:
                 raise GeneratorError(
                     f"a request for LoRA adapter {name!r}, but this engine serves full weights "
                     "(trainer.lora is null or syncs merged weights)"
                 )
             return None
-        name = name or self.lora.adapters[0]
-        if name not in self.lora.adapters:
-            raise GeneratorError(
-                f"no LoRA adapter {name!r} on this engine; it serves {self.lora.adapters} "
-                "(trainer.lora.adapters)"
-            )
-        return self._lora_requests.get(name)
+        return self.adapters.request(name)
 
     def _check_newer(self, version: int, rollback: bool = False) -> None:
         if self._llm is None:
