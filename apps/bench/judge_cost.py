@@ -1,6 +1,9 @@
 """What a sandboxed judge costs: reasoning-gym verdicts in the env worker's process (as before)
 against the same verdicts through the judge server's forked sandbox
-(`forge_agent.sandbox.judge`), side by side in one run.
+(`forge_agent.sandbox.judge`), side by side in one run; for a task whose scorer is split
+(`forge_agent.env.adapters.reasoning_gym_scorers`: the sandbox reports what the answer
+computes, the host compares with the key, as `ReasoningGymEnv.judge` does now), the split
+too, against the whole scorer sandboxed (as before the split).
 
 For each task it times `--n` verdicts of wrong and right answers, one after another (the
 cost one episode pays) and `--n` at once (8 in flight: the worker's slots judging together),
@@ -14,54 +17,60 @@ from __future__ import annotations
 import argparse
 import asyncio
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from apps.bench.util import print_table, write_json
 from forge_agent.env.adapters.reasoning_gym import scorer
+from forge_agent.env.adapters.reasoning_gym_scorers import redacted, split_scorer
 from forge_agent.env.resolved import ResolvedEnv
 from forge_agent.env.tasks import load_tasks
 from forge_agent.sandbox.judge import ScorerRef, judge_server
 
+Judge = Callable[[str, Any], Awaitable[float]]
+
 
 def measure(task: str, n: int) -> dict[str, Any]:
-    """ms per verdict of `task`: in process, sandboxed one at a time, sandboxed 8 at once."""
+    """ms per verdict of `task`: in process, sandboxed one at a time and 8 at once; split one
+    at a time and 8 at once where the task's scorer is split."""
     tasks = load_tasks(ResolvedEnv.of(f"reasoning_gym:{task}"), "train", 8, seed=0)
     cases = [(t["answer"] if i % 2 else "wrong", t["entry"]) for i, t in enumerate(tasks)]
     cases = (cases * (n // len(cases) + 1))[:n]
     score = scorer(task, {})
     ref = ScorerRef("forge_agent.env.adapters.reasoning_gym:scorer", (task, {}))
+    inside = ScorerRef("forge_agent.env.adapters.reasoning_gym_scorers:inside_scorer", (task, {}))
     server = judge_server()
 
     start = time.perf_counter()
     local = [float(score(answer, entry)) for answer, entry in cases]
-    in_process = (time.perf_counter() - start) / n
+    row = {"task": task, "in_process_ms": 1e3 * (time.perf_counter() - start) / n}
 
-    async def sequential() -> list[float]:
-        return [await server.score(ref, answer, entry) for answer, entry in cases]
+    async def whole(answer: str, entry: Any) -> float:
+        return await server.score(ref, answer, entry)
 
-    async def concurrent() -> list[float]:
-        gate = asyncio.Semaphore(8)
+    async def split(answer: str, entry: Any) -> float:
+        value = await server.value(inside, answer, redacted(entry))
+        return split_scorer(entry).outside(value, answer, entry)
 
-        async def one(answer: str, entry: Any) -> float:
-            async with gate:
-                return await server.score(ref, answer, entry)
+    judges = {"sandboxed": whole, **({"split": split} if split_scorer(cases[0][1]) else {})}
+    for name, judge in judges.items():
+        asyncio.run(judge(*cases[0]))  # the server starts and builds the scorer
+        for suffix, in_flight in (("", 1), ("_8_in_flight", 8)):
+            start = time.perf_counter()
+            verdicts = asyncio.run(_judge_all(judge, cases, in_flight))
+            row[f"{name}{suffix}_ms"] = 1e3 * (time.perf_counter() - start) / n
+            assert verdicts == local, f"{name} verdicts differ from in-process ones"
+    return row
 
-        return await asyncio.gather(*(one(a, e) for a, e in cases))
 
-    asyncio.run(server.score(ref, *cases[0]))  # the server starts and builds the scorer
-    start = time.perf_counter()
-    one_by_one = asyncio.run(sequential())
-    sandboxed = (time.perf_counter() - start) / n
-    start = time.perf_counter()
-    at_once = asyncio.run(concurrent())
-    sandboxed_8 = (time.perf_counter() - start) / n
-    assert local == one_by_one == list(at_once), "sandboxed verdicts differ from in-process ones"
-    return {
-        "task": task,
-        "in_process_ms": 1e3 * in_process,
-        "sandboxed_ms": 1e3 * sandboxed,
-        "sandboxed_8_in_flight_ms": 1e3 * sandboxed_8,
-    }
+async def _judge_all(judge: Judge, cases: list[tuple[str, Any]], in_flight: int) -> list[float]:
+    gate = asyncio.Semaphore(in_flight)
+
+    async def one(answer: str, entry: Any) -> float:
+        async with gate:
+            return await judge(answer, entry)
+
+    return list(await asyncio.gather(*(one(a, e) for a, e in cases)))
 
 
 def main() -> None:
@@ -79,6 +88,8 @@ def main() -> None:
             ("in_process_ms", "in process ms", ".2f"),
             ("sandboxed_ms", "sandboxed ms", ".1f"),
             ("sandboxed_8_in_flight_ms", "sandboxed, 8 in flight, ms", ".1f"),
+            ("split_ms", "split ms", ".1f"),
+            ("split_8_in_flight_ms", "split, 8 in flight, ms", ".1f"),
         ],
     )
     write_json("bench_results/judge_cost.json", {"n": args.n, "rows": rows})
