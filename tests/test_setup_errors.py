@@ -86,6 +86,10 @@ BAD_INPUTS = {
         ["model.name='runs/old/checkpoints/step_40/policy'", "no such folder"],
     ),
     "override cut by the shell": (["env.kwargs={difficulty:", "2}"], ["quote the whole override"]),
+    "a context longer than the model's positions": (
+        ["generator.max_model_len=2304"],
+        ["generator.max_model_len=2304", "2048 positions", "<= 2048"],
+    ),
 }
 
 

@@ -106,7 +106,27 @@ def check_setup(cfg: AgentConfig) -> SetupReport:
 
         model = resolve_model(cfg.model.name, dtype=cfg.model.storage_dtype)
     check_lora(cfg, model)
+    check_context_length(cfg, model)
     return SetupReport(resolved, source.describe(), train, evals, model)
+
+
+def check_context_length(cfg: AgentConfig, model: Path | None) -> None:
+    """`generator.max_model_len` within the positions the model has (`max_position_embeddings`):
+    vLLM refuses a longer context only inside its engine process, as a traceback that ends in
+    a pickling error. `model` None: the tiny model."""
+    if model is None:
+        positions = cfg.model.tiny_config().max_position_embeddings
+        where = "the tiny model's (model.tiny.max_position_embeddings)"
+    else:
+        from transformers import AutoConfig
+
+        positions = getattr(AutoConfig.from_pretrained(model), "max_position_embeddings", None)
+        where = f"{cfg.model.name}'s (max_position_embeddings in its config.json)"
+    if positions is not None and cfg.generator.max_model_len > positions:
+        raise SetupError(
+            f"generator.max_model_len={cfg.generator.max_model_len} is longer than "
+            f"{where} {positions} positions: set generator.max_model_len <= {positions}"
+        )
 
 
 class LoraSetupError(SetupError):
