@@ -94,7 +94,7 @@ def test_every_command_is_a_valid_run_config():
     from forge_agent.run.config import parse_cli
 
     commands = docs_commands()
-    assert len(commands) == 9
+    assert len(commands) == 11
     for args in commands:
         parse_cli(args)  # raises ConfigError on a bad key or value
 

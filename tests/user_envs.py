@@ -85,9 +85,11 @@ def docs_commands() -> list[list[str]]:
     commands = []
     for lang, text in docs_blocks():
         if lang == "":
-            argv = shlex.split(text.replace("\\\n", " "))
-            assert argv[:3] == ["python", "-m", "apps.agent.main"], text
-            commands.append(argv[3:])
+            for line in text.replace("\\\n", " ").splitlines():  # a command a line
+                argv = shlex.split(line)
+                if argv:
+                    assert argv[:3] == ["python", "-m", "apps.agent.main"], line
+                    commands.append(argv[3:])
     return commands
 
 
