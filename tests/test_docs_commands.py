@@ -159,6 +159,7 @@ def agent_checks(page_files) -> dict[tuple[str, ...], tuple[int, str, str]]:
         for _, argv in COMMANDS
         if argv[:3] == ["python", "-m", "apps.agent.main"]
     ]
+    argvs = [list(a) for a in dict.fromkeys(map(tuple, argvs))]  # a command on two pages: once
     # ~40 commands, each starting an env worker for its two --check episodes
     result = _run([sys.executable, "-c", CHECK_ALL, json.dumps(argvs)], env, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]

@@ -151,3 +151,16 @@ def test_check_validates_without_starting_anything(user_envs, tmp_path):
     assert result.returncode == 0, result.stderr
     assert "env 'calculator'" in result.stdout and "64 eval tasks" in result.stdout
     assert not (tmp_path / "run").exists()
+
+
+def test_a_model_folder_shorter_than_the_context_is_refused_by_name(tmp_path):
+    from forge_agent.errors import SetupError
+    from forge_agent.run.config import load_config
+    from forge_agent.run.setup_checks import check_context_length
+
+    (tmp_path / "config.json").write_text('{"max_position_embeddings": 1024}')
+    model = f"model.name={tmp_path}"
+    too_long = load_config(None, [model, "generator.max_model_len=2048"])
+    with pytest.raises(SetupError, match=r"max_model_len=2048 .* 1024 positions"):
+        check_context_length(too_long, tmp_path)
+    check_context_length(load_config(None, [model, "generator.max_model_len=1024"]), tmp_path)

@@ -14,6 +14,7 @@ would end `prompt_too_long` without a single sampled token).
 from __future__ import annotations
 
 import itertools
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -117,10 +118,13 @@ def check_context_length(cfg: AgentConfig, model: Path | None) -> None:
     if model is None:
         positions = cfg.model.tiny_config().max_position_embeddings
         where = "the tiny model's (model.tiny.max_position_embeddings)"
-    else:
-        from transformers import AutoConfig
-
-        positions = getattr(AutoConfig.from_pretrained(model), "max_position_embeddings", None)
+    else:  # its config.json as written (a model whose config says nothing is not checked)
+        try:
+            positions = json.loads((Path(model) / "config.json").read_text()).get(
+                "max_position_embeddings"
+            )
+        except (OSError, ValueError, AttributeError):
+            positions = None
         where = f"{cfg.model.name}'s (max_position_embeddings in its config.json)"
     if positions is not None and cfg.generator.max_model_len > positions:
         raise SetupError(
