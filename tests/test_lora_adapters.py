@@ -209,13 +209,19 @@ def test_plumbing_a_run_routes_each_episode_to_its_tasks_adapter(policy_model_pa
     """Tasks carry a `role` column; `trainer.lora.route=role` sends each episode to that
     adapter: the trace records it, both adapters train, the checkpoint holds both."""
     from envs.calculator.tasks import generate_tasks
+    from forge_agent.env.sources import Dataset, in_eval_split
     from forge_agent.run.controller import train
 
-    data = tmp_path / "tasks.jsonl"
+    # two training tasks per role: every epoch (a seeded shuffle keyed by the file's path)
+    # holds both roles, so both adapters get groups whatever order the stream draws them in
     rows = [
         {**task, "task_id": f"{ROLES[i % 2]}-{i}", "role": ROLES[i % 2]}
         for i, task in enumerate(generate_tasks(64, seed=3))
     ]
+    dataset = Dataset(rows)
+    kept = [r for r in rows if not in_eval_split(dataset.task_key(r))]
+    rows = [r for role in ROLES for r in [r for r in kept if r["role"] == role][:2]]
+    data = tmp_path / "tasks.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
     out = tmp_path / "run"
     overrides = [
