@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 
 import pytest
 
@@ -122,6 +123,25 @@ def test_dataset_stream_visits_every_train_task_once_per_epoch_in_new_orders():
     epoch1 = [next(stream)[0]["task_id"] for _ in range(size)]
     assert sorted(epoch0) == sorted(epoch1) and len(set(epoch0)) == size
     assert epoch0 != epoch1
+
+
+def test_a_dataset_copied_to_another_folder_streams_in_the_same_order(tmp_path):
+    """The shuffle is keyed by the tasks, not the file's path: a clone or a temporary copy of
+    the data trains in the same order under the same seed (keyed by the path, a test's tmp
+    folder drew a new order every run)."""
+    rows = "".join(
+        json.dumps({"task_id": f"t{i}", "prompt": f"What is {i} + 1?", "answer": i + 1}) + "\n"
+        for i in range(40)
+    )
+    orders = []
+    for folder in ("a", "b"):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "tasks.jsonl").write_text(rows)
+        data = tmp_path / folder / "tasks.jsonl"
+        stream = TaskStream(ResolvedEnv.of(EnvConfig(id="calculator", dataset=str(data))))
+        orders.append([next(stream)[0]["task_id"] for _ in range(20)])
+    assert orders[0] == orders[1]
+    assert orders[0] != sorted(orders[0], key=lambda t: int(t[1:]))  # shuffled, not file order
 
 
 def test_generated_stream_starts_with_the_train_tasks_of_load_tasks():

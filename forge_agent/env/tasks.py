@@ -29,6 +29,8 @@ lacking a field the env needs, an entry point that does not import.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 import random
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -93,11 +95,16 @@ class _GeneratedSource:
 
 @dataclass
 class _DatasetSource:
-    """A finite list of tasks per split; block b is epoch b in a seeded shuffle."""
+    """A finite list of tasks per split; block b is epoch b in a seeded shuffle.
+
+    The shuffle is keyed by the tasks (`order_key`, a digest of their keys), not by where the
+    data lies: the same file copied to another folder (a clone, a temporary directory) gives
+    the same order under the same seed."""
 
     env_id: str
     name: str
     splits: dict[str, list[dict[str, Any]]]
+    order_key: str
     finite = True
 
     def describe(self) -> str:
@@ -107,7 +114,7 @@ class _DatasetSource:
         tasks = list(self.splits[split])
         if not tasks:
             raise EnvSetupError(self.env_id, self.describe(), f"it has no {split!r} tasks")
-        random.Random(f"{self.name}-{split}-{seed}-{index}").shuffle(tasks)
+        random.Random(f"{self.order_key}-{split}-{seed}-{index}").shuffle(tasks)
         return tasks
 
 
@@ -144,7 +151,9 @@ def task_source(env: ResolvedEnv) -> _GeneratedSource | _DatasetSource:
         )
         splits = load_dataset_splits(data, env_id, required)
         name = data.source if isinstance(data.source, str) else f"{env_id}-tasks"
-        return _DatasetSource(env_id, name, splits)
+        keys = {split: [data.task_key(t) for t in tasks] for split, tasks in splits.items()}
+        digest = hashlib.sha256(json.dumps(keys, sort_keys=True).encode()).hexdigest()[:16]
+        return _DatasetSource(env_id, name, splits, digest)
     if _has_generator(instance):
         return _GeneratedSource(env_id, instance, required)
     raise EnvSetupError(
