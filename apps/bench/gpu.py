@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import random
 import statistics
 import subprocess
@@ -112,11 +113,17 @@ async def section_engine(args: argparse.Namespace, folder: Path) -> dict[str, An
 
 
 def section_llm(args: argparse.Namespace, folder: Path) -> dict[str, Any]:
+    """vLLM's own `LLM.generate` on the same engine arguments and environment as the engine
+    section (on CPU, V1 multiprocessing off: the engine core in this process, as the
+    project's engine runs it), so the ratio compares the two front ends, not two setups."""
+    from forge_agent.generator.engine_args import engine_args, engine_environ
+
+    config = generator_config(args)
+    for key, value in engine_environ(config).items():
+        os.environ.setdefault(key, value)
     from vllm import LLM, SamplingParams
 
-    from forge_agent.generator.engine_args import engine_args
-
-    kwargs = engine_args(generator_config(args), str(folder), "auto", 0)
+    kwargs = engine_args(config, str(folder), "auto", 0)
     for key in ("worker_extension_cls", "distributed_executor_backend"):
         kwargs.pop(key)
     llm = LLM(**kwargs)
