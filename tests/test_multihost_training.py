@@ -1,8 +1,10 @@
 """A short training run across three real network hosts (network namespaces on a private
 bridge, `forge_agent.runtime.netns`), each running `python -m forge_agent.worker`: the trainer
 on one, the generator on another, the env workers (and reward) on the third; weights cross hosts
-by a torch.distributed broadcast (`CrossHostWeightStore`, the default backend) or through the
-real TorchStore (`weight_store.backend=torchstore`: its storage volume on the trainer's host)."""
+by a torch.distributed broadcast (`CrossHostWeightStore`, the default backend). The real
+TorchStore across hosts (`weight_store.backend=torchstore`: its storage volume on the trainer's
+host) trains in tests/test_slurm.py's docs split, on the same network-namespace hosts, with the
+same checks of placement, versions and sampler-trainer agreement."""
 
 from __future__ import annotations
 
@@ -22,22 +24,18 @@ PORT = 26630
 pytestmark = pytest.mark.skipif(netns_available() is not None, reason=str(netns_available()))
 
 
-STORES = {"monarch": "CrossHostWeightStore", "torchstore": "TorchStoreWeightStore"}
-
-
-@pytest.fixture(scope="module", params=sorted(STORES))
-def run(request, policy_model_path, tmp_path_factory):
-    """The run's report (tests/host_programs.py train), the hosts and their workers, for each
-    weight-store backend."""
+@pytest.fixture(scope="module")
+def run(policy_model_path, tmp_path_factory):
+    """The run's report (tests/host_programs.py train), the hosts and their workers."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    out = tmp_path_factory.mktemp(f"multihost-{request.param}")
+    out = tmp_path_factory.mktemp("multihost")
     with NetnsHosts(3) as net:  # closed (procs killed, namespaces gone) even when a test fails
         workers = [start_worker(net, h, PORT, env, ROOT) for h in net.hosts]
         addresses = [f"tcp://{h.address}:{PORT}" for h in net.hosts]
         argv = ["train", f"tcp://{net.client_ip}:0", str(out), str(policy_model_path)]
         program = str(ROOT / "tests" / "host_programs.py")
         proc = subprocess.run(
-            [sys.executable, program, *argv, *addresses, request.param],
+            [sys.executable, program, *argv, *addresses, "monarch"],
             capture_output=True,
             text=True,
             env=env,
@@ -47,7 +45,7 @@ def run(request, policy_model_path, tmp_path_factory):
         assert proc.returncode == 0, proc.stderr[-4000:]
         report = json.loads(proc.stdout.strip().splitlines()[-1])
         (out / "report.json").write_text(json.dumps(report, indent=2))
-        yield report, net, _leftover_procs(net, workers), out, request.param
+        yield report, net, _leftover_procs(net, workers), out
 
 
 def _leftover_procs(net: NetnsHosts, workers: list, within_s: float = 15) -> dict[str, list]:
@@ -64,16 +62,16 @@ def _leftover_procs(net: NetnsHosts, workers: list, within_s: float = 15) -> dic
 
 
 def test_each_service_runs_on_its_own_host(run):
-    report, net, _, _, backend = run
+    report, net, _, _ = run
     train, gen, env = (h.hostname for h in net.hosts)
     where = {name: info["hostname"] for name, info in report["where"].items()}
     assert where == {"trainer": train, "generator0": gen, "env": env, "reward": env}
     assert report["env_pool"]["hostname"] == env
-    assert report["store"] == STORES[backend]
+    assert report["store"] == "CrossHostWeightStore"
 
 
 def test_weights_change_versions_advance_and_cross_hosts(run):
-    report, _, _, out, _ = run
+    report, _, _, out = run
     assert report["summary"]["steps"] == 2 and report["summary"]["policy_version"] == 2
     assert report["generator_version"] == 2
     traces = [json.loads(line) for line in (out / "traces.jsonl").read_text().splitlines()]
@@ -83,5 +81,5 @@ def test_weights_change_versions_advance_and_cross_hosts(run):
 
 
 def test_the_run_leaves_no_proc_on_any_host(run):
-    _, _, left, _, _ = run
+    _, _, left, _ = run
     assert left == {"fa-host0": [], "fa-host1": [], "fa-host2": []}
