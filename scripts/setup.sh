@@ -78,7 +78,7 @@ if [[ -f $STAMP && $(cat "$STAMP") == "$key" ]] && $PY -c "import forge_agent, v
   # the editable install must be this checkout: processes started outside it (Monarch procs,
   # Slurm nodes, env workers) import forge_agent from wherever the last setup pointed it,
   # which may be a checkout since deleted (then nothing imports from outside this one)
-  installed=$(cd / && $PY -c "import forge_agent, pathlib; print(pathlib.Path(forge_agent.__file__).resolve().parents[1])" 2>/dev/null || echo "nowhere")
+  installed=$(cd / && $PY -c "import forge_agent, pathlib; print(pathlib.Path(forge_agent.__file__).resolve().parents[1])" 2>/dev/null || echo "a checkout no longer there")
   if [[ $installed != "$(pwd -P)" ]]; then
     echo "[setup] forge_agent was installed from $installed: installing this checkout"
     $PY -m pip install -q --no-deps -e .
