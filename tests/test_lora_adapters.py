@@ -212,8 +212,8 @@ def test_plumbing_a_run_routes_each_episode_to_its_tasks_adapter(policy_model_pa
     from forge_agent.env.sources import Dataset, in_eval_split
     from forge_agent.run.controller import train
 
-    # two training tasks per role: every epoch (a seeded shuffle keyed by the file's path)
-    # holds both roles, so both adapters get groups whatever order the stream draws them in
+    # two training tasks per role: every epoch (a seeded shuffle of the train split) holds
+    # both roles, so both adapters get groups whatever order the stream draws them in
     rows = [
         {**task, "task_id": f"{ROLES[i % 2]}-{i}", "role": ROLES[i % 2]}
         for i, task in enumerate(generate_tasks(64, seed=3))
