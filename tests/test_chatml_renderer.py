@@ -1,4 +1,4 @@
-"""ChatML with tools as text (`forge_agent/rollout/chatml.py`), for ChatML models whose
+"""ChatML with tools as text (`forge_agent/rollout/text_tools.py`), for ChatML models whose
 vocabulary has no tool tokens (SmolLM2, most GGUF exports): `auto` picks it, tool calls are
 parsed from the text and malformed ones become a parse error the model reads, a bridged turn
 is the sampled history plus exactly what a full render adds, and demonstrations go through the
@@ -10,8 +10,8 @@ import json
 
 import pytest
 
-from forge_agent.rollout.chatml import TOOLS_HEADER
 from forge_agent.rollout.renderer import ChatRenderer, RendererConfig
+from forge_agent.rollout.text_tools import TOOLS_HEADER
 from forge_agent.tools.schema import tool_spec
 from forge_agent.warm_start import demo_trajectory
 from tests.gguf_files import write_tiny_gguf

@@ -26,6 +26,28 @@ class JudgedEnv(ToolEnv):
 class BrokenJudgeEnv(JudgedEnv):
     def judge(self, answer):
         return {"correct": float(answer.strip() == self.task["answr"])}  # a typo
+
+
+def shout(text: str) -> str:
+    '''Say `text` loudly.
+
+    Args:
+        text: what to say.
+    '''
+    return text.upper()
+
+
+class ToolEnvWithDemos(JudgedEnv):
+    tools = (shout,)
+
+    def demonstrations(self, n, seed, demo_fraction):
+        call = {"id": "c0", "type": "function",
+                "function": {"name": "shout", "arguments": '{"text": "hi"}'}}
+        return [[{"role": "system", "content": "Shout."}, {"role": "user", "content": "Say hi."},
+                 {"role": "assistant", "content": "", "tool_calls": [call]},
+                 {"role": "tool", "tool_call_id": "c0", "name": "shout", "content": "HI"},
+                 {"role": "assistant", "content": "hi"}]] * n
+
 """
 
 
@@ -37,11 +59,15 @@ def user_envs(tmp_path, monkeypatch):
     return "check_user_envs"
 
 
-def lines_of(env_id: str, renderer) -> list[str]:
+def check_of(env_id: str, renderer):
     cfg = load_config(None, [f"env.id={env_id}", "env.kwargs={}"])
     task = {"task_id": "t0", "prompt": "Say hi.", "answer": "hi"}
     held_out = [{**task, "task_id": "t1"}]
-    return check_episodes(cfg, ResolvedEnv.of(cfg.env), renderer, [task], held_out).lines()
+    return check_episodes(cfg, ResolvedEnv.of(cfg.env), renderer, [task], held_out)
+
+
+def lines_of(env_id: str, renderer) -> list[str]:
+    return check_of(env_id, renderer).lines()
 
 
 @pytest.fixture
@@ -50,13 +76,14 @@ def renderer(tiny_tokenizer):
 
 
 def test_check_plays_a_train_and_a_held_out_episode_and_names_their_status(user_envs, renderer):
-    train, held_out = lines_of(f"{user_envs}:JudgedEnv", renderer)
+    train, held_out, calls = lines_of(f"{user_envs}:JudgedEnv", renderer)
+    assert calls == "tool calls: none (the env offers no tools)"
     assert train.startswith("episode (train, task t0): ok, reward 0 after 1 turn(s)")
     assert held_out.startswith("episode (held-out, task t1): ok")
 
 
 def test_check_names_a_judge_that_raises_with_its_exception(user_envs, renderer):
-    train, _ = lines_of(f"{user_envs}:BrokenJudgeEnv", renderer)
+    train, _, _ = lines_of(f"{user_envs}:BrokenJudgeEnv", renderer)
     assert train.startswith("episode (train, task t0): policy_error: step: ")
     assert "KeyError" in train and "answr" in train
 
@@ -70,6 +97,62 @@ def test_check_exits_non_zero_when_an_episode_it_plays_fails(user_envs, capsys):
 
 def test_check_exits_zero_when_its_episodes_end_normally(user_envs):
     assert main(["--check", f"env.id={user_envs}:JudgedEnv", "env.kwargs={}"]) == 0
+
+
+def test_check_calls_each_tool_through_the_renderer_and_reads_its_reply(user_envs, renderer):
+    check = check_of(f"{user_envs}:ToolEnvWithDemos", renderer)
+    head, call = check.lines()[2:4]
+    assert head == (
+        "tool calls (train, task t0): ok, 1 call(s): each parsed, run and bridged append-only"
+    )
+    # the argument is words of the prompt, and the reply the tool's own (upper-cased) text
+    assert call.startswith('  shout({"text": "') and call.endswith("'")
+    text = call.split('"text": "')[1].split('"')[0]
+    assert call.endswith(f"-> {text.upper()!r}") and text and text.upper() != text
+    assert check.problems == [] and check.demo_problems == []
+
+
+class NoCallParser:
+    """A stand-in renderer that reads every completion as text: the Gemma bug of c257d3d (a
+    call written as text that no parser reads) on the tiny model's tokenizer."""
+
+    def __init__(self, renderer):
+        self._renderer = renderer
+
+    def __getattr__(self, name):
+        return getattr(self._renderer, name)
+
+    def parse(self, completion_ids, tools, prompt_ids, call_prefix="call"):
+        text = self._renderer.tokenizer.decode(completion_ids, skip_special_tokens=True)
+        return {"role": "assistant", "content": text}
+
+
+def test_check_fails_when_the_renderer_does_not_parse_the_call_it_wrote(user_envs, renderer):
+    check = check_of(f"{user_envs}:ToolEnvWithDemos", NoCallParser(renderer))
+    assert check.problems == [
+        "1 call(s) written, 0 parsed as calls (the renderer reads its own call format as text)"
+    ]
+
+
+class NoBridge(NoCallParser):
+    """A stand-in renderer that cannot extend a history append-only: what c257d3d's default
+    renderer did with Gemma's template (it refuses a tool turn), on the tiny model's tokenizer."""
+
+    def parse(self, *args, **kwargs):
+        return self._renderer.parse(*args, **kwargs)
+
+    def bridge(self, *args, **kwargs):
+        return None
+
+
+def test_check_fails_on_a_demonstration_the_warm_start_cannot_render(user_envs, renderer):
+    check = check_of(f"{user_envs}:ToolEnvWithDemos", NoBridge(renderer))
+    assert check.demo_problems == [
+        f"demonstration {k}: could not bridge demonstration 'demonstration {k}' append-only"
+        for k in (0, 1)
+    ]
+    assert "1 tool reply(ies) could not be bridged append-only" in check.problems[0]
+    assert "warm start: demonstration 0: could not bridge" in "\n".join(check.lines())
 
 
 def test_check_does_not_play_an_agent_program(renderer):
@@ -87,6 +170,7 @@ def test_check_plays_a_seated_game_with_every_seat_answering(renderer):
         ["env.id=textarena:ConnectFour-v0", "env.kwargs={board_only: true}"],
     )
     task = {"task_id": "c4", "seed": 0}
-    (line,) = check_episodes(cfg, ResolvedEnv.of(cfg.env), renderer, [task], []).lines()
+    line, calls = check_episodes(cfg, ResolvedEnv.of(cfg.env), renderer, [task], []).lines()
+    assert calls == "tool calls: not played by --check (a seated game)"
     # the scripted answer is no move: the game's invalid-move rule ends it, player_0 losing
     assert line.startswith("episode (train, task c4): ok, reward -1 after 2 turn(s)")

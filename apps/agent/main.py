@@ -78,16 +78,24 @@ def usage() -> str:
 
 
 def policy_renderer(cfg: Any, report: Any) -> Any:
-    """The policy's renderer for `--check` (the tiny model's tokenizer is built if needed; a
-    hub model's must load from its folder), or the line saying why there is none."""
+    """The policy's renderer (the tiny model's tokenizer is built if needed; a hub model's
+    must load from its folder). A tokenizer that does not load, or that no renderer can write
+    conversations for, is a `SetupError` naming the model, what is missing and the key."""
+    from forge_agent.errors import SetupError
     from forge_agent.models.tiny import ensure_tiny_model, load_tokenizer
     from forge_agent.rollout import ChatRenderer
 
     folder = report.model or ensure_tiny_model(cfg.model.tiny_config())
     try:
-        return ChatRenderer(load_tokenizer(folder), cfg.renderer)
+        tokenizer = load_tokenizer(folder)
     except (OSError, ValueError) as exc:
-        return f"the tokenizer of {folder} did not load: {exc}"
+        raise SetupError(
+            f"model.name={cfg.model.name!r}: its tokenizer ({folder}) did not load: {exc}"
+        ) from None
+    try:
+        return ChatRenderer(tokenizer, cfg.renderer)
+    except SetupError as exc:
+        raise SetupError(f"model.name={cfg.model.name!r}: {exc}") from None
 
 
 def prompt_lengths(cfg: Any, report: Any, renderer: Any) -> str:
@@ -95,8 +103,6 @@ def prompt_lengths(cfg: Any, report: Any, renderer: Any) -> str:
     checked train and eval tasks, rendered with the policy's renderer."""
     from forge_agent.run.setup_checks import check_prompt_lengths
 
-    if isinstance(renderer, str):
-        return f"prompt lengths: not checked ({renderer})"
     tasks = [*report.train_tasks, *report.eval_tasks]
     limit = cfg.rollout.max_total_tokens  # <= generator.max_model_len (checked)
     warning = check_prompt_lengths(report.env, tasks, renderer, limit)
@@ -109,24 +115,32 @@ def _check(cfg: Any, report: Any, renderer: Any, lengths: str) -> int:
     from forge_agent.errors import EXIT_SETUP_ERROR
     from forge_agent.run.check_episodes import check_episodes
 
-    for line in ["config: ok", *report.lines(), lengths]:
+    stops = ", ".join(
+        repr(renderer.tokenizer.convert_ids_to_tokens(i)) for i in renderer.stop_token_ids
+    )
+    for line in [
+        "config: ok",
+        *report.lines(),
+        f"renderer: {renderer.kind} (stops on {stops})",
+        lengths,
+    ]:
         print(line, flush=True)
-    if isinstance(renderer, str):  # no tokenizer: the policy cannot be played
-        print(f"episodes: not played ({renderer})", flush=True)
-        return 0
     train, held_out = report.train_tasks[:1], report.eval_tasks[:1]
     check = check_episodes(cfg, report.env, renderer, train, held_out)
     for line in check.lines():
         print(line, flush=True)
-    if not check.failed:
+    if not check.failed and not check.problems:
         return 0
-    ended = ", ".join(sorted({e.status for e in check.failed}))
-    print(
-        f"check failed: {len(check.failed)} of {len(check.episodes)} episodes ended "
-        f"{ended} (the env raised; its error is above)",
-        file=sys.stderr,
-        flush=True,
-    )
+    if check.failed:
+        ended = ", ".join(sorted({e.status for e in check.failed}))
+        print(
+            f"check failed: {len(check.failed)} of {len(check.episodes)} episodes ended "
+            f"{ended} (the env raised; its error is above)",
+            file=sys.stderr,
+            flush=True,
+        )
+    for problem in check.problems:
+        print(f"check failed: {problem}", file=sys.stderr, flush=True)
     return EXIT_SETUP_ERROR
 
 

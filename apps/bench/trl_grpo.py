@@ -29,7 +29,7 @@ _TOOL_JSON_FORGE = (
 
 
 CHATML_TOOLS_TEMPLATE = (
-    # forge_agent/rollout/chatml.py as a Jinja template, for the TRL arm on ChatML models
+    # forge_agent/rollout/text_tools.py as a Jinja template, for the TRL arm on ChatML models
     # without tool tokens (SmolLM2): the same text between the same special tokens, so the same
     # ids; each tool written as forge-agent's `tool_spec` writes its function (no whitespace
     # control: every newline in it is one the renderer writes)
@@ -64,7 +64,7 @@ CHATML_TOOLS_TEMPLATE = (
 def chatml_tools_template() -> str:
     """`CHATML_TOOLS_TEMPLATE` with the renderer's own tools header (plain text: it has no
     Jinja delimiter)."""
-    from forge_agent.rollout.chatml import TOOLS_HEADER
+    from forge_agent.rollout.text_tools import TOOLS_HEADER
 
     return CHATML_TOOLS_TEMPLATE.replace("__HEADER__", TOOLS_HEADER)
 

@@ -59,7 +59,7 @@ def resolve_model(name: str | Path, key: str = "model.name", dtype: str = "float
         from forge_agent.models.tiny import default_cache_dir
 
         packaged = str(name) in gguf.PACKAGED
-        file = gguf.packaged_gguf(str(name), key) if packaged else Path(name)
+        file = gguf.packaged_gguf(str(name), key, default_cache_dir()) if packaged else Path(name)
         label = str(name) if packaged else None
         return gguf.convert_gguf(file, default_cache_dir(), dtype, name=label, key=key)
     path = Path(name).expanduser()

@@ -48,10 +48,11 @@ class RolloutConfig:
 
 @dataclass
 class RendererConfig:
-    """`kind`: "qwen3" (the tiny model and Qwen3 hub models), "chatml" (ChatML models whose
-    vocabulary has no tool tokens, e.g. SmolLM2: `rollout/chatml.py`), "default" (the model's
-    own chat template through `renderers`' default renderer), or "auto" (qwen3 for Qwen3
-    models, else chatml for ChatML models, else default)."""
+    """`kind`: "qwen3" (the tiny model and Qwen3 hub models); "chatml", "gemma" or "phi3"
+    (a family whose template knows no tools, e.g. SmolLM2, Gemma 3: tools written as text,
+    `rollout/text_tools.py`); "llama3" (`renderers`' Llama 3 renderer); "default" (the model's
+    own chat template through `renderers`' default renderer); or "auto" (picked from the
+    tokenizer's tokens in that order, `renderer.auto_kind`)."""
 
-    kind: Literal["auto", "qwen3", "chatml", "default"] = "auto"
+    kind: Literal["auto", "qwen3", "chatml", "gemma", "phi3", "llama3", "default"] = "auto"
     enable_thinking: bool = False

@@ -11,10 +11,36 @@ import json
 import re
 from typing import Any
 
-from forge_agent.rollout.chatml import ChatMLToolRenderer, is_chatml
+from forge_agent.errors import SetupError
 from forge_agent.rollout.config import RendererConfig
+from forge_agent.rollout.text_tools import FAMILIES, TextToolRenderer, family_of
 from forge_agent.tools.schema import loads_strict
 from forge_agent.types import Message, ToolSpec
+
+KINDS = ("auto", "qwen3", *FAMILIES, "llama3", "default")
+"""The values of `renderer.kind`."""
+
+LLAMA3_TOKENS = ("<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>")
+"""The turn tokens of Llama 3's format (`renderers`' `Llama3Renderer`)."""
+
+
+class RendererError(SetupError, ValueError):
+    """A tokenizer the project cannot render or parse a conversation for: the message names what
+    is missing and the `renderer.kind` that fixes it."""
+
+
+def auto_kind(tokenizer: Any) -> str | None:
+    """The renderer kind `auto` picks for `tokenizer`: qwen3 (Qwen's tool tokens), a text-tool
+    family (`text_tools.FAMILIES`: ChatML, Gemma, Phi-3), llama3, default (the tokenizer's own
+    chat template); None when it has neither turn tokens the project knows nor a template."""
+    if _is_qwen3(tokenizer):
+        return "qwen3"
+    family = family_of(tokenizer)
+    if family is not None:
+        return family
+    if _has_tokens(tokenizer, LLAMA3_TOKENS):
+        return "llama3"
+    return "default" if getattr(tokenizer, "chat_template", None) else None
 
 
 class ChatRenderer:
@@ -26,21 +52,41 @@ class ChatRenderer:
         self.config = config or RendererConfig()
         self.tokenizer = tokenizer
         kind = self.config.kind
+        if kind not in KINDS:
+            raise RendererError(f"renderer.kind must be one of {', '.join(KINDS)}, got {kind!r}")
         if kind == "auto":
-            kind = (
-                "qwen3" if _is_qwen3(tokenizer) else "chatml" if is_chatml(tokenizer) else "default"
-            )
-        if kind == "qwen3":
-            rcfg: Any = renderers.Qwen3RendererConfig(enable_thinking=self.config.enable_thinking)
-            self._renderer = renderers.create_renderer(tokenizer, rcfg)
-        elif kind == "chatml":
-            self._renderer = ChatMLToolRenderer(tokenizer)
-        elif kind == "default":
-            self._renderer = renderers.create_renderer(tokenizer, renderers.DefaultRendererConfig())
-        else:
-            raise ValueError(
-                f"renderer kind must be 'auto', 'qwen3', 'chatml' or 'default', got {kind!r}"
-            )
+            kind = auto_kind(tokenizer)
+            if kind is None:
+                raise RendererError(
+                    "its tokenizer has no chat template (tokenizer.chat_template) and none of "
+                    "the turn tokens the project writes tools for (ChatML <|im_start|>, Gemma "
+                    "<start_of_turn>, Phi-3 <|user|>, Llama 3 <|start_header_id|>): set "
+                    f"renderer.kind to one of {', '.join(KINDS[1:-1])} if its format is one of "
+                    "them, or give the model a chat template (a chat_template.jinja in its folder)"
+                )
+        try:
+            if kind == "qwen3":
+                rcfg: Any = renderers.Qwen3RendererConfig(
+                    enable_thinking=self.config.enable_thinking
+                )
+                self._renderer = renderers.create_renderer(tokenizer, rcfg)
+            elif kind in FAMILIES:
+                self._renderer = TextToolRenderer(tokenizer, kind)
+            elif kind == "llama3":
+                self._renderer = renderers.create_renderer(
+                    tokenizer, renderers.Llama3RendererConfig()
+                )
+            else:
+                if not getattr(tokenizer, "chat_template", None):
+                    raise ValueError(
+                        "renderer kind 'default' renders with the tokenizer's own chat "
+                        "template, and it has none (tokenizer.chat_template)"
+                    )
+                self._renderer = renderers.create_renderer(
+                    tokenizer, renderers.DefaultRendererConfig()
+                )
+        except (ValueError, KeyError, AttributeError) as exc:
+            raise RendererError(f"renderer.kind={kind!r}: {exc}") from None
         self.kind = kind
         self.stop_token_ids = list(self._renderer.get_stop_token_ids())
 
@@ -286,7 +332,11 @@ def _parse_problem(raw: str, status: str) -> str:
     return 'the tool call must be one JSON object {"name": "<tool>", "arguments": {...}}'
 
 
-def _is_qwen3(tokenizer: Any) -> bool:
+def _has_tokens(tokenizer: Any, tokens: tuple[str, ...]) -> bool:
     vocab = tokenizer.get_vocab() if hasattr(tokenizer, "get_vocab") else {}
+    return all(tok in vocab for tok in tokens)
+
+
+def _is_qwen3(tokenizer: Any) -> bool:
     needed = ("<|im_start|>", "<|im_end|>", "<tool_call>", "<tool_response>", "<think>")
-    return all(tok in vocab for tok in needed)
+    return _has_tokens(tokenizer, needed)

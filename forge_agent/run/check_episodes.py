@@ -1,6 +1,9 @@
 """`--check`'s episodes: the env played once on the first training task and once on the first
 held-out task, by a scripted policy that answers at once, through the run's own episode loop
-(`RolloutEngine.run_episode`, in an env worker), so each ends with the status a run gives it.
+(`RolloutEngine.run_episode`, in an env worker), so each ends with the status a run gives it;
+then once more on the first training task by a scripted policy that calls each of the env's
+tools (`CheckCaller`), and two of the warm start's demonstrations rendered as the warm start
+renders them (`check_demonstrations`).
 
     check = check_episodes(cfg, report.env, renderer, report.train_tasks[:1], report.eval_tasks[:1])
     check.lines()  # ["episode (train, task calc-3): ok, reward 0 after 1 turn(s) ...", ...]
@@ -15,26 +18,48 @@ every seat answering the same (its reward is the first seat's); an agent program
 against the policy's endpoint) is not played. An episode that ends in a failure (an env, judge
 or step that raised; `Status.is_policy_failure` or `is_infra_failure`) fails the check: a run
 would score every such episode the env's failure reward, or lose it.
+
+The calling episode writes each call as the policy would sample it (the renderer's own call
+format, as tokens: `warm_start.demos.assistant_tokens`), with arguments sampled from the
+tool's schema, so the renderer's parser, the env's tools and their argument checks, and the
+append-only bridge of a tool reply all run. It fails the check when the renderer does not
+parse the call it wrote, when a reply could not be bridged append-only (a run would start a
+new training segment every turn), or when the episode ends in a failure; a tool that answers
+the sampled arguments with an error is reported, not failed (its reply is an observation).
+A demonstration that cannot be rendered append-only fails the check (the warm start would
+stop on it).
 """
 
 from __future__ import annotations
 
 import asyncio
+import random
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from forge_agent.env.demonstrations import sampled_call
 from forge_agent.env.pool import EnvPool
 from forge_agent.env.protocol import env_seats
 from forge_agent.env.registry import is_agent_program
 from forge_agent.env.resolved import ResolvedEnv
 from forge_agent.rollout.engine import RolloutEngine
-from forge_agent.types import Completion, Status, Trajectory
+from forge_agent.tools.toolset import ToolSet
+from forge_agent.types import Completion, Message, Status, ToolSpec, Trajectory
+from forge_agent.warm_start.demos import assistant_tokens, demo_trajectory, demonstrations
 
 if TYPE_CHECKING:
     from forge_agent.rollout.renderer import ChatRenderer
     from forge_agent.run.config import AgentConfig
 
-__all__ = ["CHECK_ANSWER", "CheckAnswer", "CheckedEpisode", "EpisodeCheck", "check_episodes"]
+__all__ = [
+    "CHECK_ANSWER",
+    "CheckAnswer",
+    "CheckCaller",
+    "CheckedEpisode",
+    "EpisodeCheck",
+    "check_demonstrations",
+    "check_episodes",
+]
 
 CHECK_ANSWER = "I do not know."
 """The scripted policy's every message."""
@@ -80,6 +105,109 @@ class CheckAnswer:
         return Completion(ids, [0.0] * len(ids), "stop", policy_version=0)
 
 
+class CheckCaller:
+    """The scripted policy of `--check`'s calling episode: turn k < len(tools) calls tool k
+    with arguments sampled from its schema (and words of the task's prompt), written as the
+    policy would sample it; then `CHECK_ANSWER`."""
+
+    def __init__(self, renderer: ChatRenderer, tools: list[ToolSpec], prompt: str) -> None:
+        rng = random.Random(0)
+        user: Message = {"role": "user", "content": prompt}
+        self.calls = [sampled_call(t, [user], rng, f"call_{k}") for k, t in enumerate(tools)]
+        self.completions = [self._tokens(renderer, tools, call) for call in self.calls]
+        self.completions.append(CheckAnswer(renderer).token_ids)
+        self.turn = 0
+
+    @staticmethod
+    def _tokens(renderer: ChatRenderer, tools: list[ToolSpec], call: dict) -> list[int]:
+        """`call` as the completion tokens the policy would sample (after a one-message
+        context: the renderer writes a call the same way after any prompt)."""
+        context: list[Message] = [{"role": "user", "content": "check"}]
+        message: Message = {"role": "assistant", "content": "", "tool_calls": [call]}
+        prompt = renderer.render_prompt(context, tools)
+        return assistant_tokens(renderer, prompt, [*context, message], tools, "check call")
+
+    async def __call__(self, prompt_ids: list[int], sampling: Any, session: str) -> Completion:
+        ids = list(self.completions[min(self.turn, len(self.completions) - 1)])
+        self.turn += 1
+        return Completion(ids, [0.0] * len(ids), "stop", policy_version=0)
+
+
+@dataclass
+class CheckedCalls:
+    """How `--check`'s calling episode went: each scripted call and the env's reply, and what
+    failed (empty: the renderer parsed and bridged every call and the episode ended well)."""
+
+    task_id: str
+    status: str
+    calls: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+    def lines(self) -> list[str]:
+        head = f"tool calls (train, task {self.task_id}): {self.status}"
+        verdict = "; ".join(self.problems) or "each parsed, run and bridged append-only"
+        return [f"{head}, {len(self.calls)} call(s): {verdict}", *(f"  {c}" for c in self.calls)]
+
+
+def checked_calls(task: dict[str, Any], caller: CheckCaller, traj: Trajectory) -> CheckedCalls:
+    """What the calling episode `traj` of `task` showed (see `CheckedCalls`)."""
+    task_id = str(task.get("task_id", "?"))
+    report = CheckedCalls(task_id, traj.status.value)
+    messages = list(traj.messages)
+    replies = {m.get("tool_call_id"): m for m in messages if m.get("role") == "tool"}
+    made = [c for m in messages if m.get("role") == "assistant" for c in m.get("tool_calls") or []]
+    for call in made:
+        fn = call.get("function", {})
+        reply = replies.get(call.get("id"))
+        text = str(reply.get("content", "")) if reply else "(no reply)"
+        report.calls.append(f"{fn.get('name')}({fn.get('arguments')}) -> {text[:80]!r}")
+        if call.get("parse_error"):
+            report.problems.append(
+                f"the renderer did not parse the call it wrote ({call['parse_error']})"
+            )
+    if len(made) < min(len(caller.calls), len(traj.turn_spans)):
+        report.problems.append(
+            f"{len(caller.calls)} call(s) written, {len(made)} parsed as calls (the renderer "
+            "reads its own call format as text)"
+        )
+    if len(traj.segment_starts) > 1:
+        report.problems.append(
+            f"{len(traj.segment_starts) - 1} tool reply(ies) could not be bridged append-only "
+            "(a run would start a new training segment at each)"
+        )
+    if traj.status.is_policy_failure or traj.status.is_infra_failure:
+        report.problems.append(str(traj.info.get("error", "")) or f"ended {traj.status.value}")
+    return report
+
+
+def check_demonstrations(env: ResolvedEnv, renderer: ChatRenderer, n: int = 2) -> list[str]:
+    """Problems rendering `n` of the warm start's demonstrations of `env` as the warm start
+    does (append-only, through `renderer`); [] when they render, or when the env has none."""
+    try:
+        convos, tools = demonstrations(env, n, 1.0, 0)
+    except Exception:  # no demonstrations, or a broken hook: the setup check names that one
+        return []
+    problems = []
+    for k, convo in enumerate(convos[:n]):
+        try:
+            demo_trajectory(renderer, convo, tools, f"demonstration {k}")
+        except (ValueError, StopIteration) as exc:
+            problems.append(f"demonstration {k}: {exc}")
+    return problems
+
+
+def env_tools(env: ResolvedEnv) -> list[ToolSpec] | None:
+    """The tool specs of `env` before a reset (its Python tools); None when it has them only
+    after one (an MCP server's, a Gymnasium game's)."""
+    from forge_agent.run.setup_checks import build_env
+
+    get_tools = getattr(build_env(env), "get_tools", None)
+    try:
+        return ToolSet(get_tools()).specs if callable(get_tools) else None
+    except Exception:
+        return None
+
+
 def checked(split: str, task: dict[str, Any], traj: Trajectory) -> CheckedEpisode:
     """How the episode `traj` of `task` ended, as `--check` reports it."""
     error = str(traj.info.get("error", ""))
@@ -95,15 +223,30 @@ class EpisodeCheck:
 
     episodes: list[CheckedEpisode] = field(default_factory=list)
     not_played: str = ""
+    calls: CheckedCalls | None = None
+    calls_not_played: str = ""
+    demo_problems: list[str] = field(default_factory=list)
 
     @property
     def failed(self) -> list[CheckedEpisode]:
         """The episodes that ended in a failure (`CheckedEpisode.failed`)."""
         return [e for e in self.episodes if e.failed]
 
+    @property
+    def problems(self) -> list[str]:
+        """What failed besides the episodes: the calling episode's and the demonstrations'."""
+        calls = self.calls.problems if self.calls is not None else []
+        return [*calls, *self.demo_problems]
+
     def lines(self) -> list[str]:
         """One console line per episode (or the reason none was played)."""
-        return [self.not_played] if self.not_played else [e.line() for e in self.episodes]
+        if self.not_played:
+            return [self.not_played]
+        lines = [e.line() for e in self.episodes]
+        lines += self.calls.lines() if self.calls is not None else [self.calls_not_played]
+        if self.demo_problems:
+            lines += [f"warm start: {p}" for p in self.demo_problems]
+        return [line for line in lines if line]
 
 
 def check_episodes(
@@ -124,9 +267,18 @@ def check_episodes(
             "it needs the policy's endpoint)"
         )
     players = dict.fromkeys(env_seats(env.factory())) or None  # every seat: the policy
+    tools = env_tools(env) if players is None else None
+    check = EpisodeCheck()
+    if players is not None:
+        check.calls_not_played = "tool calls: not played by --check (a seated game)"
+    elif tools is None:
+        check.calls_not_played = (
+            "tool calls: not played by --check (the env offers its tools only at reset)"
+        )
+    elif not tools:
+        check.calls_not_played = "tool calls: none (the env offers no tools)"
 
-    async def play() -> list[CheckedEpisode]:
-        played = []
+    async def play() -> None:
         async with EnvPool(env, size=1) as pool:
             engine = RolloutEngine(
                 CheckAnswer(renderer), pool, renderer, cfg.rollout, players=players
@@ -134,7 +286,14 @@ def check_episodes(
             for split, tasks in (("train", train), ("held-out", held_out)):
                 for task in tasks:
                     trajs = await engine.run_episode(task, 0)
-                    played.append(checked(split, task, trajs[0]))
-        return played
+                    check.episodes.append(checked(split, task, trajs[0]))
+            if tools and train:
+                caller = CheckCaller(renderer, tools, str(train[0].get("prompt", "")))
+                calling = RolloutEngine(caller, pool, renderer, cfg.rollout)
+                (traj,) = await calling.run_episode(train[0], 0)
+                check.calls = checked_calls(train[0], caller, traj)
 
-    return EpisodeCheck(asyncio.run(play()))
+    asyncio.run(play())
+    if cfg.warm_start.enabled:
+        check.demo_problems = check_demonstrations(env, renderer)
+    return check

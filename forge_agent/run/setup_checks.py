@@ -56,6 +56,11 @@ class SetupReport:
     def lines(self) -> list[str]:
         """A short human summary, one line per input."""
         model = str(self.model) if self.model is not None else "tiny (built locally)"
+        if self.model is not None:
+            from forge_agent.models.gguf import chat_template_source
+
+            source = chat_template_source(self.model)
+            model += f" ({source})" if source else ""
         return [
             f"env {self.env.id!r}: tasks from {self.task_source} ({len(self.train_tasks)} train "
             f"tasks read, {len(self.eval_tasks)} eval tasks)",

@@ -21,6 +21,7 @@ from forge_agent.warm_start.schema_demos import schema_demonstrations
 
 __all__ = [
     "DEMO_LENGTHS_FILE",
+    "assistant_tokens",
     "demo_fit_warnings",
     "demo_lengths",
     "demo_trajectory",
@@ -40,7 +41,7 @@ def demo_trajectory(
     history.start_segment(renderer.render_prompt(messages[:first], tools))
     i = first
     while i < len(messages):
-        completion = _assistant_tokens(renderer, history.prompt, messages[: i + 1], tools, task_id)
+        completion = assistant_tokens(renderer, history.prompt, messages[: i + 1], tools, task_id)
         history.record_turn(completion, [0.0] * len(completion), [0] * len(completion))
         j = i + 1
         while j < len(messages) and messages[j]["role"] != "assistant":
@@ -55,7 +56,7 @@ def demo_trajectory(
     return traj
 
 
-def _assistant_tokens(
+def assistant_tokens(
     renderer: ChatRenderer,
     context: list[int],
     messages: list[Message],
