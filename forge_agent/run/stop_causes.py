@@ -89,7 +89,8 @@ def episode_cause(
         "forfeit": "the seats left their games unfinished, each scored as a lost game "
         f"(rollout.forfeit_reward): a move cut at the turn's token cap "
         f"(rollout.max_new_tokens_per_turn is {rollout.max_new_tokens_per_turn}), or a seat out "
-        f"of turns (rollout.max_turns is {rollout.max_turns}), forfeits" + _token_cap_evidence(metrics or {}, cfg),
+        f"of turns (rollout.max_turns is {rollout.max_turns}), forfeits"
+        + _token_cap_evidence(metrics or {}, cfg),
         "tampered": f"the policy's code interfered with env {env!r}'s grader{said}",
     }
     return causes.get(status, f"see traces.jsonl{said}")
