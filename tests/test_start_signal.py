@@ -199,3 +199,29 @@ def test_the_model_is_blamed_after_a_warm_start_on_the_envs_own_demonstrations()
     text = stop_text(ended("ok"), [], warm_start="demonstrations")
     assert "the task is beyond this model (model.name=tiny, 2.9 M parameters)" in text
     assert "as a warm start on its demonstrations did not carry over" in text
+
+
+def test_a_step_zero_stop_keeps_the_episodes_it_judged(tmp_path) -> None:
+    """c257d3d: a run stopped at step 0 left traces.jsonl empty, though the stop is a verdict on
+    what its held-out episodes did. The controller keeps the last evaluation's episodes (its
+    eval engine's `on_trajectory`) and writes them when the step-0 check stops the run."""
+    import json
+    from types import SimpleNamespace
+
+    from forge_agent.observability.traces import TraceWriter
+    from forge_agent.run.controller import Controller
+    from forge_agent.run.state import RunState
+
+    cfg = load_config(None, ["metrics.traces_last=3"])
+    episodes = [Trajectory(task_id=f"t{i}", group_id="g", token_ids=[1, 2]) for i in range(5)]
+    run = SimpleNamespace(
+        cfg=cfg, out=tmp_path, state=RunState(), eval_episodes=episodes,
+        traces=TraceWriter(tmp_path / "traces.jsonl", keep=3),
+    )  # fmt: skip
+    said = Controller._keep_eval_episodes(run)
+    run.traces.close()
+    assert said == f" (the 3 last of the 5 held-out episodes it judged: {tmp_path}/traces.jsonl" \
+        " and traces.html)"  # fmt: skip
+    rows = [json.loads(line) for line in (tmp_path / "traces.jsonl").read_text().splitlines()]
+    assert [r["task_id"] for r in rows] == ["t2", "t3", "t4"]
+    assert [r["extra"] for r in rows] == [{"step": 0, "split": "eval"}] * 3

@@ -24,6 +24,7 @@ from forge_agent.algorithms.replay import ReplayBuffer, check_token_lags
 from forge_agent.env.curriculum import Curriculum
 from forge_agent.env.resolved import ResolvedEnv
 from forge_agent.env.tasks import eval_tasks
+from forge_agent.errors import SetupError
 from forge_agent.models.hub import parameter_count
 from forge_agent.observability.loop_timing import LoopTiming
 from forge_agent.observability.metrics import MetricLogger, record
@@ -41,7 +42,7 @@ from forge_agent.run.signals import cancel_on_signals, python_handlers, raise_if
 from forge_agent.run.state import RunState
 from forge_agent.run.stop_causes import check_start_signal, warm_start_kind
 from forge_agent.run.supervision import ServiceRestarted
-from forge_agent.types import Group
+from forge_agent.types import Group, Trajectory
 
 logger = logging.getLogger(__name__)
 
@@ -94,6 +95,8 @@ class Controller:
             wrap=self._wrap_generate, wrap_envs=self.profile.timed_envs,
         )  # fmt: skip
         self.traces = TraceWriter(self.out / "traces.jsonl", keep=cfg.metrics.traces_last)
+        self.eval_episodes: list[Trajectory] = []  # the last evaluation's, kept for a stop
+        self.engines.eval.on_trajectory = self.eval_episodes.append
         self.buffer = ReplayBuffer(cfg.training.replay_capacity, cfg.training.max_policy_lag)
         self.rollouts = RolloutLoop(
             cfg, self.state, self.engines.train, self.services, self.tasks, self.buffer,
@@ -214,10 +217,26 @@ class Controller:
             params = parameter_count(self.policy_path)
             taught = warm_start_kind(self.cfg, self.env)
             state = self.state
-            check_start_signal(state.evals[0], self.cfg, params, state.eval_errors, taught)
+            try:
+                check_start_signal(state.evals[0], self.cfg, params, state.eval_errors, taught)
+            except SetupError as stop:  # the episodes it judged are kept to look at
+                stop.args = (f"{stop}{self._keep_eval_episodes()}",)
+                raise
+
+    def _keep_eval_episodes(self) -> str:
+        """The last evaluation's episodes written to traces.jsonl (the page follows at
+        shutdown); what the stop's line says of them."""
+        for traj in self.eval_episodes:
+            self.traces.write(traj, {"step": self.state.step, "split": "eval"})
+        kept = min(len(self.eval_episodes), self.cfg.metrics.traces_last)
+        return (
+            f" (the {kept} last of the {len(self.eval_episodes)} held-out episodes it judged: "
+            f"{self.out / 'traces.jsonl'} and traces.html)"
+        )
 
     async def _evaluate(self) -> None:
         """Held-out tasks at `eval.temperature`, no training groups started meanwhile."""
+        self.eval_episodes.clear()
         self.rollouts.open.clear()
         busy = await self.services.generators.busy_seconds()
         try:
