@@ -12,6 +12,11 @@ failed for infra reasons (env error or timeout, generator error) counts as a fai
 failure reward, or 0.0; never a pass), so no failure, the policy's or not, can raise the
 score. Both counts are reported beside the means; the episode statistics (tool calls, turns,
 tokens) are over the non-infra episodes.
+
+Tasks that name a `kind` (a template group the env sets, e.g. the calculator families'
+`mul_add` or `fact`) are also reported per kind (`EvalReport.per_kind`: tasks, episodes,
+reward, tool-call rate; `eval/kind/<kind>/reward` in the metrics), so a regression on one kind
+shows even when the mean rises (`kind_regressions` compares two evals' kinds).
 """
 
 from __future__ import annotations
@@ -29,7 +34,20 @@ from forge_agent.types import Group, Trajectory
 if TYPE_CHECKING:
     from forge_agent.rollout.engine import RolloutEngine
 
-__all__ = ["DEFAULT_PASS_THRESHOLD", "EvalReport", "TaskResult", "evaluate", "pass_at_k"]
+__all__ = [
+    "DEFAULT_PASS_THRESHOLD",
+    "KIND_DROP_WARNING",
+    "EvalReport",
+    "KindResult",
+    "TaskResult",
+    "evaluate",
+    "kind_drop_warnings",
+    "kind_regressions",
+    "pass_at_k",
+]
+
+KIND_DROP_WARNING = 0.1
+"""A kind whose held-out reward falls more than this below step 0's is warned about."""
 
 DEFAULT_PASS_THRESHOLD = 1.0 - 1e-9
 
@@ -68,6 +86,18 @@ class TaskResult:
 
 
 @dataclass
+class KindResult:
+    """The episodes of one task kind: `tasks` tasks, `episodes` episodes, their mean `reward`
+    (failures counted as in the report's mean) and the share with a tool call
+    (`tool_call_rate`, over scored episodes; nan when none was scored)."""
+
+    tasks: int
+    episodes: int
+    reward: float
+    tool_call_rate: float
+
+
+@dataclass
 class EvalReport:
     """What an evaluation measured. `mean_reward`, pass@1 and pass@k are over every episode,
     failures of either kind counted as failures (pass@k of a task with fewer than k episodes
@@ -96,6 +126,7 @@ class EvalReport:
     policy_failures: int = 0  # episodes the policy failed (scored with the failure reward)
     first_errors: dict[str, str] = field(default_factory=dict)  # status -> first error text
     segments_per_episode: float = 1.0  # > 1: re-renders (context rewrites, bridge fallbacks)
+    per_kind: dict[str, KindResult] = field(default_factory=dict)  # tasks that name a kind
 
     @classmethod
     def from_groups(
@@ -104,8 +135,10 @@ class EvalReport:
         k: int,
         pass_threshold: float = DEFAULT_PASS_THRESHOLD,
         seconds: float = 0.0,
+        kinds: Sequence[str | None] | None = None,
     ) -> EvalReport:
-        """Aggregate one group per task (k trajectories each) into a report."""
+        """Aggregate one group per task (k trajectories each) into a report; `kinds`: each
+        group's task kind (None: none), for `per_kind`."""
         scored: list[Trajectory] = []
         per_task: list[TaskResult] = []
         statuses: Counter[str] = Counter()
@@ -157,6 +190,7 @@ class EvalReport:
             tools_offered=any(t.info.get("tools_offered") for t in scored),
             first_errors=first_errors,
             segments_per_episode=_mean([float(len(t.segment_starts)) for t in scored]) or 1.0,
+            per_kind=_per_kind(groups, kinds) if kinds else {},
         )
 
     def as_metrics(self, prefix: str = "eval/") -> dict[str, float]:
@@ -181,7 +215,20 @@ class EvalReport:
         }
         for status, count in self.status_counts.items():
             metrics[f"{prefix}status/{status}"] = float(count)
+        for kind, result in self.per_kind.items():
+            metrics[f"{prefix}kind/{kind}/reward"] = result.reward
+            metrics[f"{prefix}kind/{kind}/tool_call_rate"] = result.tool_call_rate
+            metrics[f"{prefix}kind/{kind}/episodes"] = float(result.episodes)
         return metrics
+
+    def kind_lines(self) -> list[str]:
+        """One line per task kind: `kind mul_add: reward 0.500, tool_call_rate 0.875 (8
+        tasks)`."""
+        return [
+            f"kind {kind}: reward {r.reward:.3f}, tool_call_rate {r.tool_call_rate:.3f} "
+            f"({r.tasks} tasks)"
+            for kind, r in self.per_kind.items()
+        ]
 
     def table(self) -> str:
         """A two-column text table of the headline numbers."""
@@ -201,13 +248,64 @@ class EvalReport:
             ("policy failures", f"{self.policy_failures} (scored with the failure reward)"),
             ("infra failures", f"{self.infra_failures} (counted as failures)"),
             ("seconds", f"{self.seconds:.1f}"),
-        ]
+            *(
+                (f"kind {kind}", f"reward {r.reward:.3f}, tool-call rate "
+                 f"{r.tool_call_rate:.3f} ({r.tasks} tasks)")
+                for kind, r in self.per_kind.items()
+            ),
+        ]  # fmt: skip
         width = max(len(name) for name, _ in rows)
         return "\n".join(f"{name.ljust(width)}  {value}" for name, value in rows)
 
     def to_json(self) -> dict[str, Any]:
         """The report as plain data (per-task results included)."""
         return asdict(self)
+
+
+def _per_kind(groups: Sequence[Group], kinds: Sequence[str | None]) -> dict[str, KindResult]:
+    """Each kind's tasks, episodes, mean reward and tool-call rate, kinds in sorted order."""
+    if len(kinds) != len(groups):
+        raise ValueError(f"{len(kinds)} kinds for {len(groups)} groups")
+    by_kind: dict[str, list[Group]] = {}
+    for group, kind in zip(groups, kinds, strict=True):
+        if kind is not None:
+            by_kind.setdefault(str(kind), []).append(group)
+    out = {}
+    for kind in sorted(by_kind):
+        episodes = [t for g in by_kind[kind] for t in g.trajectories]
+        scored = [t for t in episodes if not t.status.is_infra_failure]
+        out[kind] = KindResult(
+            tasks=len(by_kind[kind]),
+            episodes=len(episodes),
+            reward=_mean([_counted_reward(t) for t in episodes]),
+            tool_call_rate=_mean([float(t.tool_call_count > 0) for t in scored]),
+        )
+    return out
+
+
+def kind_regressions(
+    before: dict[str, float], after: dict[str, float], threshold: float = KIND_DROP_WARNING
+) -> list[tuple[str, float, float]]:
+    """(kind, reward before, reward after) of each kind whose `eval/kind/<kind>/reward` in
+    the metrics `after` is more than `threshold` below its value in `before` (e.g. step 0's)."""
+    out = []
+    for key, was in before.items():
+        if not (key.startswith("eval/kind/") and key.endswith("/reward")):
+            continue
+        now = after.get(key)
+        if now is not None and was - now > threshold:
+            out.append((key.removeprefix("eval/kind/").removesuffix("/reward"), was, now))
+    return out
+
+
+def kind_drop_warnings(step0: dict[str, float], metrics: dict[str, float], step: int) -> list[str]:
+    """The console's warning for each kind of `metrics` (the eval at `step`) more than
+    `KIND_DROP_WARNING` below its reward in `step0` (the eval before training)."""
+    return [
+        f"warning: [eval] step {step}: kind {kind} reward {now:.3f} is {was - now:.3f} below "
+        f"step 0's {was:.3f} (more than {KIND_DROP_WARNING:g}; the mean can hide it)"
+        for kind, was, now in kind_regressions(step0, metrics)
+    ]
 
 
 def _counted_reward(traj: Trajectory) -> float:
@@ -265,7 +363,11 @@ async def evaluate(
         groups = await asyncio.gather(*(one_group(i, task) for i, task in enumerate(tasks)))
     finally:
         engine.on_trajectory = previous
-    return EvalReport.from_groups(groups, k, pass_threshold, time.monotonic() - started)
+    kinds = [task.get("kind") for task in tasks]
+    seconds = time.monotonic() - started
+    return EvalReport.from_groups(
+        groups, k, pass_threshold, seconds, kinds=kinds if any(kinds) else None
+    )
 
 
 def _sampling_seed(seed: int, task_index: int, k: int) -> int:

@@ -23,7 +23,14 @@ import warnings
 from collections.abc import Callable
 from fractions import Fraction
 
-__all__ = ["CalculatorError", "calculator", "evaluate", "format_number", "logging_calculator"]
+__all__ = [
+    "CalculatorError",
+    "calculator",
+    "calculator_without_example",
+    "evaluate",
+    "format_number",
+    "logging_calculator",
+]
 
 MAX_EXPRESSION_CHARS = 1_000
 """Longest expression accepted (bounds parse time and nesting depth)."""
@@ -60,6 +67,31 @@ def calculator(expression: str) -> str:
         return format_number(evaluate(expression))
     except CalculatorError as exc:
         return f"Error: {exc}"
+
+
+def _calculator_without_example(expression: str) -> str:
+    """Evaluate an arithmetic expression exactly.
+
+    Supports integers, decimals, + - * / // % ** (power), parentheses and unary minus.
+    Integer results print as integers, terminating decimals exactly, others as a fraction
+    like 1/3.
+
+    Args:
+        expression: The arithmetic expression to evaluate, written with the numbers of the
+            problem.
+    """
+    return calculator(expression)
+
+
+_calculator_without_example.__name__ = "calculator"
+_calculator_without_example.__qualname__ = "calculator"
+
+calculator_without_example = _calculator_without_example
+"""`calculator` whose argument description shows no example expression. A real model copied
+`calculator`'s example, `"(3 + 4) * 2 / 5"`, as its call, or its first digit into the call's
+first number (issue 59, docs/real_model.md); the task families (`envs/calculator/families.py`)
+offer this one. `calculator` keeps its example: the tiny model's tokenizer is trained on the
+tool's description, and the default run's recorded results with it."""
 
 
 def logging_calculator(log_chars: int) -> Callable[[str], str]:

@@ -14,6 +14,7 @@ import random
 import re
 from typing import Any
 
+from envs.calculator import families
 from envs.calculator.tasks import DIFFICULTIES, generate_tasks
 from forge_agent.env import Split, ToolEnv, holdout
 from forge_agent.types import Message
@@ -52,6 +53,10 @@ class CalculatorEnv(ToolEnv):
             outputs at the same task, for the speed bench. 0: the bare result.
         tool: False offers no tool (and says so in the system prompt): the model alone on the
             same tasks, the reference line a tool-use result is read against.
+        family: None (the difficulty's tasks), or a task family where copying the prompt is
+            not enough (`envs.calculator.families`: "word_problems", "dependent", "mixed"):
+            its tasks, held out by template, its tools and system prompt, and correct
+            demonstrations only. `difficulty` and `tool_log_chars` do not apply to a family.
     """
 
     tools = (calculator,)
@@ -59,7 +64,13 @@ class CalculatorEnv(ToolEnv):
     tool_timeout_s = 5.0
     required_fields = ("prompt", "answer")
 
-    def __init__(self, difficulty: int = 1, tool_log_chars: int = 0, tool: bool = True) -> None:
+    def __init__(
+        self,
+        difficulty: int = 1,
+        tool_log_chars: int = 0,
+        tool: bool = True,
+        family: str | None = None,
+    ) -> None:
         if difficulty not in DIFFICULTIES:  # refused when built, before any task is made
             raise ValueError(f"difficulty must be one of {DIFFICULTIES}, got {difficulty!r}")
         if not isinstance(tool_log_chars, int) or tool_log_chars < 0:
@@ -72,26 +83,45 @@ class CalculatorEnv(ToolEnv):
         self.offers_tool = tool
         if not tool:
             self.system_prompt = NO_TOOL_PROMPT
+        if family is not None:
+            if family not in families.FAMILIES:
+                raise ValueError(f"family must be one of {families.FAMILIES}, got {family!r}")
+            if tool_log_chars or not tool:
+                raise ValueError("family does not take tool_log_chars or tool=false")
+            self.system_prompt = families.system_prompt(family)
+        self.family = family
 
     def get_tools(self) -> list[Any]:
         """The class's `tools` (a subclass may set its own), the logging calculator, or none
         (`tool=False`)."""
         if not self.offers_tool:
             return []
+        if self.family is not None:
+            return families.family_tools(self.family, lambda: self.task)
         return [self.tool] if self.tool_log_chars else super().get_tools()
 
     def default_task(self, seed: int) -> dict[str, Any]:
+        if self.family is not None:
+            return families.generate_family_tasks(self.family, "train", 1, seed)[0]
         return generate_tasks(1, seed=seed, difficulty=self.difficulty)[0]
 
     def tasks(self, split: Split, n: int, seed: int) -> list[dict[str, Any]]:
         """The `split` share of `n` generated problems; the split follows the expression, so
-        "37 * 12" (also as a word problem) is never both a training and an eval task."""
+        "37 * 12" (also as a word problem) is never both a training and an eval task. A
+        family's split is by template: eval tasks are phrasings training never shows."""
+        if self.family is not None:
+            return families.generate_family_tasks(self.family, split, n, seed)
         generated = generate_tasks(n, seed=seed, difficulty=self.difficulty)
         return holdout(generated, split, key=problem_key)
 
     def demonstrations(self, n: int, seed: int, demo_fraction: float) -> list[list[Message]]:
         """Tool-using solutions, and for a `1 - demo_fraction` share a direct guess instead
-        (mostly wrong: RL has to find that calling the tool pays)."""
+        (mostly wrong: RL has to find that calling the tool pays). A family's are all correct
+        (`demo_fraction` does not apply): its training templates' solutions, and for a task
+        that needs no tool the direct answer."""
+        if self.family is not None:
+            made = families.generate_family_tasks(self.family, "train", n, seed + 7919)
+            return [families.demonstration(task) for task in made]
         rng = random.Random(seed)
         convos = []
         for task in generate_tasks(n, seed=seed + 7919, difficulty=self.difficulty):
@@ -116,13 +146,20 @@ class CalculatorEnv(ToolEnv):
             outcome = "no_answer"
         else:
             outcome = "correct" if int(given) == int(expected) else "wrong"
+        calls = sum(self.toolset.call_counts.values())
         info = {
             "outcome": outcome,
             "used_tool": self.toolset.call_counts.get("calculator", 0) > 0,
             "answer": given,
             "expected": expected,
         }
-        return {"correct": float(outcome == "correct")}, info
+        reward = float(outcome == "correct")
+        if self.family is not None:
+            info["kind"] = self.task.get("kind")
+            if calls and not self.task.get("needs_tool", True):
+                info["needless_call"] = True  # right after a call the task did not need: half
+                reward *= families.NEEDLESS_CALL_REWARD
+        return {"correct": reward}, info
 
 
 def problem_key(task: dict[str, Any]) -> str:

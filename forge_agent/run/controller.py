@@ -25,6 +25,7 @@ from forge_agent.env.curriculum import Curriculum
 from forge_agent.env.resolved import ResolvedEnv
 from forge_agent.env.tasks import eval_tasks
 from forge_agent.errors import SetupError
+from forge_agent.evaluation import kind_drop_warnings
 from forge_agent.models.hub import parameter_count
 from forge_agent.observability.loop_timing import LoopTiming
 from forge_agent.observability.metrics import MetricLogger, record
@@ -251,6 +252,11 @@ class Controller:
         # wall_s: seconds of training so far, evaluation excluded (time-to-reward comparisons)
         wall_s = self.timing.loop_seconds()
         self.state.evals.append({"step": self.state.step, "wall_s": wall_s, **metrics})
+        first = self.state.evals[0]
+        if first["step"] == 0 and self.state.step > 0:
+            for warning in kind_drop_warnings(first, metrics, self.state.step):
+                print(warning, flush=True)  # a kind > 0.1 below step 0 (evaluation.py)
+                self.state.counts["eval_kind_regressions"] += 1
 
     def _wrap_generate(self, generate: Any) -> Any:
         """Step timing around the test's `generate_wrapper` (if any) around `generate`."""

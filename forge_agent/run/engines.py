@@ -185,8 +185,8 @@ async def evaluate_policy(
     engines: Engines, tasks: list[dict[str, Any]], cfg: AgentConfig, step: int
 ) -> tuple[dict[str, float], dict[str, str]]:
     """`eval.k` episodes of each held-out task; the report's metrics, recorded and printed
-    (`[eval] step N: mean ..., pass@1 ..., tool_call_rate ...`), and the first error text of
-    each status (`EvalReport.first_errors`)."""
+    (`[eval] step N: mean ..., pass@1 ..., tool_call_rate ...`, and a line per task kind when
+    the tasks name one), and the first error text of each status (`EvalReport.first_errors`)."""
 
     score = engines.eval_score
     report = await evaluate(engines.eval, tasks, cfg.eval.k, seed=cfg.seed, score=score)
@@ -198,6 +198,8 @@ async def evaluate_policy(
     failures = [(report.policy_failures, "policy failures"), (report.infra_failures, "infra")]
     line += "".join(f", {n} {what}" for n, what in failures if n)
     print(f"[eval] step {step}: {line}", flush=True)
+    for kind_line in report.kind_lines():  # tasks that name a kind (a template group)
+        print(f"[eval] step {step}: {kind_line}", flush=True)
     return metrics, report.first_errors
 
 
