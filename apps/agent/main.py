@@ -54,7 +54,9 @@ options:
   --config FILE  a YAML config; `defaults: default.yaml` inherits the default's keys
   --check        check the config, the env, its tasks and the model, play one episode on the
                  first train and held-out task in an env worker (a scripted answer: reset,
-                 step and judge run) and print how each ended, then exit (no model starts)
+                 step and judge run), one that calls each tool through the renderer, render
+                 two warm-start demonstrations, print how each went, then exit (no model
+                 starts)
   --verbose      third-party logs (vLLM, torch, Monarch) on the console instead of
                  OUTPUT_DIR/run.log, and the traceback of a setup error or a failed run
   -h, --help     this message
