@@ -96,3 +96,26 @@ def test_a_warm_start_longer_than_a_minute_says_how_long_before_it_runs():
         "warm_start.steps sets how many"
     )
     assert estimate_line(3, 0.3, 300) is None  # 30 s: no estimate
+
+
+def test_a_warm_start_builds_only_the_demonstrations_its_steps_draw_and_says_so(
+    tiny_tokenizer, capsys
+):
+    """c257d3d built all warm_start.num_demos (2,000) whatever warm_start.steps was, silently:
+    a Gymnasium id's 8 steps prepared for minutes before the first line."""
+    from forge_agent.rollout.renderer import ChatRenderer
+    from forge_agent.run.config import load_config
+    from forge_agent.warm_start.cache_key import warm_start_key
+    from forge_agent.warm_start.sft import demonstration_trajectories
+
+    env = ResolvedEnv.of(load_config(None, []).env)
+    cfg = WarmStartConfig(steps=3, batch_size=4, num_demos=2000)
+    demos = demonstration_trajectories(ChatRenderer(tiny_tokenizer), [env], cfg)
+    assert len(demos) == 12
+    out = capsys.readouterr().out
+    assert "[warm start] preparing 12 demonstrations (3 steps x 4 draw at most 12" in out
+    assert "[warm start] prepared 4/12 demonstrations |" in out and "eta" in out
+    assert "[warm start] prepared 12 demonstrations in" in out
+    assert warm_start_key(tiny_tokenizer.name_or_path, [env], cfg)["demos_built"] == 12
+    whole = WarmStartConfig(steps=300, batch_size=32, num_demos=2000)  # the default: all
+    assert "demos_built" not in warm_start_key(tiny_tokenizer.name_or_path, [env], whole)

@@ -104,12 +104,16 @@ def warm_start_key(model_path: str | Path, envs: WarmEnvs, cfg: WarmStartConfig)
             origin = demonstrations_origin(item)
             origins[origin.id] = _env_key(origin, cfg)
     model_path = Path(model_path)
-    return {
+    key = {
         "model": str(model_path.resolve()),
         "tokenizer": _tokenizer_digest(model_path),
         "envs": origins,
         "warm_start": asdict(cfg),
     }
+    built = min(cfg.num_demos, cfg.steps * cfg.batch_size)  # sft.demos_needed
+    if built < cfg.num_demos:  # fewer than num_demos built (a key of before is unchanged)
+        key["demos_built"] = built
+    return key
 
 
 def warm_start_dir(

@@ -125,15 +125,43 @@ def demonstration_trajectories(
     trajectories; those of one env and kwargs form one group, so the trainer computes their
     common prompt (the system prompt and tool specs) once per packed row (`share_prefix`)."""
     sources = [env for item in envs for env in (item if isinstance(item, list) else [item])]
+    total = demos_needed(cfg)
+    n = max(1, total // len(sources))
+    print(
+        f"[warm start] preparing {n * len(sources)} demonstrations ({cfg.steps} steps x "
+        f"{cfg.batch_size} draw at most {cfg.steps * cfg.batch_size} of warm_start.num_demos="
+        f"{cfg.num_demos})",
+        flush=True,
+    )
+    started, done, every = time.monotonic(), 0, max(1, n * len(sources) // 10)
     demos = []
     for k, env in enumerate(sources):
-        n = cfg.num_demos // len(sources)
         convos, tools = demonstrations(env, n, cfg.demo_fraction, cfg.seed)
         for i, convo in enumerate(convos):
             demo = demo_trajectory(renderer, convo, tools, f"{env.id}-{k}-{i}")
             demo.group_id = f"{env.id}-{k}"
             demos.append(demo)
+            done += 1
+            if done % every == 0 and done < n * len(sources):
+                rate = done / (time.monotonic() - started)
+                left = (n * len(sources) - done) / rate
+                print(
+                    f"[warm start] prepared {done}/{n * len(sources)} demonstrations | "
+                    f"{rate:.1f}/s | eta {left:.0f}s",
+                    flush=True,
+                )
+    print(
+        f"[warm start] prepared {len(demos)} demonstrations in {time.monotonic() - started:.1f}s",
+        flush=True,
+    )
     return demos
+
+
+def demos_needed(cfg: WarmStartConfig) -> int:
+    """Demonstrations a warm start builds: `num_demos`, or fewer when its steps draw fewer
+    (`steps x batch_size`): a Gymnasium game's demonstration costs ~0.3-0.6 s to play and render,
+    so 2,000 of them for 8 steps took minutes before the first step."""
+    return min(cfg.num_demos, cfg.steps * cfg.batch_size)
 
 
 ESTIMATE_AFTER_STEPS = 3
