@@ -47,6 +47,7 @@ from collections.abc import Callable
 from typing import Any
 
 from forge_agent.sandbox.base import Limits, SandboxError
+from forge_agent.sandbox.cgroups import SandboxCgroup
 from forge_agent.sandbox.seccomp import bwrap_filter
 
 __all__ = ["ForkedCall", "ForkedResult", "run_forked"]
@@ -137,7 +138,7 @@ def _read_only_host() -> None:
                 raise
 
 
-def _enter_sandbox(limits: Limits, keep_fd: int, seccomp_filter: bytes) -> None:
+def _enter_sandbox(limits: Limits, keep_fd: int, seccomp_filter: bytes, nproc: int) -> None:
     """In the forked child (PID 1 of its namespaces, still root): descriptors, mounts, rlimits,
     identity."""
     for fd in [int(name) for name in os.listdir("/proc/self/fd")]:
@@ -174,7 +175,7 @@ def _enter_sandbox(limits: Limits, keep_fd: int, seccomp_filter: bytes) -> None:
     resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
     resource.setrlimit(resource.RLIMIT_AS, (held + int(limits.memory_mb) * mb,) * 2)
     resource.setrlimit(resource.RLIMIT_FSIZE, (int(limits.file_size_mb) * mb,) * 2)
-    resource.setrlimit(resource.RLIMIT_NPROC, (int(limits.max_procs),) * 2)
+    resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
     resource.setrlimit(resource.RLIMIT_NOFILE, (1024, 1024))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     os.chdir("/tmp")
@@ -210,18 +211,48 @@ def _virtual_size() -> int:
         return int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
 
 
-def _child(fn: Callable[[], Any], limits: Limits, write_fd: int, seccomp_filter: bytes) -> None:
+def _call_cgroup(limits: Limits) -> SandboxCgroup | None:
+    """A pids cgroup of this call alone, bounded to `limits.max_procs` (None where cgroup v1
+    is not writable: then the sandbox user's RLIMIT_NPROC bounds it, shared host-wide)."""
+    cgroup = SandboxCgroup.create()
+    if cgroup is None:
+        return None
+    try:
+        cgroup.set_pids(int(limits.max_procs))
+    except OSError:
+        cgroup.remove()
+        return None
+    return cgroup
+
+
+UNSHARED_NPROC = 1 << 14
+"""RLIMIT_NPROC of a call with a pids cgroup of its own: far above any call's bound, so the
+count of every call's processes (all the one sandbox uid's) never fails another call's fork."""
+
+
+def _child(
+    fn: Callable[[], Any],
+    limits: Limits,
+    write_fd: int,
+    seccomp_filter: bytes,
+    cgroup: SandboxCgroup | None = None,
+) -> None:
     """The forked process: new namespaces, then PID 1 of them runs `fn`; this one bounds it
     in time (killing PID 1 takes the whole namespace along). Never returns."""
     try:
+        nproc = int(limits.max_procs)
+        if cgroup is not None:  # this call's processes are counted in its own cgroup
+            cgroup.add(os.getpid())
+            nproc = UNSHARED_NPROC
         _check(_libc.unshare(CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET), "unshare")
         inner = os.fork()
         if inner == 0:
             try:
-                _enter_sandbox(limits, write_fd, seccomp_filter)
+                _enter_sandbox(limits, write_fd, seccomp_filter, nproc)
             except BaseException as exc:
                 _write(write_fd, {"ok": False, "setup_error": f"{type(exc).__name__}: {exc}"})
                 os._exit(SETUP_FAILED)
+            os.write(write_fd, STARTED)  # from here on the channel is the call's code's too
             try:
                 reply: ForkedResult = {"ok": True, "value": fn()}
             except MemoryError:
@@ -277,11 +308,12 @@ class ForkedCall:
         self._chunks: list[bytes] = []
         self._size = 0
         seccomp_filter = bwrap_filter()  # built once per process (a run of the system Python)
+        self._cgroup = _call_cgroup(limits)
         read_fd, write_fd = os.pipe()
         self.pid = os.fork()
         if self.pid == 0:
             os.close(read_fd)
-            _child(fn, limits, write_fd, seccomp_filter)
+            _child(fn, limits, write_fd, seccomp_filter, self._cgroup)
         os.close(write_fd)
         self._fd: int | None = read_fd
 
@@ -305,10 +337,19 @@ class ForkedCall:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
-        code = os.waitstatus_to_exitcode(_reap(self.pid, self.deadline))
+        status = _reap(self.pid, self.deadline)
+        code = os.waitstatus_to_exitcode(status)
+        if self._cgroup is not None:
+            self._cgroup.remove(timeout_s=0.2)
+            if any(path.exists() for path in self._cgroup.dirs.values()):
+                self._cgroup.remove_later()  # its last processes are still dying
+            self._cgroup = None
+        data = b"".join(self._chunks)
+        if data.startswith(STARTED):  # the call's code ran: what follows is its to write
+            return _call_reply(data[len(STARTED) :], code, self.limits)
         try:
-            reply = json.loads(b"".join(self._chunks)) if self._chunks else None
-        except ValueError:
+            reply = json.loads(data) if data else None
+        except (ValueError, RecursionError):
             reply = None
         if code == SETUP_FAILED or (isinstance(reply, dict) and "setup_error" in reply):
             detail = (reply or {}).get("setup_error", "the child could not enter its namespaces")
@@ -322,6 +363,39 @@ class ForkedCall:
                 "error": "the call died without a result (killed, or out of memory)",
             }
         return reply
+
+
+STARTED = b"\x00"
+"""The byte the sandboxed process writes once its sandbox is set up, before the call's code
+runs: a reply after it is the code's to write (it holds the descriptor), so nothing there is
+trusted to say the sandbox failed (infra); a setup error is one only without it."""
+
+
+def _call_reply(data: bytes, code: int, limits: Limits) -> ForkedResult:
+    """The reply of a call whose code ran: exactly one of the shapes the sandbox writes
+    (`{"ok": true, "value": ...}`, `{"ok": false, "error": "..."}`), else the call's failure
+    (the code wrote on the channel: a forged setup error, an `infra` key, JSON nested past the
+    stack, bytes that are no JSON). Never a `SandboxError`."""
+    if code == 124:
+        error = f"timed out after {float(limits.wall_s):g} s"
+        return {"ok": False, "error": error, "timed_out": True}
+    if not data:
+        return {"ok": False, "error": "the call died without a result (killed, or out of memory)"}
+    try:
+        reply = json.loads(data)
+    except (ValueError, RecursionError):
+        reply = None
+    if isinstance(reply, dict) and reply.get("ok") is True and set(reply) == {"ok", "value"}:
+        return reply
+    if (
+        isinstance(reply, dict)
+        and reply.get("ok") is False
+        and set(reply) == {"ok", "error"}
+        and isinstance(reply["error"], str)
+    ):
+        return reply
+    return {"ok": False, "error": "the call's reply is not one the sandbox writes: its code "
+            "wrote on the reply channel"}  # fmt: skip
 
 
 def run_forked(fn: Callable[[], Any], limits: Limits) -> ForkedResult:
