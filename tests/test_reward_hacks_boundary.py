@@ -200,9 +200,9 @@ def test_class9_an_agent_programs_slow_tool_calls_are_the_policys_timeout(
     slow tool calls ended `env_timeout`, excluded. Now a program past its deadline after the
     policy answered, with no request in the generator, is the policy's timeout (scored at the
     failure reward, trained on); one that never asked stays infra."""
+    from envs.calculator import generate_tasks
     from forge_agent.endpoint.agents import AgentRolloutEngine
     from forge_agent.endpoint.server import EndpointServer
-    from envs.calculator import generate_tasks
     from forge_agent.rollout import ChatRenderer, RolloutConfig
     from tests.helpers import SaysPolicy
 
