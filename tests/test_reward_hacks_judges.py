@@ -251,7 +251,10 @@ def _adversarial(task: str, entry: dict) -> list[str]:
         corpus += [f"Integral({integrand}, {var})", f"integrate({integrand}, {var}) + C",
                    f"Integral({integrand}, {var}).doit()"]  # fmt: skip
     if task == "polynomial_multiplication":
-        corpus += [f"expand({meta['polynomial_expr']})", meta["polynomial_expr"]]
+        question = meta["polynomial_expr"]
+        corpus.append(f"expand({question})")
+        if question.replace(" ", "") != key.replace(" ", ""):  # a question already expanded
+            corpus.append(question)
     return corpus
 
 
