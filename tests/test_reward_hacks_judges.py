@@ -329,9 +329,9 @@ def _fork_bomb() -> int:
 def test_class8_one_calls_processes_never_fail_another_calls_fork():
     """Before (c257d3d): every forked call (judges, verifiers tools) ran as the one sandbox uid
     under RLIMIT_NPROC, a count shared host-wide: a call holding 8 processes made another
-    call's single fork fail (`EAGAIN`). Now each call has a pids cgroup of its own, bounded to
-    its `max_procs`, and the uid's count is no bound: the second call forks, and a fork bomb
-    is still stopped at its own bound."""
+    call's single fork fail (`EAGAIN`). Now each call runs as a uid of its own
+    (`CALL_UID_BASE` + its timing process's host pid), so its RLIMIT_NPROC counts its own
+    processes: the second call forks, and a fork bomb is still stopped at its own bound."""
     import select
     import time
 

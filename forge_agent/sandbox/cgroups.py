@@ -83,11 +83,6 @@ class SandboxCgroup:
             (memory / "memory.limit_in_bytes").write_text(limit)
         (self.dirs["pids"] / "pids.max").write_text(str(max_procs + 4))
 
-    def set_pids(self, max_procs: int) -> None:
-        """Bound the process count alone (a forked call: its memory is the parent's, shared
-        copy-on-write, and bounded per process by RLIMIT_AS)."""
-        (self.dirs["pids"] / "pids.max").write_text(str(max_procs + 4))
-
     def add(self, pid: int) -> None:
         """Move `pid` into the sandbox's cgroups (its later children follow)."""
         for path in self.dirs.values():

@@ -19,7 +19,8 @@ once, and each call forks a child that, before the function runs:
 - keeps no descriptor but its reply pipe (not its server's requests or replies);
 - takes the rlimits of `Limits` (CPU seconds, address space beyond what the warm process
   holds, processes, file size, descriptors, no core files) and an empty environment;
-- drops to the sandbox user (uid/gid 65534, no groups, no capabilities, ``no_new_privs``),
+- drops to a user of its own (uid `CALL_UID_BASE` + the host pid of its timing process, so
+  its process count is its own; gid 65534, no groups, no capabilities, ``no_new_privs``),
   so the host's files are read-only to it and those only root may read stay unread, and runs
   under the seccomp filter of every sandbox (`forge_agent.sandbox.seccomp`: no ptrace, no new
   namespaces or mounts, no keyrings, BPF or io_uring);
@@ -47,7 +48,6 @@ from collections.abc import Callable
 from typing import Any
 
 from forge_agent.sandbox.base import Limits, SandboxError
-from forge_agent.sandbox.cgroups import SandboxCgroup
 from forge_agent.sandbox.seccomp import bwrap_filter
 
 __all__ = ["ForkedCall", "ForkedResult", "run_forked"]
@@ -138,7 +138,7 @@ def _read_only_host() -> None:
                 raise
 
 
-def _enter_sandbox(limits: Limits, keep_fd: int, seccomp_filter: bytes, nproc: int) -> None:
+def _enter_sandbox(limits: Limits, keep_fd: int, seccomp_filter: bytes, uid: int) -> None:
     """In the forked child (PID 1 of its namespaces, still root): descriptors, mounts, rlimits,
     identity."""
     for fd in [int(name) for name in os.listdir("/proc/self/fd")]:
@@ -175,13 +175,13 @@ def _enter_sandbox(limits: Limits, keep_fd: int, seccomp_filter: bytes, nproc: i
     resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
     resource.setrlimit(resource.RLIMIT_AS, (held + int(limits.memory_mb) * mb,) * 2)
     resource.setrlimit(resource.RLIMIT_FSIZE, (int(limits.file_size_mb) * mb,) * 2)
-    resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
+    resource.setrlimit(resource.RLIMIT_NPROC, (int(limits.max_procs),) * 2)  # this call's uid
     resource.setrlimit(resource.RLIMIT_NOFILE, (1024, 1024))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     os.chdir("/tmp")
     os.setgroups([])
     os.setgid(SANDBOX_ID)
-    os.setuid(SANDBOX_ID)
+    os.setuid(uid)
     _check(_libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(no_new_privs)")
     _load_seccomp(seccomp_filter)
     os.environ.clear()
@@ -211,44 +211,23 @@ def _virtual_size() -> int:
         return int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
 
 
-def _call_cgroup(limits: Limits) -> SandboxCgroup | None:
-    """A pids cgroup of this call alone, bounded to `limits.max_procs` (None where cgroup v1
-    is not writable: then the sandbox user's RLIMIT_NPROC bounds it, shared host-wide)."""
-    cgroup = SandboxCgroup.create()
-    if cgroup is None:
-        return None
-    try:
-        cgroup.set_pids(int(limits.max_procs))
-    except OSError:
-        cgroup.remove()
-        return None
-    return cgroup
+CALL_UID_BASE = 1 << 20
+"""A forked call runs as uid `CALL_UID_BASE` + the host pid of its timing process: a uid of
+its own among every live call on the host (two live processes never share a pid), so its
+RLIMIT_NPROC counts its own processes alone, where one uid for every call (65534) let one
+call's processes fail another call's fork."""
 
 
-UNSHARED_NPROC = 1 << 14
-"""RLIMIT_NPROC of a call with a pids cgroup of its own: far above any call's bound, so the
-count of every call's processes (all the one sandbox uid's) never fails another call's fork."""
-
-
-def _child(
-    fn: Callable[[], Any],
-    limits: Limits,
-    write_fd: int,
-    seccomp_filter: bytes,
-    cgroup: SandboxCgroup | None = None,
-) -> None:
+def _child(fn: Callable[[], Any], limits: Limits, write_fd: int, seccomp_filter: bytes) -> None:
     """The forked process: new namespaces, then PID 1 of them runs `fn`; this one bounds it
     in time (killing PID 1 takes the whole namespace along). Never returns."""
     try:
-        nproc = int(limits.max_procs)
-        if cgroup is not None:  # this call's processes are counted in its own cgroup
-            cgroup.add(os.getpid())
-            nproc = UNSHARED_NPROC
+        uid = CALL_UID_BASE + os.getpid()  # the host's pid, before the new namespace
         _check(_libc.unshare(CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET), "unshare")
         inner = os.fork()
         if inner == 0:
             try:
-                _enter_sandbox(limits, write_fd, seccomp_filter, nproc)
+                _enter_sandbox(limits, write_fd, seccomp_filter, uid)
             except BaseException as exc:
                 _write(write_fd, {"ok": False, "setup_error": f"{type(exc).__name__}: {exc}"})
                 os._exit(SETUP_FAILED)
@@ -308,12 +287,11 @@ class ForkedCall:
         self._chunks: list[bytes] = []
         self._size = 0
         seccomp_filter = bwrap_filter()  # built once per process (a run of the system Python)
-        self._cgroup = _call_cgroup(limits)
         read_fd, write_fd = os.pipe()
         self.pid = os.fork()
         if self.pid == 0:
             os.close(read_fd)
-            _child(fn, limits, write_fd, seccomp_filter, self._cgroup)
+            _child(fn, limits, write_fd, seccomp_filter)
         os.close(write_fd)
         self._fd: int | None = read_fd
 
@@ -339,11 +317,6 @@ class ForkedCall:
             self._fd = None
         status = _reap(self.pid, self.deadline)
         code = os.waitstatus_to_exitcode(status)
-        if self._cgroup is not None:
-            self._cgroup.remove(timeout_s=0.2)
-            if any(path.exists() for path in self._cgroup.dirs.values()):
-                self._cgroup.remove_later()  # its last processes are still dying
-            self._cgroup = None
         data = b"".join(self._chunks)
         if data.startswith(STARTED):  # the call's code ran: what follows is its to write
             return _call_reply(data[len(STARTED) :], code, self.limits)
