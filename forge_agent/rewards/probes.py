@@ -2,9 +2,12 @@
 
 The second reward principle (docs/rewards.md): no expected value is within reach of the code
 being graded. `split_tests(source)` reads a test file with `ast` (never runs it) and rewrites
-every assertion into a *probe*: `__probe__.check(ID, <what the code produced>)`, where the
+every assertion into a *probe*: `__probe__.check(ID, lambda: <expr>, ...)`, where the
 probed expressions are the assertion's operands that call into the code (`candidate(3)`,
-`str(Money(-150))`), and the expected operands (literals: `[(1, 5)]`, `"-1.50 USD"`, a
+`str(Money(-150))`). Every other expression statement of a test (`account.deposit(...)`)
+and the block of a `with self.assertRaises(...)` become probes of the same shape, and test
+functions are renamed `test_<n>` in the program, so nothing there says where an exception
+would pass (issue 61). The expected operands (literals: `[(1, 5)]`, `"-1.50 USD"`, a
 tolerance, the polarity of `assertTrue`/`assertFalse`, the exception class `assertRaises`
 wants) stay in a `Check` on the host. The probe program runs in the sandbox and reports the
 values (`probe_runtime.Probe`, tagged JSON, size-bounded); `judge_test` decides each test
@@ -62,9 +65,12 @@ _BINOPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv
 
 @dataclass
 class Check:
-    """One assertion's outside half: a tree over the probed values (`("slot", i)`) and the
-    literals it holds. `must_run`: it stands in its test's own body, so it runs exactly when
-    the test gets that far (one in a loop or branch may run any number of times)."""
+    """One assertion's outside half: a tree over the outcomes of its probed expressions
+    (`("slot", i)` a value, `("truth", i)` its truth, `("raised", ...)` what the one
+    expression raised, `("ran",)` a plain call that must not raise) and the literals it holds.
+    How many times it must fire comes from the reference solution's run
+    (`probe_verdicts.fired`); `must_run` is the fallback without one: it stands in its
+    test's own body, so it runs when the test gets that far."""
 
     id: int
     line: int
