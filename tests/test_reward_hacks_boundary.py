@@ -209,7 +209,7 @@ def test_class9_an_agent_programs_slow_tool_calls_are_the_policys_timeout(
     env = EnvConfig(
         f"agent:tests.endpoint_agents:{program}",
         kwargs={"reward": "tests.endpoint_agents:calculator_reward"},
-        reset_timeout_s=2.0,
+        reset_timeout_s=6.0,  # the worker's start has it too: room for a loaded machine
     )
     task = generate_tasks(1, seed=31)[0]
 
