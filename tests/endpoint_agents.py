@@ -126,3 +126,15 @@ async def hanging_agent(task: dict[str, Any], client: Any) -> str:
 
     await asyncio.sleep(3600)
     return ""
+
+
+async def slow_tools_agent(task: dict[str, Any], client: Any) -> str:
+    """Asks the policy, then runs the policy's answer as a slow tool call would (past the
+    episode's reset deadline)."""
+    import asyncio
+
+    reply = await client.chat.completions.create(
+        model="policy", messages=[{"role": "user", "content": task["prompt"]}], max_tokens=8
+    )
+    await asyncio.sleep(3600)  # the tool the policy's answer asked for, still running
+    return reply.choices[0].message.content or ""

@@ -187,3 +187,42 @@ def _assert_the_raise_is_the_policys(rubric, raised, wrong, solved) -> None:
     kept, stats = compute_advantages([Group("t0", [raised, wrong, solved])])
     assert raised in kept and stats.dropped.get("infra_failure", 0) == 0
     assert raised.advantage < 0 < solved.advantage
+
+
+@pytest.mark.parametrize(
+    ("program", "status"),
+    [("slow_tools_agent", Status.POLICY_TIMEOUT), ("hanging_agent", Status.ENV_TIMEOUT)],
+)
+def test_class9_an_agent_programs_slow_tool_calls_are_the_policys_timeout(
+    tiny_tokenizer, program, status
+):
+    """Before (c257d3d): an agent program pushed past `reset_timeout_s` by the policy's own
+    slow tool calls ended `env_timeout`, excluded. Now a program past its deadline after the
+    policy answered, with no request in the generator, is the policy's timeout (scored at the
+    failure reward, trained on); one that never asked stays infra."""
+    from envs.calculator import generate_tasks
+    from forge_agent.endpoint.agents import AgentRolloutEngine
+    from forge_agent.endpoint.server import EndpointServer
+    from forge_agent.rollout import ChatRenderer, RolloutConfig
+    from tests.helpers import SaysPolicy
+
+    env = EnvConfig(
+        f"agent:tests.endpoint_agents:{program}",
+        kwargs={"reward": "tests.endpoint_agents:calculator_reward"},
+        reset_timeout_s=6.0,  # the worker's start has it too: room for a loaded machine
+    )
+    task = generate_tasks(1, seed=31)[0]
+
+    async def run():
+        policy = SaysPolicy(tiny_tokenizer, "42")
+        server = EndpointServer(policy, ChatRenderer(tiny_tokenizer), 2048)
+        async with server, EnvPool(ResolvedEnv.of(env), size=1) as pool:
+            (traj,) = await AgentRolloutEngine(server, pool, config=RolloutConfig()).run_episode(
+                task, 0
+            )
+            return traj
+
+    traj = asyncio.run(run())
+    assert traj.status is status, traj.info
+    if status is Status.POLICY_TIMEOUT:
+        assert traj.reward == 0.0 and traj.num_sampled > 0

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -232,3 +233,119 @@ def test_without_root_the_forked_sandbox_refuses_clearly_and_runs_nothing(monkey
     with pytest.raises(SandboxError, match=r"needs root .* uid 1000"):
         run_forked(functools.partial(target.write_text, "x"), Limits(wall_s=5.0))
     assert not target.exists()
+
+
+def _adversarial(task: str, entry: dict) -> list[str]:
+    """Answers that are not solutions, or not in the task's form: the question restated, its
+    unevaluated forms, digit-free constants, functions of the numbers, other numbers."""
+    meta, key = entry["metadata"], str(entry["answer"])
+    corpus = [entry["question"]]
+    if task == "puzzle24":
+        others = ("6*4*1*1", "8*3*1*1", "2*3*4*1", "(9-3)*(5-1)")
+        numbers = sorted(meta["numbers"])
+        corpus += [a for a in others if sorted(map(int, re.findall(r"\d+", a))) != numbers]
+    if task == "countdown":
+        corpus += [f"{key} + E - E", f"floor({key} + E/pi)", f"({key})*(pi/pi)"]
+    if task in ("simple_integration", "intermediate_integration"):
+        var, integrand = meta["variable"], meta["integrand"]
+        corpus += [f"Integral({integrand}, {var})", f"integrate({integrand}, {var}) + C",
+                   f"Integral({integrand}, {var}).doit()"]  # fmt: skip
+    if task == "polynomial_multiplication":
+        question = meta["polynomial_expr"]
+        corpus.append(f"expand({question})")
+        if question.replace(" ", "") != key.replace(" ", ""):  # a question already expanded
+            corpus.append(question)
+    return corpus
+
+
+STRICT_TASKS = {"puzzle24": 0.01, "countdown": 0.05, "simple_integration": 0.0,
+                "intermediate_integration": 0.0, "polynomial_multiplication": 0.0}  # fmt: skip
+
+
+@pytest.mark.parametrize("task", list(STRICT_TASKS))
+def test_class5_split_scorers_are_as_strict_as_the_task(task):
+    """A differential harness: honest answers (reasoning-gym's own dataset answers) pay what
+    reasoning-gym pays (1.0); an adversarial corpus pays no more than the task's own score for
+    a wrong answer, even where reasoning-gym's scorer pays 1.0 (before, c257d3d: the split
+    paid it too): puzzle24 took four other numbers that make 24, countdown digit-free
+    constants and functions of the numbers, the integration tasks the question's own
+    `Integral` and `integrate(...)`, polynomial_multiplication `expand(<the question>)`."""
+    import reasoning_gym
+
+    from forge_agent.env.adapters.reasoning_gym import extract_answer
+    from tests.test_reasoning_gym_scorers import _verdicts
+
+    dataset = reasoning_gym.create_dataset(task, seed=2, size=3)
+    entries = list(dataset)
+    tasks = [{"prompt": e["question"], "answer": str(e["answer"]), "entry": e} for e in entries]
+    corpus = [[str(e["answer"]), *_adversarial(task, e)] for e in entries]
+    upstream = [
+        [float(dataset.score_answer(extract_answer(f"<answer>{a}</answer>"), e)) for a in given]
+        for e, given in zip(entries, corpus, strict=True)
+    ]
+    split = _verdicts(f"reasoning_gym:{task}", tasks, corpus)
+    floor = STRICT_TASKS[task]
+    for answers, theirs, ours in zip(corpus, upstream, split, strict=True):
+        assert ours[0] == theirs[0] == 1.0, (answers[0], theirs[0], ours[0])
+        assert all(v <= floor for v in ours[1:]), list(zip(answers[1:], ours[1:], strict=True))
+    paid_upstream = sum(v == 1.0 for row in upstream for v in row[1:])
+    assert paid_upstream >= len(entries), f"reasoning-gym paid {paid_upstream} of the corpus"
+
+
+def _hold_processes() -> int:
+    import time
+
+    for _ in range(7):
+        if os.fork() == 0:
+            time.sleep(4)
+            os._exit(0)
+    time.sleep(2.0)
+    return 7
+
+
+def _fork_once() -> str:
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0)
+    os.waitpid(pid, 0)
+    return "forked"
+
+
+def _fork_bomb() -> int:
+    import time
+
+    made = 0
+    try:
+        for _ in range(200):
+            if os.fork() == 0:
+                time.sleep(3)
+                os._exit(0)
+            made += 1
+    except OSError:
+        return made
+    return made
+
+
+def test_class8_one_calls_processes_never_fail_another_calls_fork():
+    """Before (c257d3d): every forked call (judges, verifiers tools) ran as the one sandbox uid
+    under RLIMIT_NPROC, a count shared host-wide: a call holding 8 processes made another
+    call's single fork fail (`EAGAIN`). Now each call runs as a uid of its own
+    (`CALL_UID_BASE` + its timing process's host pid), so its RLIMIT_NPROC counts its own
+    processes: the second call forks, and a fork bomb is still stopped at its own bound."""
+    import select
+    import time
+
+    from forge_agent.sandbox.base import Limits
+    from forge_agent.sandbox.forked import ForkedCall, run_forked
+
+    limits = Limits(wall_s=10.0, max_procs=8)
+    holder = ForkedCall(_hold_processes, limits)
+    time.sleep(0.7)  # its seven children are up
+    assert run_forked(_fork_once, limits) == {"ok": True, "value": "forked"}
+    bomb = run_forked(_fork_bomb, limits)
+    assert bomb["ok"] and bomb["value"] <= limits.max_procs + 4, bomb
+    while True:
+        ready, _, _ = select.select([holder], [], [], 0.1)
+        if ready and holder.read():
+            break
+    assert holder.result() == {"ok": True, "value": 7}

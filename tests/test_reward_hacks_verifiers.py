@@ -103,6 +103,8 @@ result = '; '.join(found)
 
 
 def test_a_verifiers_tool_running_policy_code_cannot_reach_the_host(tmp_path, monkeypatch):
+    from forge_agent.sandbox.forked import CALL_UID_BASE
+
     # Old main ran the code in the env worker itself: it read /etc/shadow and /root, wrote the
     # host file, saw the worker's environment, and left /tmp files for the next call to read.
     monkeypatch.setenv("FORGE_TEST_SECRET", "hunter2")
@@ -119,7 +121,8 @@ def test_a_verifiers_tool_running_policy_code_cannot_reach_the_host(tmp_path, mo
     )
     report, next_call = seen
     assert "READ" not in report and "WROTE" not in report and "NET" not in report, report
-    assert "SECRET none" in report and "uid 65534" in report, report
+    uid = int(report.split("uid ", 1)[1].split(";")[0])
+    assert "SECRET none" in report and uid >= CALL_UID_BASE, report  # a call's own user
     assert "LISTED /root .pyenv" in report or "denied /root" in report, (
         report
     )  # only the interpreter
@@ -173,3 +176,40 @@ def test_a_rubric_that_asks_a_model_is_refused_unless_allowed():
         VerifiersEnv("tests.verifiers_envs.judged")
     env = VerifiersEnv("tests.verifiers_envs.judged", allow_model_judge=True)
     assert not env.sandboxed_rubric
+
+
+# the policy's code writes on every descriptor it holds (the reply channel among them), then exits
+WRITE_ON_THE_REPLY = """
+import os
+for fd in range(3, 64):
+    try:
+        os.write(fd, DATA)
+    except OSError:
+        pass
+os._exit(0)
+"""
+REPLY_FORGERIES = {
+    "forged-setup-error": b'{"ok": false, "setup_error": "no namespaces"}',
+    "infra-key": b'{"infra": "the sandbox failed"}',
+    "nested-past-the-stack": b'{"ok": true, "value": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",
+}
+
+
+@pytest.mark.parametrize("data", list(REPLY_FORGERIES.values()), ids=list(REPLY_FORGERIES))
+def test_class9_what_the_policys_code_writes_on_the_reply_channel_is_its_failure(data):
+    """Before (c257d3d): a verifiers python tool whose code wrote a setup error, an `infra`
+    key or JSON nested past the stack on its reply pipe made the call a `ToolServerError`
+    (the episode `env_error`, excluded). The channel is the code's once it runs (the sandbox
+    writes a start byte first): any reply but the sandbox's own shapes is the call's failure,
+    an error message the policy reads, and the tool server lives on."""
+    code = f"DATA = {data!r}\n" + WRITE_ON_THE_REPLY
+    later = json.dumps({"code": "result = 6 * 7"})
+    seen, end = _vf_episode(
+        VF_PYTHON,
+        [_vf_call("python", json.dumps({"code": code})), _vf_call("python", later, "c1")],
+        "<answer>1</answer>",
+    )
+    forged, next_call = seen
+    assert "reply" in forged and "wrote on the reply channel" in forged, forged
+    assert next_call == "42"
+    assert end.done and end.info["failed_tool_calls"] == 1, end.info

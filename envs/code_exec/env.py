@@ -20,14 +20,15 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import hashlib
 import json
 import os
 import random
 import re
 from typing import Any
 
-from envs.code_exec.grading import extract_code, grade
-from forge_agent.env import Dataset, ToolEnv
+from envs.code_exec.grading import extract_code, grade, task_helpers
+from forge_agent.env import Dataset, EnvSetupError, ToolEnv
 from forge_agent.sandbox import Limits, make_sandbox
 from forge_agent.types import Message
 from tools.python import python
@@ -134,7 +135,49 @@ class CodeExecEnv(ToolEnv):
         return [[*self.prompt(task), _answer(task.get("reference", ""))] for task in load_tasks()]
 
     async def reset(self, task: dict[str, Any], seed: int | None = None) -> Any:
-        return await super().reset(normalize_task(task), seed)
+        task = normalize_task(task)
+        self._oracle = await asyncio.to_thread(self.oracle, task)
+        return await super().reset(task, seed)
+
+    def oracle(self, task: dict[str, Any]) -> dict[str, Any]:
+        """The task checked against its reference solution, once per process (as repo_tasks
+        checks its oracle patch): the reference must pass its own tests, or the task is an
+        `EnvSetupError` naming it (infra, never the policy's failure). For assertion tests it
+        returns what grading needs from the reference: the task's helpers (`task_helpers`) and
+        how many times each check fired (`expected`). A task without a reference is not
+        checked: its checks' must-run rule is the test body's own top level."""
+        key = hashlib.sha256(
+            json.dumps(
+                [task.get(k) for k in ("reference", "entry_point", "tests", "test_code")],
+                default=str,
+            ).encode()
+        ).hexdigest()
+        if key in _ORACLES:
+            return _ORACLES[key]
+        reference, test_code = task.get("reference"), task.get("test_code")
+        found: dict[str, Any] = {"helpers": None, "expected": None}
+        if test_code:
+            found["helpers"] = task_helpers(reference, task["entry_point"], test_code)
+        if reference:
+            extra = {"test_code": test_code, "helpers": found["helpers"]} if test_code else {}
+            result = grade(
+                reference,
+                task["entry_point"],
+                task.get("tests") or [],
+                self.backend,
+                self.test_limits,
+                **extra,
+            )
+            if result.error is not None or result.passed != result.total:
+                why = result.error or "; ".join(result.failures[:3])
+                raise EnvSetupError(
+                    "code_exec",
+                    str(task.get("task_id")),
+                    f"its tests fail on its reference solution: {why}",
+                )
+            found["expected"] = result.fired
+        _ORACLES[key] = found
+        return found
 
     def make_sandbox(self) -> Any:
         return self.backend.session(self.tool_limits)
@@ -147,7 +190,13 @@ class CodeExecEnv(ToolEnv):
         if code is None:
             info.update(outcome="no_code", passed=0, total=1 if test_code else len(tests))
             return {"tests_passed": 0.0}, info
-        extra = {"test_code": test_code} if test_code else {}
+        oracle = getattr(self, "_oracle", None) or {}
+        extra = (
+            {"test_code": test_code, "helpers": oracle.get("helpers"),
+             "expected": oracle.get("expected")}
+            if test_code
+            else {}
+        )  # fmt: skip
         result = await asyncio.to_thread(
             functools.partial(grade, **extra),
             code,
@@ -176,6 +225,9 @@ class CodeExecEnv(ToolEnv):
     async def close(self) -> None:
         await super().close()
         self.backend.close()
+
+
+_ORACLES: dict[str, dict[str, Any]] = {}
 
 
 def _split_key(task: dict[str, Any]) -> str:

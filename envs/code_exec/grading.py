@@ -32,10 +32,10 @@ import secrets
 from dataclasses import dataclass, field
 from typing import Any
 
-from forge_agent.rewards.probe_verdicts import judge_test
+from forge_agent.rewards.probe_verdicts import fired, judge_test
 from forge_agent.rewards.probes import probe_runtime_source, split_tests
 
-__all__ = ["GradeResult", "extract_code", "grade"]
+__all__ = ["GradeResult", "extract_code", "grade", "task_helpers"]
 
 _FENCE = re.compile(r"```[ \t]*([\w+-]*)[ \t]*\n(.*?)```", re.DOTALL)
 
@@ -80,9 +80,10 @@ os._exit(0)
 
 
 ASSERT_HARNESS = r"""
-import importlib.util, json, os, signal, sys
+import builtins, importlib.util, json, os, signal, sys
 ENTRY = __ENTRY__
 BUDGET_S = __BUDGET_S__
+BUILTINS = dict(vars(builtins))  # before any code of the solution's: the interpreter's own
 out = os.fdopen(os.dup(1), "w")
 null = os.open(os.devnull, os.O_RDWR)
 os.dup2(null, 1)
@@ -90,13 +91,18 @@ os.dup2(null, 2)
 with open("checks.py") as f:
     PROGRAM = f.read()
 os.remove("checks.py")
+HELPERS = None
+if os.path.exists("task_helpers.py"):
+    with open("task_helpers.py") as f:
+        HELPERS = f.read()
+    os.remove("task_helpers.py")
 spec = importlib.util.spec_from_file_location("probe_runtime", "probe_runtime.py")
 runtime = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(runtime)
 probe = runtime.Probe()
 
 
-class OutOfTime(BaseException):  # not an Exception: no assertRaises block swallows it
+class OutOfTime(BaseException):  # not an Exception: no probe or assertRaises block swallows it
     pass
 
 
@@ -108,15 +114,25 @@ signal.signal(signal.SIGALRM, on_alarm)
 signal.alarm(BUDGET_S)
 end = "ok"
 try:
+    task = {"__builtins__": dict(BUILTINS), "__name__": "task"}
+    if HELPERS is not None:  # the functions the task defines for its checks (HumanEval's poly)
+        exec(compile(HELPERS, "<task>", "exec"), task)
     sys.path.insert(0, "")
     import solution
-    namespace = {k: v for k, v in vars(solution).items() if not k.startswith("__")}
-    if not callable(namespace.get(ENTRY)):
+    candidate = getattr(solution, ENTRY, None)
+    if not callable(candidate):
         raise NameError("the solution defines no function %r" % ENTRY)
-    namespace.update(__name__="__check__", __probe__=probe)
+    if HELPERS is None:  # a task without a reference: the solution's names, no builtin shadowed
+        namespace = {k: v for k, v in vars(solution).items()
+                     if not k.startswith("__") and k not in BUILTINS}
+    else:
+        namespace = {k: v for k, v in task.items() if not k.startswith("__")}
+    task[ENTRY] = candidate
+    namespace.update(__builtins__=dict(BUILTINS), __name__="__check__", __probe__=probe)
+    namespace[ENTRY] = candidate
     exec(compile(PROGRAM, "<tests>", "exec"), namespace)
     if callable(namespace.get("check")):
-        namespace["check"](namespace[ENTRY])
+        namespace["check"](candidate)
 except BaseException as exc:
     end = ("error: %s: %s" % (type(exc).__name__, exc))[:300]
 signal.alarm(0)
@@ -138,6 +154,7 @@ class GradeResult:
     error: str | None = None  # the solution did not load, or the run failed as a whole
     failures: list[str] = field(default_factory=list)  # one line per failed test
     exposed: int = 0  # assertions that compared in the solution's process (no literal to hold)
+    fired: dict[int, int] | None = None  # how many times each check fired (assertion tests)
 
     @property
     def fraction(self) -> float:
@@ -166,6 +183,8 @@ def grade(
     per_test_s: int = 2,
     *,
     test_code: str | None = None,
+    helpers: str | None = None,
+    expected: dict[int, int] | None = None,
 ) -> GradeResult:
     """Grade `code` in one `sandbox` run: against `tests` ({"args": [...], "expected": value})
     or, when given, against the assertion code `test_code` (then the result is 1/1 when every
@@ -174,9 +193,17 @@ def grade(
     `sandbox` is a `forge_agent.sandbox.Sandbox` (its `run` starts and tears down a sandbox);
     a session works too (its workspace then carries over between gradings). Never raises for
     anything the solution does; `SandboxError` when the sandbox itself fails.
+
+    Assertion tests: `helpers` is the task's own source of the functions its checks call
+    (`task_helpers`), bound from the task rather than the solution; `expected` is how many
+    times each check fired with the reference solution (`GradeResult.fired` of its grading):
+    the solution must fire each as often (without it, the checks of the test's own body must
+    run).
     """
     if test_code is not None:
-        return _grade_assertions(code, entry_point, test_code, sandbox, limits, per_test_s)
+        return _grade_assertions(
+            code, entry_point, test_code, sandbox, limits, per_test_s, helpers, expected
+        )
     nonce = f"@@{secrets.token_hex(8)}@@"
     harness = HARNESS.format(nonce=nonce, entry=entry_point, per_test_s=per_test_s)
     inputs = json.dumps([t["args"] for t in tests])
@@ -237,7 +264,14 @@ def _records(stdout: str, nonce: str, total: int) -> tuple[dict[int, dict[str, A
 
 
 def _grade_assertions(
-    code: str, entry_point: str, test_code: str, sandbox: Any, limits: Any, per_test_s: int
+    code: str,
+    entry_point: str,
+    test_code: str,
+    sandbox: Any,
+    limits: Any,
+    per_test_s: int,
+    helpers: str | None = None,
+    expected: dict[int, int] | None = None,
 ) -> GradeResult:
     """The assertions split (probes in the sandbox, checks here) and judged here."""
     try:
@@ -249,6 +283,8 @@ def _grade_assertions(
     harness = harness.replace("__BUDGET_S__", repr(int(budget_s)))
     files = {"solution.py": code, "checks.py": split.program}
     files["probe_runtime.py"] = probe_runtime_source()
+    if helpers is not None:
+        files["task_helpers.py"] = helpers
     result = sandbox.run(code=harness, files=files, limits=_report_limits(sandbox, limits))
     lines = [line for line in result.stdout.splitlines() if line.startswith("{")]
     if not lines:
@@ -259,12 +295,16 @@ def _grade_assertions(
         report = None
     if not isinstance(report, dict) or set(report) != {"end", "records"}:
         return GradeResult(0, 1, failures=["forged or malformed grading record"])
-    exposed = split.exposed("check") + split.exposed("")
-    outcome, forged = judge_test(split, ("", "check"), report["end"], report["records"])
+    if expected is not None:
+        exposed = split.exposed("check", expected)
+    else:
+        exposed = split.exposed("check") + split.exposed("")
+    records = report["records"]
+    outcome, forged = judge_test(split, ("", "check"), report["end"], records, expected)
     if forged:
         return GradeResult(0, 1, failures=[f"forged or malformed grading record: {outcome}"])
     if outcome == "passed":
-        return GradeResult(1, 1, exposed=exposed)
+        return GradeResult(1, 1, exposed=exposed, fired=fired(records))
     return GradeResult(0, 1, failures=[outcome[:300]], exposed=exposed)
 
 
@@ -292,3 +332,42 @@ def _same(got: Any, expected: Any) -> bool:
     if isinstance(expected, dict) and isinstance(got, dict):
         return got.keys() == expected.keys() and all(_same(got[k], expected[k]) for k in got)
     return type(got) is type(expected) and got == expected
+
+
+def task_helpers(reference: str | None, entry_point: str, test_code: str) -> str | None:
+    """The part of a task's reference source its checks call besides the entry point: the
+    top-level functions, classes and assignments the test code names (HumanEval's `poly`,
+    `encode_cyclic`), with what they name in turn and the reference's imports. Never the
+    entry point's own definition. None without a reference (or one that does not parse)."""
+    import ast
+
+    if not reference:
+        return None
+    try:
+        module, tests = ast.parse(reference), ast.parse(test_code)
+    except SyntaxError:
+        return None
+    defined: dict[str, ast.stmt] = {}
+    imports: list[ast.stmt] = []
+    for node in module.body:
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            imports.append(node)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            defined[node.name] = node
+        elif isinstance(node, ast.Assign):
+            for target in node.targets:
+                if isinstance(target, ast.Name):
+                    defined[target.id] = node
+    defined.pop(entry_point, None)
+
+    def names(tree: ast.AST) -> set[str]:
+        return {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+
+    wanted, todo = set(), list(names(tests) & set(defined))
+    while todo:
+        name = todo.pop()
+        if name not in wanted:
+            wanted.add(name)
+            todo.extend((names(defined[name]) & set(defined)) - wanted)
+    kept = [n for n in module.body if n in imports or any(defined.get(w) is n for w in wanted)]
+    return ast.unparse(ast.Module(body=kept, type_ignores=[])) + "\n"

@@ -91,8 +91,14 @@ def _test_limits(task: dict[str, Any]) -> Limits:
     return Limits(wall_s=wall_s, cpu_s=wall_s, memory_mb=int(limits.get("memory_mb", 512)))
 
 
-def grade_task(task: dict[str, Any], files: dict[str, str], backend: Sandbox) -> GradeResult:
-    """The hidden tests of `task` run over the repository `files`."""
+def grade_task(
+    task: dict[str, Any],
+    files: dict[str, str],
+    backend: Sandbox,
+    expected: dict[str, dict[int, int]] | None = None,
+) -> GradeResult:
+    """The hidden tests of `task` run over the repository `files`; `expected`: how many times
+    each test's checks fired on the oracle patch (`oracle_fired`)."""
     return grade_files(
         files,
         task["hidden_tests"],
@@ -100,7 +106,37 @@ def grade_task(task: dict[str, Any], files: dict[str, str], backend: Sandbox) ->
         task["pass_to_pass"],
         backend,
         _test_limits(task),
+        expected,
     )
+
+
+_FIRED: dict[str, dict[str, dict[int, int]] | None] = {}
+
+
+def oracle_fired(task: dict[str, Any], backend: Sandbox) -> dict[str, dict[int, int]] | None:
+    """How many times each check of each wanted test fires on the task's oracle patch (once
+    per process; `check_task` fills it too). None for a task without an oracle patch (its
+    checks' must-run rule is then the test body's own top level). Raises `EnvSetupError` when
+    the oracle does not resolve the task."""
+    key = _fingerprint(task, type(backend).__name__)
+    if key not in _FIRED:
+        if not task.get("oracle_patch"):
+            _FIRED[key] = None
+        else:
+            try:
+                fixed = apply_patch(task["files"], task["oracle_patch"])
+            except ValueError as exc:
+                raise EnvSetupError(
+                    ENV_ID, task["task_id"], f"the oracle patch does not apply: {exc}"
+                ) from exc
+            oracle = grade_task(task, fixed, backend)
+            if not oracle.resolved:
+                why = oracle.error or "; ".join(oracle.failing()[:3])
+                raise EnvSetupError(
+                    ENV_ID, task["task_id"], f"its tests fail on the oracle patch: {why}"
+                )
+            _FIRED[key] = oracle.fired
+    return _FIRED[key]
 
 
 def check_task(task: dict[str, Any], backend: Sandbox) -> tuple[float, float]:
@@ -124,8 +160,9 @@ def check_task(task: dict[str, Any], backend: Sandbox) -> tuple[float, float]:
     if not oracle.resolved:
         why = oracle.error or "; ".join(oracle.failing()[:3])
         raise EnvSetupError(ENV_ID, name, f"its tests fail on the oracle patch: {why}")
+    _FIRED[_fingerprint(task, type(backend).__name__)] = oracle.fired
     start = time.perf_counter()
-    noop = grade_task(task, dict(task["files"]), backend)
+    noop = grade_task(task, dict(task["files"]), backend, oracle.fired)
     noop_s = time.perf_counter() - start
     if noop.error is not None:
         raise EnvSetupError(ENV_ID, name, f"its tests cannot run: {noop.error}")
@@ -265,6 +302,10 @@ class RepoTaskEnv(ToolEnv):
                 ) from exc
         return self._backends[image]
 
+    async def reset(self, task: dict[str, Any], seed: int | None = None) -> Any:
+        self._expected = await asyncio.to_thread(oracle_fired, task, self.backend_for(task))
+        return await super().reset(task, seed)
+
     def make_sandbox(self) -> Any:
         session = self.backend_for(self.task).session(self.tool_limits)
         for path, text in self.task["files"].items():
@@ -282,7 +323,8 @@ class RepoTaskEnv(ToolEnv):
             info["error"] = str(exc)
             return {"resolved": 0.0}, info
         backend = self.backend_for(task)
-        result = await asyncio.to_thread(grade_task, task, files, backend)
+        expected = getattr(self, "_expected", None)
+        result = await asyncio.to_thread(grade_task, task, files, backend, expected)
         f2p, p2p = task["fail_to_pass"] or result.fail_to_pass, task["pass_to_pass"]
         info["fail_to_pass"] = f"{result.passed(f2p)}/{len(f2p)}"
         info["pass_to_pass"] = f"{result.passed(p2p)}/{len(p2p)}"

@@ -37,7 +37,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from forge_agent.rewards.probe_verdicts import judge_test
+from forge_agent.rewards.probe_verdicts import fired, judge_test
 from forge_agent.rewards.probes import SplitTests, probe_runtime_source, split_tests
 from forge_agent.sandbox import Limits, Sandbox, SandboxSession
 
@@ -132,6 +132,7 @@ class GradeResult:
     error: str | None = None  # the run produced no valid verdict
     tampered: str | None = None  # a report the runner never writes: the code under test wrote it
     exposed: list[str] = field(default_factory=list)  # tests that compare inside the sandbox
+    fired: dict[str, dict[int, int]] = field(default_factory=dict)  # passed test -> its checks
 
     def passed(self, tests: Sequence[str]) -> int:
         return sum(self.results.get(t) == "passed" for t in tests)
@@ -189,12 +190,15 @@ def grade_files(
     pass_to_pass: Sequence[str],
     backend: Sandbox,
     limits: Limits,
+    expected: Mapping[str, Mapping[int, int]] | None = None,
 ) -> GradeResult:
     """Run the hidden tests over the repository `files` in a fresh sandbox of `backend`.
 
     `hidden_tests` maps paths relative to the task's tests folder to their text. With empty
     `fail_to_pass` and `pass_to_pass` every `test*` of every hidden file is wanted (found by
-    `discover_tests`) and counted as fail-to-pass.
+    `discover_tests`) and counted as fail-to-pass. `expected`: per test, how many times each
+    of its checks fired on the oracle patch (`GradeResult.fired` of that grading); each test
+    must fire its checks as often (without it, the checks of the test's own body must run).
     """
     if not fail_to_pass and not pass_to_pass:
         fail_to_pass = discover_tests(hidden_tests)
@@ -204,12 +208,17 @@ def grade_files(
     splits = {
         path: split_tests(hidden_tests[path], path) for path in by_file if path in hidden_tests
     }
+    program_ids = {  # the tests by the names their programs give them (numbers)
+        test: _program_id(test, splits.get(test.split("::")[0]))
+        for test in [*fail_to_pass, *pass_to_pass]
+    }
+    plan = [(path, [program_ids[t] for t in tests]) for path, tests in by_file.items()]
     folder = f"_grading_{secrets.token_hex(8)}"  # nothing the episode left can be in its way
     payload = {
         **{k: v for k, v in files.items() if not _reserved(k)},
         **{f"{folder}/hidden/{path}": split.program for path, split in splits.items()},
         f"{folder}/probe_runtime.py": probe_runtime_source(),
-        f"{folder}/plan.json": json.dumps({"tests": list(by_file.items())}),
+        f"{folder}/plan.json": json.dumps({"tests": plan}),
         f"{folder}/runner.py": RUNNER,
     }
     result = GradeResult(fail_to_pass=list(fail_to_pass), pass_to_pass=list(pass_to_pass))
@@ -229,14 +238,28 @@ def grade_files(
         report = json.loads(records[0][len("RESULTS ") :])
     except (ValueError, RecursionError):
         report = None
-    return _judge(result, report, splits)
+    if isinstance(report, dict) and set(report) == set(program_ids.values()):
+        report = {test: report[program_id] for test, program_id in program_ids.items()}
+    return _judge(result, report, splits, expected)
+
+
+def _program_id(test: str, split: SplitTests | None) -> str:
+    """`test`'s id as its probe program names it (`path::Class::test_3`)."""
+    path, *parts = test.split("::")
+    renamed = split.renamed.get(".".join(parts)) if split is not None else None
+    return "::".join([path, *renamed.split(".")]) if renamed else test
 
 
 REPORT_BYTES = 8 << 20
 """The most the runner may report (values are size-bounded by the recorder too)."""
 
 
-def _judge(result: GradeResult, report: Any, splits: Mapping[str, SplitTests]) -> GradeResult:
+def _judge(
+    result: GradeResult,
+    report: Any,
+    splits: Mapping[str, SplitTests],
+    expected: Mapping[str, Mapping[int, int]] | None = None,
+) -> GradeResult:
     """Each wanted test decided on the host from what its probes reported."""
     wanted = [*result.fail_to_pass, *result.pass_to_pass]
     if not isinstance(report, dict) or set(report) != set(wanted):
@@ -252,12 +275,16 @@ def _judge(result: GradeResult, report: Any, splits: Mapping[str, SplitTests]) -
         if not isinstance(entry, dict) or set(entry) != {"end", "records"}:
             result.tampered = f"a malformed report for {test}"
             break
-        outcome, forged = judge_test(split, ("", ".".join(parts)), entry["end"], entry["records"])
+        want = expected.get(test) if expected is not None else None
+        function = ".".join(parts)
+        outcome, forged = judge_test(split, ("", function), entry["end"], entry["records"], want)
         if forged:
             result.tampered = f"{test}: {outcome}"
             break
         result.results[test] = outcome
-        if split.exposed(".".join(parts)):
+        if outcome == "passed":
+            result.fired[test] = fired(entry["records"])
+        if split.exposed(function, want):
             result.exposed.append(test)
     if result.tampered is not None:
         result.error, result.results = "tampering detected", {}

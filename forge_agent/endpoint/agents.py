@@ -179,6 +179,12 @@ class AgentRolloutEngine(RolloutEngine):
             result = messages[0]["content"] if messages else None
         except Exception as exc:  # the program raised, timed out or its worker died
             status, error = _status_of(exc), f"agent: {exc}"
+            if status is Status.ENV_TIMEOUT and not session.sampling and session.stats["requests"]:
+                # past its deadline after the policy answered, with no request being sampled:
+                # the program was working on the policy's answers (its tool calls, the code
+                # the policy wrote): the policy's budget, as a step's tool calls are
+                status = Status.POLICY_TIMEOUT
+                error += " (after the policy answered, no request in the generator)"
         traj.timings["agent_s"] = time.monotonic() - t0
         recorded = self.server.close_session(session.key, status)
         if status.is_policy_failure and not recorded.turn_spans:

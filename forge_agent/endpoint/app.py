@@ -159,6 +159,7 @@ class Endpoint:
                 return sampling
             return SamplingConfig(**{**sampling.__dict__, "seed": sampling.seed + i})
 
+        session.sampling += 1
         try:
             completions = await asyncio.gather(
                 *(
@@ -169,6 +170,8 @@ class Endpoint:
         except Exception as exc:
             metrics.record("endpoint/generator_errors", 1, "sum")
             raise SessionError(503, f"the generator failed: {exc}") from exc
+        finally:
+            session.sampling -= 1
         if any(c.finish_reason == "abort" for c in completions):
             raise SessionError(503, "the generator aborted the request (weights were updating)")
         return list(completions)

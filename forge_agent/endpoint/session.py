@@ -81,6 +81,7 @@ class Session:
     pending_turn: Turn | None = None
     pending: list[Candidate] = field(default_factory=list)  # choices of the last request
     stats: dict[str, int] = field(default_factory=lambda: {"requests": 0, "history_rewrites": 0})
+    sampling: int = 0  # requests of this session the generator is sampling now
 
     def __post_init__(self) -> None:
         self.history = TokenHistory(self.trajectory)

@@ -1,8 +1,9 @@
 """The recorder a split test program calls beside the code under test (shipped as source).
 
-A split test program (`forge_agent.rewards.probes`) calls `__probe__.check(ID, v0, v1, ...)`
-where its assertion stood: the recorder encodes the values the code produced as tagged JSON
-and keeps them for the runner to report. It compares nothing and holds no expected value:
+A split test program (`forge_agent.rewards.probes`) calls
+`__probe__.check(ID, lambda: <expr>, ...)` where its assertion (or any other expression
+statement) stood: the recorder calls each expression, encodes what it returned or raised as
+tagged JSON and keeps it for the runner to report. It compares nothing and holds no expected value:
 the checks live outside, in the process that reads the report. A value the encoding cannot
 carry (an object, past the size budget) is reported as what it is, and equals no expected
 value. Code under test can replace this recorder; what it forges is checked against values it
@@ -25,31 +26,53 @@ class Budget(Exception):
 
 
 class Probe:
-    """Records the values of each check, for the runner to report (`take`)."""
+    """Records, for each check, what each of its probed expressions did, for the runner to
+    report (`take`). Every probe has one call shape, `check(ID, lambda: <expr>, ...)`, whether
+    the host wants a value, a truth, a class or an exception of it: each expression is called
+    here and its *outcome* recorded (what it returned, with its truth and class names, or what
+    it raised), so nothing in the program says which the host wants."""
 
     def __init__(self) -> None:
         self.records: list[list[Any]] = []
         self.nodes = 0
 
-    def check(self, check_id: int, *values: Any) -> None:
-        """The values an assertion's probed expressions produced."""
-        self.records.append([check_id, [self.encode(v) for v in values]])
+    def check(self, check_id: int, *thunks: Any) -> Outcome:
+        """Call each probed expression in turn (stopping at one that raises, as Python would)
+        and record their outcomes. Returns the outcome of the last (its `exception`, as
+        unittest's `assertRaises` context gives it)."""
+        outcomes, last = [], Outcome()
+        for thunk in thunks:
+            last = Outcome()
+            try:
+                value = thunk()
+            except (Exception, SystemExit) as exc:  # not the runner's own timeout signal
+                last.exception = exc
+                try:
+                    message = str(exc)[:2000]
+                except Exception:
+                    message = ""
+                outcomes.append(["x", self.kind(exc), message])
+                break
+            outcomes.append(["v", self.encode(value), self.truth(value), self.kind(value)])
+        self.records.append([check_id, outcomes])
+        return last
 
-    def truth(self, value: Any) -> bool:
-        """The truth of a value, computed where it lives (objects define their own)."""
-        return bool(value)
+    @staticmethod
+    def truth(value: Any) -> Any:
+        """The truth of a value, computed where it lives (objects define their own); None when
+        it has none (it raises)."""
+        try:
+            return bool(value)
+        except Exception:
+            return None
 
-    def kind(self, value: Any) -> list[str]:
-        """The class names of a value's type and its bases (for isinstance checks)."""
-        return [str(c.__name__) for c in type(value).__mro__]
-
-    def raises(self, check_id: int) -> Raises:
-        """A context manager that records what its block raised (and swallows it)."""
-        return Raises(self, check_id)
-
-    def raises_call(self, check_id: int, fn: Any, *args: Any, **kwargs: Any) -> None:
-        with Raises(self, check_id):
-            fn(*args, **kwargs)
+    @staticmethod
+    def kind(value: Any) -> list[str]:
+        """The class names of a value's type and its bases (for isinstance and raises)."""
+        try:
+            return [str(c.__name__) for c in type(value).__mro__][:64]
+        except Exception:
+            return []
 
     def take(self) -> list[list[Any]]:
         records, self.records = self.records, []
@@ -91,26 +114,8 @@ class Probe:
         return ["o", str(type(v).__qualname__)]
 
 
-class Raises:
-    """`with probe.raises(ID) as cm:` records (class names, message) of what the block raised,
-    or (None, None); `cm.exception` is the exception, as unittest's assertRaises gives it."""
+class Outcome:
+    """What `Probe.check` returns: `exception` is what its last probed expression raised."""
 
-    def __init__(self, probe: Probe, check_id: int) -> None:
-        self.probe, self.check_id, self.exception = probe, check_id, None
-
-    def __enter__(self) -> Raises:
-        return self
-
-    def __exit__(self, kind: Any, exc: Any, tb: Any) -> bool:
-        if exc is None:
-            self.probe.check(self.check_id, None, None)
-            return False
-        if not isinstance(exc, (Exception, SystemExit)):
-            return False  # KeyboardInterrupt, the runner's own timeout signal: not the test's
-        self.exception = exc
-        try:
-            message = str(exc)[:2000]
-        except Exception:
-            message = ""
-        self.probe.check(self.check_id, self.probe.kind(exc), message)
-        return True
+    def __init__(self) -> None:
+        self.exception: BaseException | None = None

@@ -2,9 +2,12 @@
 
 The second reward principle (docs/rewards.md): no expected value is within reach of the code
 being graded. `split_tests(source)` reads a test file with `ast` (never runs it) and rewrites
-every assertion into a *probe*: `__probe__.check(ID, <what the code produced>)`, where the
+every assertion into a *probe*: `__probe__.check(ID, lambda: <expr>, ...)`, where the
 probed expressions are the assertion's operands that call into the code (`candidate(3)`,
-`str(Money(-150))`), and the expected operands (literals: `[(1, 5)]`, `"-1.50 USD"`, a
+`str(Money(-150))`). Every other expression statement of a test (`account.deposit(...)`)
+and the block of a `with self.assertRaises(...)` become probes of the same shape, and test
+functions are renamed `test_<n>` in the program, so nothing there says where an exception
+would pass (issue 61). The expected operands (literals: `[(1, 5)]`, `"-1.50 USD"`, a
 tolerance, the polarity of `assertTrue`/`assertFalse`, the exception class `assertRaises`
 wants) stay in a `Check` on the host. The probe program runs in the sandbox and reports the
 values (`probe_runtime.Probe`, tagged JSON, size-bounded); `judge_test` decides each test
@@ -31,7 +34,7 @@ from __future__ import annotations
 
 import ast
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -62,9 +65,12 @@ _BINOPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv
 
 @dataclass
 class Check:
-    """One assertion's outside half: a tree over the probed values (`("slot", i)`) and the
-    literals it holds. `must_run`: it stands in its test's own body, so it runs exactly when
-    the test gets that far (one in a loop or branch may run any number of times)."""
+    """One assertion's outside half: a tree over the outcomes of its probed expressions
+    (`("slot", i)` a value, `("truth", i)` its truth, `("raised", ...)` what the one
+    expression raised, `("ran",)` a plain call that must not raise) and the literals it holds.
+    How many times it must fire comes from the reference solution's run
+    (`probe_verdicts.fired`); `must_run` is the fallback without one: it stands in its
+    test's own body, so it runs when the test gets that far."""
 
     id: int
     line: int
@@ -82,9 +88,15 @@ class SplitTests:
     program: str
     checks: dict[int, Check] = field(default_factory=dict)
     unsplit: dict[str, int] = field(default_factory=dict)  # function -> assertions left inside
+    renamed: dict[str, str] = field(default_factory=dict)  # test function -> its program name
 
-    def exposed(self, function: str) -> int:
-        """How many of a test function's assertions compare in the graded process."""
+    def exposed(self, function: str, fired: Mapping[int, int] | None = None) -> int:
+        """How many of a test's assertions compare in the graded process. With `fired` (the
+        checks the reference solution's run of the test fired, `probe_verdicts.fired`): every
+        exposed check it reached, in a helper, a loop or an inherited method too; without,
+        those written in `function`'s own body."""
+        if fired is not None:
+            return sum(self.checks[i].exposed for i in fired if i in self.checks)
         own = sum(c.exposed for c in self.checks.values() if c.function == function)
         return own + self.unsplit.get(function, 0)
 
@@ -107,7 +119,39 @@ def _literal(node: ast.AST) -> tuple[bool, Any]:
     try:
         return True, ast.literal_eval(node)
     except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
-        return False, None
+        pass
+    if isinstance(node, ast.BinOp) and type(node.op) in (ast.Add, ast.Mult):
+        # literal arithmetic of strings, bytes, lists and tuples (`"hello" + "-world"`,
+        # `[0] * 3`): folded here, so the expected value stays a literal on the host
+        (left_ok, left), (right_ok, right) = _literal(node.left), _literal(node.right)
+        if left_ok and right_ok:
+            try:
+                return True, fold(_BINOPS[type(node.op)], left, right)
+            except (TypeError, ValueError, OverflowError, MemoryError):
+                pass
+    return False, None
+
+
+MAX_FOLDED = 1 << 20
+"""The longest a string, bytes, list or tuple the host builds by `+` or `*` may be."""
+
+
+def fold(op: str, a: Any, b: Any) -> Any:
+    """`a + b` or `a * b` where one is a string, bytes, list or tuple, bounded by `MAX_FOLDED`
+    (the host's own arithmetic on values it holds; numbers are not folded here). Raises
+    TypeError for any other operands, ValueError past the bound."""
+    sequences = (str, bytes, list, tuple)
+    if op == "+" and isinstance(a, sequences) and type(a) is type(b):
+        if len(a) + len(b) > MAX_FOLDED:
+            raise ValueError("a folded value past its bound")
+        return a + b
+    if op == "*":
+        seq, times = (a, b) if isinstance(a, sequences) else (b, a)
+        if isinstance(seq, sequences) and type(times) is int and not isinstance(times, bool):
+            if len(seq) * max(times, 0) > MAX_FOLDED:
+                raise ValueError("a folded value past its bound")
+            return seq * times
+    raise TypeError("not a sequence operation")
 
 
 def _dotted(node: ast.AST) -> str | None:
@@ -129,10 +173,8 @@ class _Split:
     def leaf(self, node: ast.expr, truth: bool = False) -> tuple:
         if any(isinstance(n, ast.Compare) for n in ast.walk(node)):
             self.exposed = True
-        if truth:
-            node = _probe_call("truth", [node])
         self.leaves.append(node)
-        return ("slot", len(self.leaves) - 1)
+        return ("truth" if truth else "slot", len(self.leaves) - 1)
 
     def split(self, node: ast.expr, truth: bool = False) -> tuple:
         is_literal, value = _literal(node)
@@ -232,8 +274,8 @@ def _assertion(method: str, args: list[ast.expr], kw: dict[str, ast.expr]) -> tu
         wanted = _names(args[1])
         if wanted is None:
             return None
-        slot = split.leaf(_probe_call("kind", [args[0]]))
-        tree = ("isinstance", slot, wanted, method == "assertNotIsInstance")
+        slot = split.leaf(args[0])
+        tree = ("isinstance", slot[1], wanted, method == "assertNotIsInstance")
     elif method in ("assertAlmostEqual", "assertNotAlmostEqual") and len(args) >= 2:
         places, delta = (_literal(kw[k]) if k in kw else (True, None) for k in ("places", "delta"))
         if not (places[0] and delta[0]):
@@ -251,37 +293,74 @@ def _assertion(method: str, args: list[ast.expr], kw: dict[str, ast.expr]) -> tu
     return tree, split.leaves, split.exposed
 
 
+def _thunk(node: ast.expr) -> ast.Lambda:
+    """`lambda: <node>`: the probe calls it, so raising or returning looks the same."""
+    args = ast.arguments(posonlyargs=[], args=[], kwonlyargs=[], kw_defaults=[], defaults=[])
+    return ast.Lambda(args=args, body=node)
+
+
+_FRAME_NAMES = {"super", "locals", "vars", "dir", "__class__"}
+
+
+def _thunkable(node: ast.AST) -> bool:
+    """Whether `node` means the same inside a lambda (no yield, await, walrus, zero-argument
+    `super()` or a read of the calling frame's locals)."""
+    for n in ast.walk(node):
+        if isinstance(n, (ast.Yield, ast.YieldFrom, ast.Await, ast.NamedExpr)):
+            return False
+        if isinstance(n, ast.Name) and n.id in _FRAME_NAMES:
+            return False
+    return True
+
+
 class _Rewriter(ast.NodeTransformer):
-    """Rewrites each assertion statement of a module into a probe call, collecting checks."""
+    """Rewrites each assertion statement of a module, and every other expression statement,
+    into a probe call `__probe__.check(ID, lambda: <expr>, ...)`, collecting checks."""
 
     def __init__(self) -> None:
         self.checks: dict[int, Check] = {}
         self.unsplit: dict[str, int] = {}
-        self.function, self.depth = "", 0
+        self.function, self.depth, self.in_class = "", 0, False
+        self.blocks = 0
+        self.plain = True  # plain statements become probes (not where a handler may catch)
+        self.renamed: dict[str, str] = {}
 
-    def _add(self, node: ast.AST, tree: tuple, leaves: list, exposed: bool) -> ast.Call:
+    def _add(self, node: ast.AST, tree: tuple, leaves: list, exposed: bool) -> ast.Call | None:
+        if not all(_thunkable(leaf) for leaf in leaves):
+            return None
         check_id = len(self.checks)
-        slots = 2 if tree[0] == "raised" else len(leaves)  # (class names, message)
         self.checks[check_id] = Check(
-            check_id, node.lineno, tree, slots, exposed, self.depth == 0, self.function
+            check_id, node.lineno, tree, len(leaves), exposed, self.depth == 0, self.function
         )
-        return _probe_call("check", [ast.Constant(check_id), *leaves])
+        return _probe_call("check", [ast.Constant(check_id), *(_thunk(leaf) for leaf in leaves)])
+
+    def _left(self, node: ast.stmt) -> ast.stmt:
+        """An assertion left as written (it raises inside): counted for its function."""
+        self.unsplit[self.function] = self.unsplit.get(self.function, 0) + 1
+        return node
 
     def visit_FunctionDef(self, node: ast.FunctionDef) -> ast.AST:
-        outer, outer_depth = self.function, self.depth
+        outer, outer_depth, outer_class = self.function, self.depth, self.in_class
         self.function = f"{outer}.{node.name}" if outer else node.name
-        self.depth = 0
+        if node.name.startswith("test") and (not outer or outer_class):
+            # a test's name may say what it wants (`test_overdraft_raises`): the program
+            # names it by number, the host maps it back
+            new = f"test_{len(self.renamed)}"
+            self.renamed[self.function] = f"{outer}.{new}" if outer else new
+            node.name = new
+        self.depth, self.in_class = 0, False
         node.body = self._block(node.body)
-        self.function, self.depth = outer, outer_depth
+        self.function, self.depth, self.in_class = outer, outer_depth, outer_class
         return node
 
     visit_AsyncFunctionDef = visit_FunctionDef  # type: ignore[assignment]
 
     def visit_ClassDef(self, node: ast.ClassDef) -> ast.AST:
-        outer = self.function
+        outer, outer_class = self.function, self.in_class
         self.function = f"{outer}.{node.name}" if outer else node.name
+        self.in_class = True  # a lambda in a class body does not see the class's names
         node.body = self._block(node.body)
-        self.function = outer
+        self.function, self.in_class = outer, outer_class
         return node
 
     def visit_Module(self, node: ast.Module) -> ast.AST:
@@ -289,25 +368,20 @@ class _Rewriter(ast.NodeTransformer):
         return node
 
     def _block(self, body: list[ast.stmt]) -> list[ast.stmt]:
-        return [self._statement(s) for s in body]
+        out: list[ast.stmt] = []
+        for statement in body:
+            done = self._statement(statement)
+            out.extend(done if isinstance(done, list) else [done])
+        return out
 
-    def _statement(self, node: ast.stmt) -> ast.stmt:
-        if isinstance(node, ast.Assert):
+    def _statement(self, node: ast.stmt) -> ast.stmt | list[ast.stmt]:
+        if isinstance(node, ast.Assert) and not self.in_class:
             split = _Split()
             tree = split.split(node.test, truth=True)
-            return ast.Expr(self._add(node, tree, split.leaves, split.exposed))
-        if isinstance(node, ast.Expr) and (call := _method_call(node.value)):
-            method, args, kw = call
-            if method in ("assertRaises", "assertRaisesRegex") and len(args) >= 2 + (
-                method == "assertRaisesRegex"
-            ):
-                return self._raises_call(node, method, args, kw) or node
-            done = _assertion(method, args, kw) if method != "assertRaises" else None
-            if done is not None:
-                return ast.Expr(self._add(node, *done))
-            if method.startswith("assert") or method == "fail":
-                self.unsplit[self.function] = self.unsplit.get(self.function, 0) + 1
-            return node
+            call = self._add(node, tree, split.leaves, split.exposed)
+            return ast.Expr(call) if call is not None else self._left(node)
+        if isinstance(node, ast.Expr) and not self.in_class:
+            return self._expression(node)
         if isinstance(node, ast.With):
             return self._with(node)
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
@@ -315,13 +389,45 @@ class _Rewriter(ast.NodeTransformer):
         self.depth += 1
         for name in ("body", "orelse", "finalbody"):
             if isinstance(getattr(node, name, None), list):
+                outer = self.plain
+                if name == "body" and getattr(node, "handlers", None):
+                    self.plain = False  # what the body raises is the test's own handler's
                 setattr(node, name, self._block(getattr(node, name)))
+                self.plain = outer
         for handler in getattr(node, "handlers", []):
             handler.body = self._block(handler.body)
         for case in getattr(node, "cases", []):
             case.body = self._block(case.body)
         self.depth -= 1
         return node
+
+    def _expression(self, node: ast.Expr) -> ast.stmt:
+        """An assertion call, or any other expression statement (a call the test makes): each
+        is a probe of the same shape; a plain statement's check is only that it did not raise,
+        so a raising call looks the same whether the host wants it to raise or not."""
+        if isinstance(node.value, ast.Constant):  # a docstring
+            return node
+        call = _method_call(node.value)
+        if call is not None:
+            method, args, kw = call
+            if method in ("assertRaises", "assertRaisesRegex"):
+                if len(args) >= 2 + (method == "assertRaisesRegex"):
+                    done = self._raises_call(node, method, args, kw)
+                    if done is not None:
+                        return done
+                return self._left(node)
+            split = _assertion(method, args, kw)
+            if split is not None:
+                probe = self._add(node, *split)
+                return ast.Expr(probe) if probe is not None else self._left(node)
+            if method.startswith("assert") or method == "fail":
+                self.unsplit[self.function] = self.unsplit.get(self.function, 0) + 1
+                probe = self._add(node, ("ran",), [node.value], True)
+                return ast.Expr(probe) if probe is not None else node
+        if not self.plain:
+            return node
+        probe = self._add(node, ("ran",), [node.value], False)
+        return ast.Expr(probe) if probe is not None else node
 
     def _raised(self, node: ast.AST, method: str, args: list[ast.expr]) -> tuple | None:
         wanted = _names(args[0])
@@ -336,20 +442,50 @@ class _Rewriter(ast.NodeTransformer):
             return None
         rest = args[1 + (method == "assertRaisesRegex") :]
         keywords = [ast.keyword(arg=k, value=v) for k, v in kw.items() if k != "msg"]
-        call = self._add(node, tree, [], False)
-        return ast.Expr(_probe_call("raises_call", [call.args[0], *rest], keywords))
+        call = ast.Call(func=rest[0], args=rest[1:], keywords=keywords)
+        probe = self._add(node, tree, [call], False)
+        return ast.Expr(probe) if probe is not None else None
 
-    def _with(self, node: ast.With) -> ast.stmt:
-        call = _method_call(node.items[0].context_expr) if len(node.items) == 1 else None
-        if call and call[0] in ("assertRaises", "assertRaisesRegex"):
-            tree = self._raised(node, call[0], call[1])
-            if tree is not None:
-                check = self._add(node, tree, [], False)
-                node.items[0].context_expr = _probe_call("raises", [check.args[0]])
-        self.depth += 1
-        node.body = self._block(node.body)
-        self.depth -= 1
-        return node
+    def _with(self, node: ast.With) -> ast.stmt | list[ast.stmt]:
+        call = _method_call(node.items[0].context_expr) if node.items else None
+        if not (call and call[0] in ("assertRaises", "assertRaisesRegex")):
+            outer = self.plain
+            self.plain = outer and bool(call) and call[0] == "subTest"  # others may suppress
+            self.depth += 1
+            node.body = self._block(node.body)
+            self.depth -= 1
+            self.plain = outer
+            return node
+        tree = self._raised(node, call[0], call[1]) if len(node.items) == 1 else None
+        if tree is None or self.in_class:
+            return self._left(node)  # its block runs as written, under unittest's own check
+        target = node.items[0].optional_vars
+        body = node.body
+        if len(body) == 1 and isinstance(body[0], ast.Expr) and _thunkable(body[0].value):
+            # the usual block, one call: the same probe as any call the test makes
+            probe = self._add(node, tree, [body[0].value], target is not None)
+            statements: list[ast.stmt] = []
+        else:  # a block of statements: a function of its own, called by the probe
+            self.blocks += 1
+            name = f"__probe_block_{self.blocks}"
+            args = ast.arguments(
+                posonlyargs=[], args=[], kwonlyargs=[], kw_defaults=[], defaults=[]
+            )
+            block = ast.FunctionDef(
+                name=name, args=args, body=body, decorator_list=[], returns=None
+            )
+            statements = [block]
+            call_block = ast.Call(func=ast.Name(id=name, ctx=ast.Load()), args=[], keywords=[])
+            probe = self._add(node, tree, [call_block], True)
+        if probe is None:
+            return self._left(node)
+        if target is not None:  # `as cm`: cm.exception is what the block raised
+            statements.append(ast.Assign(targets=[target], value=probe))
+        else:
+            statements.append(ast.Expr(probe))
+        for statement in statements:
+            ast.copy_location(statement, node)
+        return statements
 
 
 def split_tests(source: str, filename: str = "<tests>") -> SplitTests:
@@ -359,4 +495,4 @@ def split_tests(source: str, filename: str = "<tests>") -> SplitTests:
     rewriter = _Rewriter()
     rewriter.visit(tree)
     ast.fix_missing_locations(tree)
-    return SplitTests(ast.unparse(tree) + "\n", rewriter.checks, rewriter.unsplit)
+    return SplitTests(ast.unparse(tree) + "\n", rewriter.checks, rewriter.unsplit, rewriter.renamed)

@@ -19,7 +19,8 @@ once, and each call forks a child that, before the function runs:
 - keeps no descriptor but its reply pipe (not its server's requests or replies);
 - takes the rlimits of `Limits` (CPU seconds, address space beyond what the warm process
   holds, processes, file size, descriptors, no core files) and an empty environment;
-- drops to the sandbox user (uid/gid 65534, no groups, no capabilities, ``no_new_privs``),
+- drops to a user of its own (uid `CALL_UID_BASE` + the host pid of its timing process, so
+  its process count is its own; gid 65534, no groups, no capabilities, ``no_new_privs``),
   so the host's files are read-only to it and those only root may read stay unread, and runs
   under the seccomp filter of every sandbox (`forge_agent.sandbox.seccomp`: no ptrace, no new
   namespaces or mounts, no keyrings, BPF or io_uring);
@@ -137,7 +138,7 @@ def _read_only_host() -> None:
                 raise
 
 
-def _enter_sandbox(limits: Limits, keep_fd: int, seccomp_filter: bytes) -> None:
+def _enter_sandbox(limits: Limits, keep_fd: int, seccomp_filter: bytes, uid: int) -> None:
     """In the forked child (PID 1 of its namespaces, still root): descriptors, mounts, rlimits,
     identity."""
     for fd in [int(name) for name in os.listdir("/proc/self/fd")]:
@@ -174,13 +175,13 @@ def _enter_sandbox(limits: Limits, keep_fd: int, seccomp_filter: bytes) -> None:
     resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
     resource.setrlimit(resource.RLIMIT_AS, (held + int(limits.memory_mb) * mb,) * 2)
     resource.setrlimit(resource.RLIMIT_FSIZE, (int(limits.file_size_mb) * mb,) * 2)
-    resource.setrlimit(resource.RLIMIT_NPROC, (int(limits.max_procs),) * 2)
+    resource.setrlimit(resource.RLIMIT_NPROC, (int(limits.max_procs),) * 2)  # this call's uid
     resource.setrlimit(resource.RLIMIT_NOFILE, (1024, 1024))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     os.chdir("/tmp")
     os.setgroups([])
     os.setgid(SANDBOX_ID)
-    os.setuid(SANDBOX_ID)
+    os.setuid(uid)
     _check(_libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(no_new_privs)")
     _load_seccomp(seccomp_filter)
     os.environ.clear()
@@ -210,18 +211,27 @@ def _virtual_size() -> int:
         return int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
 
 
+CALL_UID_BASE = 1 << 20
+"""A forked call runs as uid `CALL_UID_BASE` + the host pid of its timing process: a uid of
+its own among every live call on the host (two live processes never share a pid), so its
+RLIMIT_NPROC counts its own processes alone, where one uid for every call (65534) let one
+call's processes fail another call's fork."""
+
+
 def _child(fn: Callable[[], Any], limits: Limits, write_fd: int, seccomp_filter: bytes) -> None:
     """The forked process: new namespaces, then PID 1 of them runs `fn`; this one bounds it
     in time (killing PID 1 takes the whole namespace along). Never returns."""
     try:
+        uid = CALL_UID_BASE + os.getpid()  # the host's pid, before the new namespace
         _check(_libc.unshare(CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET), "unshare")
         inner = os.fork()
         if inner == 0:
             try:
-                _enter_sandbox(limits, write_fd, seccomp_filter)
+                _enter_sandbox(limits, write_fd, seccomp_filter, uid)
             except BaseException as exc:
                 _write(write_fd, {"ok": False, "setup_error": f"{type(exc).__name__}: {exc}"})
                 os._exit(SETUP_FAILED)
+            os.write(write_fd, STARTED)  # from here on the channel is the call's code's too
             try:
                 reply: ForkedResult = {"ok": True, "value": fn()}
             except MemoryError:
@@ -305,10 +315,14 @@ class ForkedCall:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
-        code = os.waitstatus_to_exitcode(_reap(self.pid, self.deadline))
+        status = _reap(self.pid, self.deadline)
+        code = os.waitstatus_to_exitcode(status)
+        data = b"".join(self._chunks)
+        if data.startswith(STARTED):  # the call's code ran: what follows is its to write
+            return _call_reply(data[len(STARTED) :], code, self.limits)
         try:
-            reply = json.loads(b"".join(self._chunks)) if self._chunks else None
-        except ValueError:
+            reply = json.loads(data) if data else None
+        except (ValueError, RecursionError):
             reply = None
         if code == SETUP_FAILED or (isinstance(reply, dict) and "setup_error" in reply):
             detail = (reply or {}).get("setup_error", "the child could not enter its namespaces")
@@ -322,6 +336,39 @@ class ForkedCall:
                 "error": "the call died without a result (killed, or out of memory)",
             }
         return reply
+
+
+STARTED = b"\x00"
+"""The byte the sandboxed process writes once its sandbox is set up, before the call's code
+runs: a reply after it is the code's to write (it holds the descriptor), so nothing there is
+trusted to say the sandbox failed (infra); a setup error is one only without it."""
+
+
+def _call_reply(data: bytes, code: int, limits: Limits) -> ForkedResult:
+    """The reply of a call whose code ran: exactly one of the shapes the sandbox writes
+    (`{"ok": true, "value": ...}`, `{"ok": false, "error": "..."}`), else the call's failure
+    (the code wrote on the channel: a forged setup error, an `infra` key, JSON nested past the
+    stack, bytes that are no JSON). Never a `SandboxError`."""
+    if code == 124:
+        error = f"timed out after {float(limits.wall_s):g} s"
+        return {"ok": False, "error": error, "timed_out": True}
+    if not data:
+        return {"ok": False, "error": "the call died without a result (killed, or out of memory)"}
+    try:
+        reply = json.loads(data)
+    except (ValueError, RecursionError):
+        reply = None
+    if isinstance(reply, dict) and reply.get("ok") is True and set(reply) == {"ok", "value"}:
+        return reply
+    if (
+        isinstance(reply, dict)
+        and reply.get("ok") is False
+        and set(reply) == {"ok", "error"}
+        and isinstance(reply["error"], str)
+    ):
+        return reply
+    return {"ok": False, "error": "the call's reply is not one the sandbox writes: its code "
+            "wrote on the reply channel"}  # fmt: skip
 
 
 def run_forked(fn: Callable[[], Any], limits: Limits) -> ForkedResult:

@@ -248,18 +248,122 @@ def _jugs_public(entry: Entry) -> dict[str, Any]:
     return {"puzzle": {"jug_capacities": puzzle["jug_capacities"], "target": puzzle["target"]}}
 
 
-_INTEGRATION = SplitScorer(_metadata("variable", "integrand"), _own_scorer, _reported)
+# ---------------------------------------------------------------------- as strict as the task
+MAX_FORM_CHARS = 10_000
+"""The longest answer the host reads the form of (longer: not of the task's form)."""
+
+_ELEMENTARY = frozenset(
+    {
+        "sin", "cos", "tan", "cot", "sec", "csc", "asin", "acos", "atan", "acot", "asec",
+        "acsc", "sinh", "cosh", "tanh", "coth", "asinh", "acosh", "atanh", "acoth", "exp",
+        "log", "ln", "sqrt", "Abs",
+    }
+)  # fmt: skip
+
+
+def _form(answer: str, names: frozenset | None, calls: frozenset, power: bool) -> list[int] | None:
+    """The integers an answer is written with, when it is of a task's form: a Python
+    expression of numbers, `+ - * /` (and `**` where `power`), parentheses, unary signs, the
+    `names` (any name where None) and calls of `calls` (positional arguments of the same
+    form). None otherwise: a
+    call of anything else (`integrate`, `Integral`, `expand`, `factorial`), an attribute, a
+    subscript, any other name or syntax. Read on the host with `ast` (never evaluated)."""
+    text = answer.strip()
+    if not text or len(text) > MAX_FORM_CHARS:
+        return None
+    try:
+        tree = ast.parse(text, mode="eval")
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+    ints: list[int] = []
+    operators = (ast.Add, ast.Sub, ast.Mult, ast.Div) + ((ast.Pow,) if power else ())
+
+    def ok(node: ast.AST) -> bool:
+        if isinstance(node, ast.Constant):
+            if isinstance(node.value, bool) or not isinstance(node.value, int | float):
+                return False
+            if isinstance(node.value, int):
+                ints.append(node.value)
+            return True
+        if isinstance(node, ast.BinOp):
+            return isinstance(node.op, operators) and ok(node.left) and ok(node.right)
+        if isinstance(node, ast.UnaryOp):
+            return isinstance(node.op, ast.USub | ast.UAdd) and ok(node.operand)
+        if isinstance(node, ast.Name):
+            return names is None or node.id in names
+        if isinstance(node, ast.Call):
+            return (
+                isinstance(node.func, ast.Name)
+                and node.func.id in calls
+                and not node.keywords
+                and all(ok(a) for a in node.args)
+            )
+        return False
+
+    try:
+        return ints if ok(tree.body) else None
+    except RecursionError:
+        return None
+
+
+def _strict(
+    rule: Callable[[str, Entry], bool], refused: float, outside: Callable[[Any, str, Entry], float]
+) -> Callable[[Any, str, Entry], float]:
+    """``outside`` that pays `refused` (the task's own score for a wrong answer) where the
+    answer breaks the task's `rule`, even where reasoning-gym's scorer pays it, else what
+    `outside` gives."""
+
+    def strict(value: Any, answer: str, entry: Entry) -> float:
+        verdict = outside(value, answer, entry)
+        return verdict if rule(answer, entry) else min(verdict, refused)
+
+    return strict
+
+
+def _arithmetic_of_the_numbers(answer: str, entry: Entry) -> bool:
+    """puzzle24 and countdown: an arithmetic expression (`+ - * /`, parentheses) of the
+    question's own numbers, each once (reasoning-gym's puzzle24 never checks they are the
+    puzzle's; countdown's takes any sympy function of them and digit-free constants)."""
+    ints = _form(answer, frozenset(), frozenset(), power=False)
+    return ints is not None and sorted(ints) == sorted(entry["metadata"]["numbers"])
+
+
+def _antiderivative_form(answer: str, entry: Entry) -> bool:
+    """The integration tasks: an expression of the variable, constants (any other name: `C`,
+    `E`, `pi`) and elementary functions: no unevaluated `Integral`, no `integrate(...)` of
+    the question."""
+    return _form(answer, None, _ELEMENTARY, power=True) is not None
+
+
+def _polynomial_form(answer: str, entry: Entry) -> bool:
+    """polynomial_multiplication: a polynomial in the question's variables (a `Poly(...)` of
+    one too), no `expand(...)` of the question."""
+    names = frozenset({*entry["metadata"]["variables"], "Poly"})
+    return _form(answer, names, frozenset({"Poly"}), power=True) is not None
+
+
+_INTEGRATION = SplitScorer(
+    _metadata("variable", "integrand"), _own_scorer, _strict(_antiderivative_form, 0.0, _reported)
+)
 
 SPLIT_SCORERS: dict[str, SplitScorer] = {
     "binary_matrix": SplitScorer(_nothing, _binary_matrix_inside, _exact_or_partial(0.1)),
     "bitwise_arithmetic": SplitScorer(_nothing, _bitwise_inside, _bitwise_outside),
-    "countdown": SplitScorer(_metadata("numbers", "target"), _own_scorer, _reported),
+    "countdown": SplitScorer(
+        _metadata("numbers", "target"),
+        _own_scorer,
+        _strict(_arithmetic_of_the_numbers, 0.05, _reported),
+    ),
     "intermediate_integration": _INTEGRATION,
     "jugs": SplitScorer(_jugs_public, _own_scorer, _reported),
     "n_queens": SplitScorer(_nothing, _n_queens_inside, _n_queens_outside),
     "number_sorting": SplitScorer(_nothing, _number_sorting_inside, _number_sorting_outside),
-    "polynomial_multiplication": SplitScorer(_nothing, _polynomial_inside, _polynomial_outside),
-    "puzzle24": SplitScorer(_nothing, _own_scorer, _reported),  # its config's value range
+    "polynomial_multiplication": SplitScorer(
+        _nothing, _polynomial_inside, _strict(_polynomial_form, 0.0, _polynomial_outside)
+    ),
+    "puzzle24": SplitScorer(  # inside: its config's value range; here: the puzzle's numbers
+        _nothing, _own_scorer, _strict(_arithmetic_of_the_numbers, 0.01, _reported)
+    ),
     "simple_integration": _INTEGRATION,
     "spiral_matrix": SplitScorer(_nothing, _spiral_matrix_inside, _spiral_matrix_outside),
     "string_insertion": SplitScorer(_nothing, _string_insertion_inside, _exact_or_partial(0.1)),
