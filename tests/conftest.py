@@ -59,3 +59,12 @@ def generator(policy_model_path):
     yield gen
     gen.shutdown.call_one().get()
     procs.stop().get()
+
+
+@pytest.fixture(scope="module")
+def model_cache(tmp_path_factory):
+    """A model cache of each module's own (FORGE_AGENT_CACHE), so conversions start empty."""
+    root = tmp_path_factory.mktemp("forge_cache")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("FORGE_AGENT_CACHE", str(root))
+        yield root / "models"

@@ -93,14 +93,23 @@ def write_tiny_gguf(
             writer.add_tensor(f"blk.{i}.attn_k_norm.weight", np.ones(HIDDEN // heads, np.float32))
         writer.add_tensor(f"blk.{i}.attn_norm.weight", np.ones(HIDDEN, np.float32))
         writer.add_tensor(f"blk.{i}.ffn_norm.weight", np.ones(HIDDEN, np.float32))
-        weight(f"blk.{i}.attn_q.weight", HIDDEN, HIDDEN)
-        weight(f"blk.{i}.attn_k.weight", kv, HIDDEN)
-        weight(f"blk.{i}.attn_v.weight", kv, HIDDEN)
-        weight(f"blk.{i}.attn_output.weight", HIDDEN, HIDDEN)
-        weight(f"blk.{i}.ffn_gate.weight", FFN, HIDDEN)
-        weight(f"blk.{i}.ffn_up.weight", FFN, HIDDEN)
-        weight(f"blk.{i}.ffn_down.weight", HIDDEN, FFN)
+        _block_weights(weight, i, kv)
     writer.add_tensor("output_norm.weight", np.ones(HIDDEN, np.float32))
+    return _finish(writer, path)
+
+
+def _block_weights(weight, i: int, kv: int) -> None:
+    """Layer `i`'s attention and feed-forward matrices (llama.cpp's names)."""
+    weight(f"blk.{i}.attn_q.weight", HIDDEN, HIDDEN)
+    weight(f"blk.{i}.attn_k.weight", kv, HIDDEN)
+    weight(f"blk.{i}.attn_v.weight", kv, HIDDEN)
+    weight(f"blk.{i}.attn_output.weight", HIDDEN, HIDDEN)
+    weight(f"blk.{i}.ffn_gate.weight", FFN, HIDDEN)
+    weight(f"blk.{i}.ffn_up.weight", FFN, HIDDEN)
+    weight(f"blk.{i}.ffn_down.weight", HIDDEN, FFN)
+
+
+def _finish(writer, path: Path) -> Path:
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
@@ -160,16 +169,45 @@ def write_tiny_gemma3_gguf(path: Path, seed: int = 0, chat_template: str | None 
             norm(f"blk.{i}.{n}.weight", HIDDEN)
         norm(f"blk.{i}.attn_q_norm.weight", head)
         norm(f"blk.{i}.attn_k_norm.weight", head)
-        weight(f"blk.{i}.attn_q.weight", HIDDEN, HIDDEN)
-        weight(f"blk.{i}.attn_k.weight", kv, HIDDEN)
-        weight(f"blk.{i}.attn_v.weight", kv, HIDDEN)
-        weight(f"blk.{i}.attn_output.weight", HIDDEN, HIDDEN)
-        weight(f"blk.{i}.ffn_gate.weight", FFN, HIDDEN)
-        weight(f"blk.{i}.ffn_up.weight", FFN, HIDDEN)
-        weight(f"blk.{i}.ffn_down.weight", HIDDEN, FFN)
+        _block_weights(weight, i, kv)
     norm("output_norm.weight", HIDDEN)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    return path
+    return _finish(writer, path)
+
+
+def logprob_gap(folder: Path) -> float:
+    """The largest |prompt logprob| difference between vLLM (a Generator actor) and the trainer
+    on two fixed 24-token episodes of the model in `folder` (fp32)."""
+    import torch
+
+    from forge_agent.generator import Generator, GeneratorConfig, SamplingConfig
+    from forge_agent.trainer.core import Trainer, TrainerConfig
+    from forge_agent.types import Trajectory
+    from tests.helpers import spawn_test_procs
+
+    trainer = Trainer(TrainerConfig(), str(folder), device="cpu")
+    vocab = trainer.model.config.vocab_size
+    trajs = [
+        Trajectory(
+            task_id="t",
+            group_id="g",
+            token_ids=[(7 * i + 13 * j + 5) % (vocab - 3) for j in range(24)],
+            loss_mask=[0] * 20 + [1] * 4,
+            logprobs=[0.0] * 24,
+            advantage=1.0,
+        )
+        for i in range(2)
+    ]
+    procs = spawn_test_procs(1)
+    gen = procs.spawn("gguf_generator", Generator, GeneratorConfig(), str(folder))
+    try:
+        gen.setup.call_one().get()
+        worst = 0.0
+        for traj, lp in zip(trajs, trainer.compute_logprobs(trajs), strict=True):
+            c = gen.generate.call_one(
+                traj.token_ids, SamplingConfig(max_tokens=1, prompt_logprobs=True)
+            ).get()
+            worst = max(worst, float((torch.tensor(c.prompt_logprobs[1:]) - lp[1:]).abs().max()))
+    finally:
+        gen.shutdown.call_one().get()
+        procs.stop().get()
+    return worst

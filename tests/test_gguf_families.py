@@ -9,18 +9,14 @@ from __future__ import annotations
 import json
 
 import pytest
-import torch
 
-from forge_agent.generator import GeneratorConfig, SamplingConfig
 from forge_agent.models import gguf
 from forge_agent.models.hub import resolve_model
 from forge_agent.models.tiny import load_tokenizer
 from forge_agent.rollout.renderer import ChatRenderer, RendererError
 from forge_agent.rollout.text_tools import TOOLS_HEADER
-from forge_agent.trainer.core import Trainer, TrainerConfig
 from forge_agent.warm_start.demos import assistant_tokens, demo_trajectory
-from tests.gguf_files import write_tiny_gemma3_gguf, write_tiny_gguf
-from tests.helpers import spawn_test_procs
+from tests.gguf_files import logprob_gap, write_tiny_gemma3_gguf, write_tiny_gguf
 
 OWN_TEMPLATE = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
 
@@ -52,14 +48,6 @@ CALC = {
         },
     },
 }
-
-
-@pytest.fixture(scope="module")
-def model_cache(tmp_path_factory):
-    root = tmp_path_factory.mktemp("forge_cache")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("FORGE_AGENT_CACHE", str(root))
-        yield root / "models"
 
 
 @pytest.fixture(scope="module")
@@ -168,38 +156,7 @@ def test_gemma_puts_the_system_text_and_tool_replies_in_user_turns(folders):
 
 
 def test_vllm_and_the_trainer_give_a_converted_gemma3_model_the_same_logprobs(folders):
-    from forge_agent.generator import Generator
-
-    folder = folders["gemma3", False]
-    trainer = Trainer(TrainerConfig(), str(folder), device="cpu")
-    vocab = trainer.model.config.vocab_size
-    procs = spawn_test_procs(1)
-    gen = procs.spawn("gemma_generator", Generator, GeneratorConfig(), str(folder))
-    from forge_agent.types import Trajectory
-
-    trajs = [
-        Trajectory(
-            task_id="t",
-            group_id="g",
-            token_ids=[(7 * i + 13 * j + 5) % (vocab - 3) + 2 for j in range(24)],
-            loss_mask=[0] * 20 + [1] * 4,
-            logprobs=[0.0] * 24,
-            advantage=1.0,
-        )
-        for i in range(2)
-    ]
-    try:
-        gen.setup.call_one().get()
-        worst = 0.0
-        for traj, lp in zip(trajs, trainer.compute_logprobs(trajs), strict=True):
-            c = gen.generate.call_one(
-                traj.token_ids, SamplingConfig(max_tokens=1, prompt_logprobs=True)
-            ).get()
-            worst = max(worst, float((torch.tensor(c.prompt_logprobs[1:]) - lp[1:]).abs().max()))
-    finally:
-        gen.shutdown.call_one().get()
-        procs.stop().get()
-    assert worst < 1e-4, worst
+    assert logprob_gap(folders["gemma3", False]) < 1e-4
 
 
 def test_a_tokenizer_no_renderer_can_write_names_what_is_missing_and_the_key(

@@ -6,27 +6,13 @@ and a corrupt file each stop with one line naming them."""
 from __future__ import annotations
 
 import pytest
-import torch
 
-from forge_agent.generator import GeneratorConfig, SamplingConfig
 from forge_agent.models import gguf
 from forge_agent.models.hub import resolve_model
 from forge_agent.rollout.renderer import ChatRenderer
-from forge_agent.trainer.core import Trainer, TrainerConfig
-from forge_agent.types import Trajectory
-from tests.gguf_files import write_tiny_gguf
-from tests.helpers import spawn_test_procs
+from tests.gguf_files import logprob_gap, write_tiny_gguf
 
 PARITY_BOUND = 1e-4  # fp32, as tests/test_weight_sync_parity.py
-
-
-@pytest.fixture(scope="module")
-def model_cache(tmp_path_factory):
-    """A model cache of this module's own (FORGE_AGENT_CACHE), so conversions start empty."""
-    root = tmp_path_factory.mktemp("forge_cache")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("FORGE_AGENT_CACHE", str(root))
-        yield root / "models"
 
 
 @pytest.fixture(scope="module")
@@ -66,44 +52,8 @@ def test_a_converted_gguf_model_renders_chatml_with_tools(converted):
     assert renderer.stop_token_ids == [renderer.tokenizer.convert_tokens_to_ids("<|im_end|>")]
 
 
-def _episodes(vocab: int) -> list[Trajectory]:
-    out = []
-    for i in range(2):
-        ids = [(7 * i + 13 * j + 5) % (vocab - 3) for j in range(24)]
-        out.append(
-            Trajectory(
-                task_id="t",
-                group_id="g",
-                token_ids=ids,
-                loss_mask=[0] * 20 + [1] * 4,
-                logprobs=[0.0] * 24,
-                advantage=1.0,
-            )
-        )
-    return out
-
-
 def test_vllm_and_the_trainer_give_a_converted_gguf_model_the_same_logprobs(converted):
-    from forge_agent.generator import Generator
-
-    trainer = Trainer(TrainerConfig(), str(converted), device="cpu")
-    vocab = trainer.model.config.vocab_size
-    procs = spawn_test_procs(1)
-    gen = procs.spawn("gguf_generator", Generator, GeneratorConfig(), str(converted))
-    try:
-        gen.setup.call_one().get()
-        trajs = _episodes(vocab)
-        worst = 0.0
-        for traj, lp in zip(trajs, trainer.compute_logprobs(trajs), strict=True):
-            c = gen.generate.call_one(
-                traj.token_ids, SamplingConfig(max_tokens=1, prompt_logprobs=True)
-            ).get()
-            gap = (torch.tensor(c.prompt_logprobs[1:]) - lp[1:]).abs().max()
-            worst = max(worst, float(gap))
-    finally:
-        gen.shutdown.call_one().get()
-        procs.stop().get()
-    assert worst < PARITY_BOUND, worst
+    assert logprob_gap(converted) < PARITY_BOUND
 
 
 def test_smollm2_135m_names_the_gguf_file_its_package_ships():
