@@ -155,8 +155,9 @@ def test_gemma_puts_the_system_text_and_tool_replies_in_user_turns(folders):
     assert "system" not in text and "tool\n" not in text
 
 
-def test_vllm_and_the_trainer_give_a_converted_gemma3_model_the_same_logprobs(folders):
-    assert logprob_gap(folders["gemma3", False]) < 1e-4
+@pytest.mark.parametrize("arch", ["gemma3", "qwen3"])  # llama: tests/test_gguf_models.py
+def test_vllm_and_the_trainer_give_a_converted_model_the_same_logprobs(folders, arch):
+    assert logprob_gap(folders[arch, False]) < 1e-4
 
 
 def test_a_tokenizer_no_renderer_can_write_names_what_is_missing_and_the_key(
