@@ -58,6 +58,8 @@ class RolloutLoop:
         self.tasks, self.buffer, self.traces, self.profile = tasks, buffer, traces, profile
         self.open = asyncio.Event()  # cleared while the policy changes (on-policy) or evals run
         self.open.set()
+        # a filtered group keeps its slot in the step's batch unless dynamic sampling replaces it
+        self.dynamic_sampling = cfg.training.dynamic_sampling
         gps = cfg.training.groups_per_step
         self.zero_signal = ZeroSignalWatch(warn_after=4 * gps, fail_after=25 * gps)
 
@@ -121,7 +123,7 @@ class RolloutLoop:
             await self.buffer.put(Group(task_id=group.task_id, trajectories=kept))
             return
         counts["groups_filtered"] += 1
-        if not self.cfg.training.dynamic_sampling:  # it keeps its slot in the step's batch
+        if not self.dynamic_sampling:  # it keeps its slot in the step's batch
             await self.buffer.put(Group(task_id=group.task_id, trajectories=[]))
 
     def _observe_curriculum(self, task: dict[str, Any], scored: list[Trajectory]) -> None:
