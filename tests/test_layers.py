@@ -20,7 +20,7 @@ LAYERS: list[set[str]] = [
     {"env"},  # environments, their tasks and the env pool
     {"trainer", "tools"},  # the trainer; tools, their schemas and MCP servers' tools
     {"algorithms", "weights", "observability", "rewards"},
-    {"runtime", "sandbox", "typed_config", "types", "lazy", "worker", "errors"},  # leaves
+    {"runtime", "sandbox", "typed_config", "types", "lazy", "worker", "errors", "moved"},  # leaves
 ]
 
 
