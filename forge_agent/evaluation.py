@@ -1,6 +1,6 @@
 """Held-out evaluation: k episodes per task, pass@k, mean reward and episode statistics.
 
-    report = await evaluate(engine, load_tasks("calculator", "eval", 64, seed=10_000), k=4)
+    report = await evaluate(runner, load_tasks("calculator", "eval", 64, seed=10_000), k=4)
     print(report.table())
     metrics.update(report.as_metrics())          # {"eval/reward/mean": ..., "eval/pass@4": ...}
 
@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 from forge_agent.types import Group, Trajectory
 
 if TYPE_CHECKING:
-    from forge_agent.rollout.engine import RolloutEngine
+    from forge_agent.rollout.runner import RolloutRunner
 
 __all__ = [
     "DEFAULT_PASS_THRESHOLD",
@@ -321,7 +321,7 @@ def _mean(values: Sequence[float]) -> float:
 
 
 async def evaluate(
-    engine: RolloutEngine,
+    runner: RolloutRunner,
     tasks: Sequence[dict[str, Any]],
     k: int,
     seed: int = 0,
@@ -335,13 +335,13 @@ async def evaluate(
 
     Sampling is seeded from `seed` too, so the same policy on the same tasks gives the same
     report (up to the generator's numerics): checkpoints are compared on the same noise.
-    Episodes of all tasks share the engine's concurrency limit.
+    Episodes of all tasks share the runner's concurrency limit.
     """
     if k < 1:
         raise ValueError(f"k must be >= 1, got {k}")
     total = len(tasks) * k
     done = 0
-    previous = engine.on_trajectory
+    previous = runner.on_trajectory
 
     def on_trajectory(traj: Trajectory) -> None:
         nonlocal done
@@ -352,17 +352,17 @@ async def evaluate(
             progress(done, total)
 
     async def one_group(i: int, task: dict[str, Any]) -> Group:
-        group = await engine.run_group(task, seed + i, k, sampling_seed=_sampling_seed(seed, i, k))
+        group = await runner.run_group(task, seed + i, k, sampling_seed=_sampling_seed(seed, i, k))
         if score is None:
             return group
         return Group(task_id=group.task_id, trajectories=list(await score(group.trajectories)))
 
-    engine.on_trajectory = on_trajectory
+    runner.on_trajectory = on_trajectory
     started = time.monotonic()
     try:
         groups = await asyncio.gather(*(one_group(i, task) for i, task in enumerate(tasks)))
     finally:
-        engine.on_trajectory = previous
+        runner.on_trajectory = previous
     kinds = [task.get("kind") for task in tasks]
     seconds = time.monotonic() - started
     return EvalReport.from_groups(

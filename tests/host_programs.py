@@ -25,7 +25,7 @@ import time
 
 
 async def actors(client: str, workers: list[str], shutdown: bool) -> dict:
-    from forge_agent.runtime.hosts import (
+    from forge_agent.hosts.attach import (
         HostInfo,
         attach_hosts,
         describe_host,
@@ -46,11 +46,11 @@ async def actors(client: str, workers: list[str], shutdown: bool) -> dict:
 
 
 async def attach(client: str, timeout_s: float, workers: list[str]) -> dict:
-    from forge_agent.run.host_meshes import HostsConfig, resolve_host_meshes
+    from forge_agent.hosts.meshes import HostsConfig, resolve_host_meshes
 
     cfg = HostsConfig(
-        kind="workers",
-        workers={"generators": workers},
+        kind="addresses",
+        addresses={"generators": workers},
         services={"generator": "generators"},
         client_address=client,
         connect_timeout_s=timeout_s,
@@ -68,9 +68,9 @@ async def train(
     client: str, out: str, model: str, train: str, gen: str, env: str, backend: str = "monarch"
 ) -> dict:
     hosts = [
-        "hosts.kind=workers",
+        "hosts.kind=addresses",
         f"hosts.client_address={client}",
-        f"hosts.workers={{train: [{train}], gen: [{gen}], env: [{env}]}}",
+        f"hosts.addresses={{train: [{train}], gen: [{gen}], env: [{env}]}}",
         "hosts.services={trainer: train, generator: gen, env: env, reward: env}",
     ]
     return await _short_run(out, model, backend, hosts, ("trainer", "generator0", "env", "reward"))
@@ -123,9 +123,9 @@ async def _short_run(
     """Two GRPO steps with `hosts`; where `services` ran, versions and logprobs after;
     `inject(controller)`: a fault injected while the run goes on (what it did: "fault")."""
     from forge_agent.generator import SamplingConfig
+    from forge_agent.hosts.attach import HostInfo
     from forge_agent.run.config import load_config
     from forge_agent.run.controller import Controller
-    from forge_agent.runtime.hosts import HostInfo
     from forge_agent.types import Trajectory
 
     overrides = [
@@ -196,13 +196,13 @@ def _slurm_job_of(out: str) -> str | None:
 
 
 async def replicas(client: str, workers: list[str]) -> dict:
-    from forge_agent.run.host_meshes import HostsConfig, resolve_host_meshes
-    from forge_agent.run.placement import Placement, PlacementConfig
-    from forge_agent.runtime.hosts import HostInfo
+    from forge_agent.hosts.attach import HostInfo
+    from forge_agent.hosts.meshes import HostsConfig, resolve_host_meshes
+    from forge_agent.hosts.placement import Placement, PlacementConfig
 
     hosts = HostsConfig(
-        kind="workers",
-        workers={"gen": workers},
+        kind="addresses",
+        addresses={"gen": workers},
         services={"generator": "gen"},
         client_address=client,
     )
@@ -224,10 +224,10 @@ async def run(client: str, timeout_s: float, out: str, worker: str) -> dict:
         None,
         [
             f"output_dir={out}",
-            "hosts.kind=workers",
+            "hosts.kind=addresses",
             f"hosts.client_address={client}",
             f"hosts.connect_timeout_s={timeout_s}",
-            f"hosts.workers={{gen: [{worker}]}}",
+            f"hosts.addresses={{gen: [{worker}]}}",
             "hosts.services={generator: gen}",
         ],
     )

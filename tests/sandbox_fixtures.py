@@ -37,11 +37,11 @@ def docker_engine() -> Iterator[str]:
     global _docker_failure
     if _docker_failure is not None:
         pytest.skip(_docker_failure)
-    from forge_agent.sandbox.docker_local import LocalDockerEngine, build_python_image
+    from forge_agent.sandbox.docker_local import LocalDockerd, build_python_image
 
     try:
         _ensure_dockerd()
-        engine = LocalDockerEngine().start()
+        engine = LocalDockerd().start()
     except Exception as exc:
         _docker_failure = f"dockerd could not start: {exc} (no Docker engine on this machine)"
         pytest.skip(_docker_failure)

@@ -1,4 +1,4 @@
-"""Scorers of a user's env that ask to run sandboxed (`forge_agent.sandbox.judge`); the judge
+"""Scorers of a user's env that ask to run sandboxed (`forge_agent.rewards.judge`); the judge
 server imports them by name, so they live in a module, not inside a test."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from forge_agent.rewards.judge import sandboxed_scorer
 from forge_agent.sandbox.base import Limits
-from forge_agent.sandbox.judge import sandboxed_scorer
 
 
 @sandboxed_scorer

@@ -12,7 +12,7 @@ import pytest
 from envs.calculator import generate_tasks
 from envs.calculator.env import extract_answer
 from forge_agent.endpoint import EndpointServer
-from forge_agent.endpoint.agents import AgentRolloutEngine
+from forge_agent.endpoint.agents import AgentRolloutRunner
 from forge_agent.env import EnvConfig, EnvPool
 from forge_agent.env.resolved import ResolvedEnv
 from forge_agent.generator import GeneratorConfig
@@ -39,7 +39,7 @@ def _run(generator, tiny_tokenizer, program: str, group_size: int, reset_timeout
             _generate(generator), ChatRenderer(tiny_tokenizer), GeneratorConfig().max_model_len
         )
         async with server, EnvPool(ResolvedEnv.of(env), size=2) as pool:
-            engine = AgentRolloutEngine(server, pool, config=RolloutConfig())
+            engine = AgentRolloutRunner(server, pool, config=RolloutConfig())
             group = await engine.run_group(task, 0, group_size)
             (again,) = await engine.run_episode(task, 0)  # the pool still serves afterwards
             return group, again, len(server.endpoint.sessions)

@@ -217,9 +217,9 @@ class _CallThenAnswer:
 
 
 def test_evaluate_reports_the_kinds_its_tasks_name(tiny_tokenizer):
-    from forge_agent.rollout import ChatRenderer, LocalEnvs, RolloutConfig, RolloutEngine
+    from forge_agent.rollout import ChatRenderer, LocalEnvs, RolloutConfig, RolloutRunner
 
-    engine = RolloutEngine(
+    engine = RolloutRunner(
         _CallThenAnswer(tiny_tokenizer),
         LocalEnvs(lambda: CalculatorEnv(family="mixed")),
         ChatRenderer(tiny_tokenizer),

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from forge_agent.hosts.placement import GeneratorPlacement, TrainerPlacement
 from forge_agent.run.config import (
     AgentConfig,
     ConfigError,
@@ -20,7 +21,6 @@ from forge_agent.run.config import (
     parse_cli,
     to_dict,
 )
-from forge_agent.run.placement import GeneratorPlacement, TrainerPlacement
 
 AGENT_DIR = Path(__file__).resolve().parents[1] / "apps" / "agent"
 SHIPPED = sorted(p.name for p in AGENT_DIR.glob("*.yaml"))  # every run config shipped
@@ -56,7 +56,7 @@ def test_default_yaml_writes_out_every_key_with_its_default_value():
 
 
 FREE_FORM = {"model.tiny", "env.kwargs", "env.fields", "generator.engine_kwargs", "trainer.titan"}
-FREE_FORM |= {"rewards.components", "hosts.workers", "hosts.nodes", "hosts.services"}
+FREE_FORM |= {"rewards.components", "hosts.addresses", "hosts.nodes", "hosts.services"}
 FREE_FORM |= {"hosts.slurm"}
 
 

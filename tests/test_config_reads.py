@@ -46,11 +46,11 @@ def replay_actor_reads(cfg) -> None:
         engine_environ,
         engine_process_environ,
     )
+    from forge_agent.run.controller import start_policy
     from forge_agent.trainer.actor import build_trainer
-    from forge_agent.warm_start import policy_model
     from tests.helpers import random_trajectories
 
-    path = str(policy_model(cfg, ResolvedEnv.of(cfg.env)))
+    path = str(start_policy(cfg, ResolvedEnv.of(cfg.env)))
     run = {"device": cfg.device, "dtype": cfg.model.dtype, "seed": cfg.seed}
     trainer = build_trainer(cfg.trainer, path, 1, **run)
     trainer.train_step(random_trajectories(trainer.model.config.vocab_size))

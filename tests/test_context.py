@@ -10,7 +10,7 @@ import asyncio
 
 import pytest
 
-from forge_agent.rollout import ChatRenderer, ContextConfig, LocalEnvs, RolloutConfig, RolloutEngine
+from forge_agent.rollout import ChatRenderer, ContextConfig, LocalEnvs, RolloutConfig, RolloutRunner
 from forge_agent.rollout.context import DROPPED, drop_tool_outputs
 from forge_agent.rollout.history import TokenHistory
 from forge_agent.trainer.packing import segments
@@ -49,7 +49,7 @@ def _run(generator, renderer, context: ContextConfig, task=TASK, n=2, max_turns=
         tool_output_tokens=200,
         context=context,
     )
-    engine = RolloutEngine(gen, LocalEnvs(LongOutputEnv), renderer, config)
+    engine = RolloutRunner(gen, LocalEnvs(LongOutputEnv), renderer, config)
     trajs = asyncio.run(_gather(engine, task, n))
     return trajs, gen
 

@@ -172,13 +172,14 @@ def test_step_zero_without_any_reward_stops_naming_the_cause(capsys) -> None:
         "eval/tool_call_rate": 0.0,
     }
     with pytest.raises(SetupError, match="never called a tool of env 'blackjack'"):
-        check_start_signal(never_called, cfg)
+        check_start_signal(never_called, cfg.stop_facts())
     called = {**never_called, "eval/tool_call_rate": 0.5}
     with pytest.raises(SetupError, match="never earned reward"):
-        check_start_signal(called, cfg)
-    check_start_signal({**called, "eval/reward/max": 1.0, "eval/reward/mean": 0.1}, cfg)
-    check_start_signal({**called, "eval/reward/max": -1.0, "eval/reward/mean": -1.5}, cfg)
-    check_start_signal({**never_called, "eval/scored_episodes": 4.0}, cfg)  # too few: a warning
+        check_start_signal(called, cfg.stop_facts())
+    facts = cfg.stop_facts()
+    check_start_signal({**called, "eval/reward/max": 1.0, "eval/reward/mean": 0.1}, facts)
+    check_start_signal({**called, "eval/reward/max": -1.0, "eval/reward/mean": -1.5}, facts)
+    check_start_signal({**never_called, "eval/scored_episodes": 4.0}, facts)  # too few: a warning
     assert "warning: step 0" in capsys.readouterr().out
 
 
@@ -205,10 +206,13 @@ def test_step_zero_names_the_model_and_its_size_when_the_task_is_beyond_it(tmp_p
     }
     beyond = r"env 'code_exec' \(tool-call rate 0.30\): the task is beyond this model"
     with pytest.raises(SetupError, match=beyond + r" \(model.name=tiny, 2.9 M parameters\)"):
-        check_start_signal(nothing, cfg, 2_886_400, warm_start="demonstrations")
+        check_start_signal(nothing, cfg.stop_facts(), 2_886_400, warm_start="demonstrations")
     with pytest.raises(SetupError, match=r"never called a tool.*\(model.name=tiny, 2.9 M param"):
         check_start_signal(
-            {**nothing, "eval/tool_call_rate": 0.0}, cfg, 2_886_400, warm_start="demonstrations"
+            {**nothing, "eval/tool_call_rate": 0.0},
+            cfg.stop_facts(),
+            2_886_400,
+            warm_start="demonstrations",
         )
 
 
@@ -223,11 +227,13 @@ def test_step_zero_without_reward_on_held_out_tasks_above_the_ladders_first_leve
         "eval/tools_offered": 1.0,
         "eval/tool_call_rate": 0.5,
     }
-    check_start_signal(nothing, load_config(config, []))  # held out at 2, trained from 1
+    check_start_signal(
+        nothing, load_config(config, []).stop_facts()
+    )  # held out at 2, trained from 1
     assert "the curriculum trains from difficulty=1: going on" in capsys.readouterr().out
     at_first_level = load_config(config, ["env.kwargs={difficulty: 1}"])
     with pytest.raises(SetupError, match="never earned reward"):
-        check_start_signal(nothing, at_first_level)
+        check_start_signal(nothing, at_first_level.stop_facts())
 
 
 def test_the_warm_start_of_a_ladder_demonstrates_every_level(
@@ -252,6 +258,6 @@ def test_the_warm_start_of_a_ladder_demonstrates_every_level(
         config,
         [f"model.name={tiny_model_path}", "warm_start.steps=1", "warm_start.num_demos=6"],
     )
-    policy = ws.policy_model(cfg, ResolvedEnv.of(cfg.env))
+    policy = ws.policy_model(tiny_model_path, ResolvedEnv.of(cfg.env), cfg.warm_start, cfg.rollout)
     assert policy.parent == tmp_path and (policy / "config.json").exists()
     assert asked == [("calculator", {"difficulty": d}, 2) for d in (1, 2, 3)]

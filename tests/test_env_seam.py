@@ -361,13 +361,13 @@ def test_env_without_demonstrations_skips_the_warm_start_with_one_line(
     user_package, caplog, tmp_path
 ):
     from forge_agent.run.config import load_config
-    from forge_agent.warm_start import policy_model
+    from forge_agent.run.controller import start_policy
 
     cfg = load_config(
         None, ["env.id=seam_user_envs:GuessEnv", "env.kwargs={}", f"model.name={tmp_path}"]
     )
     with caplog.at_level("WARNING", logger="forge_agent.warm_start"):
-        assert policy_model(cfg, ResolvedEnv.of(cfg.env)) == tmp_path
+        assert start_policy(cfg, ResolvedEnv.of(cfg.env)) == tmp_path
     (line,) = [r.getMessage() for r in caplog.records]
     assert "warm start skipped" in line and "seam_user_envs:GuessEnv" in line
 

@@ -1,4 +1,4 @@
-"""The eval guard of sandboxed judges (`forge_agent.sandbox.eval_guard`): expressions that
+"""The eval guard of sandboxed judges (`forge_agent.rewards.eval_guard`): expressions that
 could run code are refused, plain values and arithmetic pass. Verdicts come through the real
 judge server. (The answers reasoning-gym's evaluating scorers expect, under the guard:
 `tests/test_reasoning_gym_scorers.py`.)"""
@@ -9,7 +9,7 @@ import asyncio
 
 import pytest
 
-from forge_agent.sandbox.judge import JudgeError
+from forge_agent.rewards.judge import JudgeError
 from tests import sandboxed_scorers
 
 ESCAPES = [

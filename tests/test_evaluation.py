@@ -151,9 +151,9 @@ class ScriptedPolicy:
 
 def _engine(tokenizer, policy, on_trajectory=None):
     from envs.calculator import CalculatorEnv
-    from forge_agent.rollout import ChatRenderer, LocalEnvs, RolloutConfig, RolloutEngine
+    from forge_agent.rollout import ChatRenderer, LocalEnvs, RolloutConfig, RolloutRunner
 
-    return RolloutEngine(
+    return RolloutRunner(
         policy,
         LocalEnvs(CalculatorEnv),
         ChatRenderer(tokenizer),

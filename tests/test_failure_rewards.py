@@ -87,10 +87,10 @@ def test_envs_scored_from_zero_fail_at_zero_or_below(env_id):
 
 
 def _engine(tokenizer, text: str, pool, max_turns: int = 1):
-    from forge_agent.rollout import ChatRenderer, RolloutConfig, RolloutEngine
+    from forge_agent.rollout import ChatRenderer, RolloutConfig, RolloutRunner
 
     config = RolloutConfig(max_turns=max_turns, max_total_tokens=2048)
-    return RolloutEngine(SaysPolicy(tokenizer, text), pool, ChatRenderer(tokenizer), config)
+    return RolloutRunner(SaysPolicy(tokenizer, text), pool, ChatRenderer(tokenizer), config)
 
 
 def test_a_blackjack_hand_cut_by_max_turns_scores_a_lost_bet(tiny_tokenizer):

@@ -19,7 +19,7 @@ CPU_ARGS_BEFORE_ISSUE_40 = {
     "gpu_memory_utilization": 0.85,
     "enable_prefix_caching": True,
     "max_num_seqs": 128,
-    "worker_extension_cls": "forge_agent.generator.worker_ext.WeightSyncExtension",
+    "worker_extension_cls": "forge_agent.generator.vllm_extension.WeightSyncExtension",
     "disable_log_stats": True,
     "distributed_executor_backend": "uni",
     "kv_cache_memory_bytes": 134217728,

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from forge_agent.run.host_meshes import HostsConfig
+from forge_agent.hosts.meshes import HostsConfig
 from forge_agent.typed_config import ConfigError, from_dict
 
 
@@ -23,10 +23,10 @@ def test_local_is_the_default_and_every_service_stays_here():
     assert cfg.is_local and cfg.mesh_of("trainer") == "local"
 
 
-def test_workers_assign_services_to_named_meshes():
+def test_addresses_assign_services_to_named_meshes():
     cfg = HostsConfig(
-        kind="workers",
-        workers={"train": ["tcp://10.0.0.2:26600"], "gen": ["tcp://gpu1:26600"]},
+        kind="addresses",
+        addresses={"train": ["tcp://10.0.0.2:26600"], "gen": ["tcp://gpu1:26600"]},
         services={"trainer": "train", "generator": "gen"},
     )
     assert not cfg.is_local
@@ -36,16 +36,16 @@ def test_workers_assign_services_to_named_meshes():
 @pytest.mark.parametrize(
     ("kwargs", "named"),
     [
-        ({"workers": {"gen": ["gpu1:26600"]}}, "gpu1:26600"),
-        ({"workers": {"gen": ["tcp://*:26600"]}}, "tcp://*:26600"),
-        ({"workers": {"gen": ["tcp://a:1"]}, "services": {"generator": "gpus"}}, "gpus"),
-        ({"workers": {"gen": ["tcp://a:1"]}, "services": {"learner": "gen"}}, "learner"),
-        ({"workers": {}}, "workers"),
+        ({"addresses": {"gen": ["gpu1:26600"]}}, "gpu1:26600"),
+        ({"addresses": {"gen": ["tcp://*:26600"]}}, "tcp://*:26600"),
+        ({"addresses": {"gen": ["tcp://a:1"]}, "services": {"generator": "gpus"}}, "gpus"),
+        ({"addresses": {"gen": ["tcp://a:1"]}, "services": {"learner": "gen"}}, "learner"),
+        ({"addresses": {}}, "addresses"),
     ],
 )
 def test_bad_placement_names_the_value(kwargs, named):
     with pytest.raises(ConfigError, match="hosts") as e:
-        from_dict(_Run, {"hosts": {"kind": "workers", **kwargs}})
+        from_dict(_Run, {"hosts": {"kind": "addresses", **kwargs}})
     assert named in str(e.value)
 
 
@@ -58,7 +58,7 @@ def test_slurm_job_takes_monarchs_arguments():
         import pytest
         from monarch.job import SlurmJob
 
-        from forge_agent.run.host_meshes import slurm_job
+        from forge_agent.hosts.meshes import slurm_job
 
         job = slurm_job({"train": 1, "gen": 2}, gpus_per_node=8, partition="gpu")
         assert isinstance(job, SlurmJob)

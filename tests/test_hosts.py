@@ -1,4 +1,4 @@
-"""Monarch workers on real network hosts (network namespaces on a private bridge, see
+"""Monarch host processes on real network hosts (network namespaces on a private bridge, see
 tests/netns.py): the fixture's isolation, the worker entry point, actors on each host, and
 bounded, named failure for a host that cannot be reached."""
 
@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from forge_agent.runtime import netns
-from forge_agent.runtime.netns import NetnsHosts, netns_available, wait_for_port
+from forge_agent.hosts import netns
+from forge_agent.hosts.netns import NetnsHosts, netns_available, wait_for_port
 
 ROOT = Path(__file__).resolve().parent.parent
 PORT = 26600
@@ -24,8 +24,8 @@ def _env() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": str(ROOT)}
 
 
-def start_worker(net: NetnsHosts, host, port: int = PORT) -> subprocess.Popen:
-    return netns.start_worker(net, host, port, _env(), ROOT)
+def start_host(net: NetnsHosts, host, port: int = PORT) -> subprocess.Popen:
+    return netns.start_host(net, host, port, _env(), ROOT)
 
 
 def client(*args: str, timeout: float = 120) -> dict:
@@ -97,7 +97,7 @@ def test_fixture_cleans_up_when_the_test_fails():
 
 def test_worker_rejects_an_address_it_cannot_serve():
     out = subprocess.run(
-        [sys.executable, "-m", "forge_agent.worker", "--address", "tcp://*:26600"],
+        [sys.executable, "-m", "forge_agent.hosts.serve", "--address", "tcp://*:26600"],
         capture_output=True,
         text=True,
         env=_env(),
@@ -108,7 +108,7 @@ def test_worker_rejects_an_address_it_cannot_serve():
 
 
 def test_actors_run_on_each_namespace_host_and_stop(net):
-    workers = [start_worker(net, h) for h in net.hosts]
+    workers = [start_host(net, h) for h in net.hosts]
     addresses = [f"tcp://{h.address}:{PORT}" for h in net.hosts]
     out = client("actors", f"tcp://{net.client_ip}:0", *addresses, "--shutdown")
     for host, where in zip(net.hosts, out["actors"], strict=True):
@@ -121,7 +121,7 @@ def test_actors_run_on_each_namespace_host_and_stop(net):
 
 
 def test_unreachable_host_fails_within_bound_naming_it(net):
-    live = start_worker(net, net.hosts[0], PORT + 1)
+    live = start_host(net, net.hosts[0], PORT + 1)
     dead = f"tcp://{net.hosts[2].address}:{PORT + 1}"  # no worker listens there
     try:
         out = client(
@@ -147,7 +147,7 @@ def test_a_run_naming_a_host_that_never_answers_fails_within_its_timeout(net, tm
 
 
 def test_generator_replicas_take_the_hosts_of_their_mesh_in_turn(net):
-    workers = [start_worker(net, h, PORT + 2) for h in net.hosts[:2]]
+    workers = [start_host(net, h, PORT + 2) for h in net.hosts[:2]]
     try:
         addresses = [f"tcp://{h.address}:{PORT + 2}" for h in net.hosts[:2]]
         out = client("replicas", f"tcp://{net.client_ip}:0", *addresses)

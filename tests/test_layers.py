@@ -13,14 +13,15 @@ ROOT = Path(__file__).resolve().parents[1] / "forge_agent"
 
 # Top to bottom; a name is a package (folder) or a module of forge_agent/.
 LAYERS: list[set[str]] = [
-    {"run"},  # the run: config, driver, services, placement, recovery
+    {"run"},  # the run: config, driver, services, recovery
+    {"hosts"},  # where the run's processes live: host meshes, placement, Slurm, host process
     {"warm_start", "evaluation", "endpoint"},  # programs over the engines
     {"rollout"},  # episodes: rendering, the engine
     {"generator", "models"},  # the policy's sampler and the models
     {"env"},  # environments, their tasks and the env pool
     {"trainer", "tools"},  # the trainer; tools, their schemas and MCP servers' tools
     {"algorithms", "weights", "observability", "rewards"},
-    {"runtime", "sandbox", "typed_config", "types", "lazy", "worker", "errors", "moved"},  # leaves
+    {"sandbox", "typed_config", "types", "lazy", "memory", "errors", "moved"},  # leaves
 ]
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 
-from forge_agent.runtime.memory import trim_heap
+from forge_agent.memory import trim_heap
 
 
 def _anon_kb() -> int:

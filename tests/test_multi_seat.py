@@ -25,7 +25,7 @@ from forge_agent.env.adapters.textarena import (
 )
 from forge_agent.env.resolved import ResolvedEnv
 from forge_agent.env.sources import EnvSetupError
-from forge_agent.rollout import ChatRenderer, LocalEnvs, RolloutConfig, RolloutEngine
+from forge_agent.rollout import ChatRenderer, LocalEnvs, RolloutConfig, RolloutRunner
 from forge_agent.rollout.players import EndpointPlayer, ScriptedPlayer, check_seats
 from forge_agent.types import Completion, Group, Status, Trajectory
 from tests.seat_envs import CountingGame, broken_player, say_seven
@@ -57,7 +57,7 @@ def _generate(tokenizer, renderer, seed: int = 0):
 def _engine(tokenizer, renderer, factory, players, **config):
     cfg = RolloutConfig(max_turns=6, max_total_tokens=4096, tool_output_tokens=1024, **config)
     gen = _generate(tokenizer, renderer)
-    return RolloutEngine(gen, LocalEnvs(factory), renderer, cfg, players=players)
+    return RolloutRunner(gen, LocalEnvs(factory), renderer, cfg, players=players)
 
 
 def _check_tokens(traj: Trajectory, renderer) -> None:
@@ -111,7 +111,7 @@ def test_with_route_seat_each_policy_seat_samples_and_trains_its_own_adapter(
 
     cfg = RolloutConfig(max_turns=6, max_total_tokens=4096, tool_output_tokens=1024)
     players = {"player_0": None, "player_1": None}
-    engine = RolloutEngine(
+    engine = RolloutRunner(
         generate, LocalEnvs(CountingGame), renderer, cfg, players=players, adapter_field="seat"
     )
     group = asyncio.run(engine.run_group({"task_id": "count"}, 0, 1))
@@ -171,7 +171,7 @@ def _self_play(tokenizer, renderer, cfg, staller: str) -> list[Trajectory]:
     """One self-play game of CountingGame that player_1 wins if it plays to the end."""
     players = {"player_0": None, "player_1": None}
     generate = _stalling(tokenizer, renderer, staller)
-    engine = RolloutEngine(generate, LocalEnvs(CountingGame), renderer, cfg, players=players)
+    engine = RolloutRunner(generate, LocalEnvs(CountingGame), renderer, cfg, players=players)
     task = {"task_id": "count", "winner": "player_1"}
     return asyncio.run(engine.run_group(task, 0, 1)).trajectories
 
@@ -357,9 +357,11 @@ def test_the_run_config_refuses_a_seated_env_without_env_seats() -> None:
 
     cfg = load_config(None, ["env.id=textarena:TicTacToe-v0", "env.kwargs={}"])
     with pytest.raises(EnvSetupError, match="say who plays each"):
-        check_env_seats(cfg, ResolvedEnv.of(cfg.env))
+        check_env_seats(ResolvedEnv.of(cfg.env), cfg.weight_store.max_versions)
     cfg = load_config(None, ["env.id=calculator"])
-    assert check_env_seats(cfg, ResolvedEnv.of(cfg.env)) == {}  # a one-seat env runs as before
+    assert (
+        check_env_seats(ResolvedEnv.of(cfg.env), cfg.weight_store.max_versions) == {}
+    )  # a one-seat env runs as before
 
 
 def test_the_trace_page_shows_the_seats_of_an_episode_side_by_side(tiny_tokenizer, renderer):

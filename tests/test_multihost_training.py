@@ -1,5 +1,5 @@
 """A short training run across three real network hosts (network namespaces on a private
-bridge, `forge_agent.runtime.netns`), each running `python -m forge_agent.worker`: the trainer
+bridge, `forge_agent.hosts.netns`), each running `python -m forge_agent.hosts.serve`: the trainer
 on one, the generator on another, the env workers (and reward) on the third; weights cross hosts
 by a torch.distributed broadcast (`CrossHostWeightStore`, the default backend). The real
 TorchStore across hosts (`weight_store.backend=torchstore`: its storage volume on the trainer's
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from forge_agent.runtime.netns import NetnsHosts, netns_available, start_worker
+from forge_agent.hosts.netns import NetnsHosts, netns_available, start_host
 
 ROOT = Path(__file__).resolve().parent.parent
 PORT = 26630
@@ -30,7 +30,7 @@ def run(policy_model_path, tmp_path_factory):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     out = tmp_path_factory.mktemp("multihost")
     with NetnsHosts(3) as net:  # closed (procs killed, namespaces gone) even when a test fails
-        workers = [start_worker(net, h, PORT, env, ROOT) for h in net.hosts]
+        workers = [start_host(net, h, PORT, env, ROOT) for h in net.hosts]
         addresses = [f"tcp://{h.address}:{PORT}" for h in net.hosts]
         argv = ["train", f"tcp://{net.client_ip}:0", str(out), str(policy_model_path)]
         program = str(ROOT / "tests" / "host_programs.py")

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from forge_agent.hosts.placement import Placement
 from forge_agent.run.config import load_config
-from forge_agent.run.placement import Placement
 from tests.helpers import VisibleDevices
 
 AGENT_DIR = Path(__file__).resolve().parents[1] / "apps" / "agent"

@@ -1,4 +1,4 @@
-"""reasoning-gym's evaluating scorers, split (`forge_agent.env.adapters.reasoning_gym_scorers`):
+"""reasoning-gym's evaluating scorers, split (`forge_agent.rewards.reasoning_gym_scorers`):
 the verdicts are reasoning-gym's own, the answer key never reaches the judge's sandbox, and a
 task whose scorer starts evaluating the answer fails here until it is split. Verdicts come
 through `ReasoningGymEnv.judge` and the real judge server (its eval guard installed)."""
@@ -17,10 +17,10 @@ from reasoning_gym.factory import DATASETS
 
 from forge_agent.env import make_env
 from forge_agent.env.adapters.reasoning_gym import extract_answer
-from forge_agent.env.adapters.reasoning_gym_scorers import SPLIT_SCORERS
 from forge_agent.env.resolved import ResolvedEnv
 from forge_agent.env.tasks import load_tasks
-from forge_agent.sandbox.judge import judge_server
+from forge_agent.rewards.judge import judge_server
+from forge_agent.rewards.reasoning_gym_scorers import SPLIT_SCORERS
 
 SPLIT_TASKS = sorted(SPLIT_SCORERS)
 

@@ -36,9 +36,9 @@ CALC_TASKS = [
 
 
 def _calculator_engine(tokenizer, policy, pool):
-    from forge_agent.rollout import ChatRenderer, RolloutConfig, RolloutEngine
+    from forge_agent.rollout import ChatRenderer, RolloutConfig, RolloutRunner
 
-    return RolloutEngine(policy, pool, ChatRenderer(tokenizer), RolloutConfig(max_turns=2))
+    return RolloutRunner(policy, pool, ChatRenderer(tokenizer), RolloutConfig(max_turns=2))
 
 
 async def _evaluate_in_workers(tokenizer, text: str, k: int = 2):
@@ -167,11 +167,11 @@ def test_the_heuristic_opponent_reads_its_role_from_the_game_not_the_agents_text
 def _counting_game(tokenizer, generate, players):
     """A rollout engine playing `tests.seat_envs.CountingGame` (failure reward -1) with
     `players` (None: the policy, i.e. `generate`)."""
-    from forge_agent.rollout import ChatRenderer, LocalEnvs, RolloutConfig, RolloutEngine
+    from forge_agent.rollout import ChatRenderer, LocalEnvs, RolloutConfig, RolloutRunner
     from tests.seat_envs import CountingGame
 
     config = RolloutConfig(max_turns=4, max_total_tokens=4096)
-    return RolloutEngine(
+    return RolloutRunner(
         generate, LocalEnvs(CountingGame), ChatRenderer(tokenizer), config, players=players
     )
 
@@ -314,14 +314,14 @@ def test_a_game_cut_before_its_first_move_scores_its_worst_return_not_zero(tiny_
     scores at most the env's failure reward, for `gymnasium:<id>` the game's worst return
     (its worst move, -100, times its move cap, 16)."""
     from forge_agent.env.registry import make_env
-    from forge_agent.rollout import ChatRenderer, LocalEnvs, RolloutConfig, RolloutEngine
+    from forge_agent.rollout import ChatRenderer, LocalEnvs, RolloutConfig, RolloutRunner
 
     async def rambles(prompt_ids, sampling, session):  # never closes its turn
         ids = tiny_tokenizer.encode("left " * sampling.max_tokens, add_special_tokens=False)
         ids = ids[: sampling.max_tokens]
         return Completion(ids, [-0.1] * len(ids), "length", policy_version=0)
 
-    engine = RolloutEngine(
+    engine = RolloutRunner(
         rambles,
         LocalEnvs(lambda: make_env("gymnasium:CliffWalking-v1", max_moves=16)),
         ChatRenderer(tiny_tokenizer),

@@ -46,7 +46,7 @@ def test_a_tool_call_no_stage_could_handle_is_a_failed_call_not_infra(
     """Before: a name that is a number or list made the next full render (a rewritten
     context) raise (`env_error`, excluded); a surrogate name did too; an argument with a lone
     surrogate reached the tool."""
-    from forge_agent.rollout import ChatRenderer, RolloutConfig, RolloutEngine
+    from forge_agent.rollout import ChatRenderer, RolloutConfig, RolloutRunner
     from forge_agent.rollout.context import ContextConfig
 
     async def run() -> Trajectory:
@@ -60,7 +60,7 @@ def test_a_tool_call_no_stage_could_handle_is_a_failed_call_not_infra(
                 max_new_tokens_per_turn=512,
                 context=ContextConfig(strategy="drop_tool_outputs", budget=64),
             )
-            engine = RolloutEngine(policy, pool, ChatRenderer(tiny_tokenizer), config)
+            engine = RolloutRunner(policy, pool, ChatRenderer(tiny_tokenizer), config)
             return await engine.run_episode(TASK, 0)
 
     (traj,) = asyncio.run(run())
@@ -136,7 +136,7 @@ def test_a_user_reward_component_raising_on_the_answer_is_the_policys_failure(ti
     `reward_errors`, which the advantage step drops as infra: an answer that breaks the
     judge escaped its group's baseline. Now it is `policy_error`, at the env's failure reward,
     and trained on."""
-    from forge_agent.rollout import ChatRenderer, RolloutConfig, RolloutEngine
+    from forge_agent.rollout import ChatRenderer, RolloutConfig, RolloutRunner
 
     texts = ["Confidence: high \\boxed{4056}", "Confidence: 0.5 \\boxed{1}",
              "Confidence: 0.5 \\boxed{4056}"]  # fmt: skip
@@ -146,12 +146,12 @@ def test_a_user_reward_component_raising_on_the_answer_is_the_policys_failure(ti
             ResolvedEnv.of(EnvConfig("calculator", {"difficulty": 1})), size=1
         ) as pool:
             config = RolloutConfig(max_turns=1, max_total_tokens=2048, max_new_tokens_per_turn=256)
-            engines = [
-                RolloutEngine(ScriptPolicy(tiny_tokenizer, [t]), pool,
+            runners = [
+                RolloutRunner(ScriptPolicy(tiny_tokenizer, [t]), pool,
                               ChatRenderer(tiny_tokenizer), config)
                 for t in texts
             ]  # fmt: skip
-            played = await asyncio.gather(*(e.run_episode(TASK, 0) for e in engines))
+            played = await asyncio.gather(*(e.run_episode(TASK, 0) for e in runners))
             return [traj for (traj,) in played]
 
     raised, wrong, solved = asyncio.run(run())
@@ -201,7 +201,7 @@ def test_class9_an_agent_programs_slow_tool_calls_are_the_policys_timeout(
     policy answered, with no request in the generator, is the policy's timeout (scored at the
     failure reward, trained on); one that never asked stays infra."""
     from envs.calculator import generate_tasks
-    from forge_agent.endpoint.agents import AgentRolloutEngine
+    from forge_agent.endpoint.agents import AgentRolloutRunner
     from forge_agent.endpoint.server import EndpointServer
     from forge_agent.rollout import ChatRenderer, RolloutConfig
     from tests.helpers import SaysPolicy
@@ -217,7 +217,7 @@ def test_class9_an_agent_programs_slow_tool_calls_are_the_policys_timeout(
         policy = SaysPolicy(tiny_tokenizer, "42")
         server = EndpointServer(policy, ChatRenderer(tiny_tokenizer), 2048)
         async with server, EnvPool(ResolvedEnv.of(env), size=1) as pool:
-            (traj,) = await AgentRolloutEngine(server, pool, config=RolloutConfig()).run_episode(
+            (traj,) = await AgentRolloutRunner(server, pool, config=RolloutConfig()).run_episode(
                 task, 0
             )
             return traj

@@ -2,7 +2,7 @@
 
 Several reasoning-gym scorers `eval` the answer (spiral_matrix, string_insertion, binary_matrix,
 n_queens) or `sympy.parse_expr` it. They ran in the env worker, on the host, as root; now each
-verdict runs in the judge server's forked sandbox (`forge_agent.sandbox.judge`). Everything
+verdict runs in the judge server's forked sandbox (`forge_agent.rewards.judge`). Everything
 here is real: a scripted policy, the rollout engine, env worker processes, reasoning-gym.
 """
 
@@ -23,7 +23,7 @@ from forge_agent.env.pool import EnvPool
 from forge_agent.env.protocol import step_failure
 from forge_agent.env.resolved import ResolvedEnv
 from forge_agent.env.tasks import load_tasks
-from forge_agent.sandbox.judge import JudgeError, JudgeTimeout
+from forge_agent.rewards.judge import JudgeError, JudgeTimeout
 from forge_agent.types import Status
 from tests import sandboxed_scorers
 from tests.helpers import SaysPolicy
@@ -37,14 +37,14 @@ def _task() -> dict:
 
 async def _episodes(tokenizer, pool, answers: list[tuple[str, float]]) -> list:
     """One episode per (answer, delay), run side by side on `pool`."""
-    from forge_agent.rollout import ChatRenderer, RolloutConfig, RolloutEngine
+    from forge_agent.rollout import ChatRenderer, RolloutConfig, RolloutRunner
 
     task = _task()
 
-    def engine(text: str, delay_s: float) -> RolloutEngine:
+    def engine(text: str, delay_s: float) -> RolloutRunner:
         policy = SaysPolicy(tokenizer, f"<answer>{text}</answer>", delay_s)
         config = RolloutConfig(max_turns=1, max_total_tokens=4096, max_new_tokens_per_turn=512)
-        return RolloutEngine(policy, pool, ChatRenderer(tokenizer), config)
+        return RolloutRunner(policy, pool, ChatRenderer(tokenizer), config)
 
     runs = [engine(text, delay).run_episode(task, 0) for text, delay in answers]
     return [traj for (traj,) in await asyncio.gather(*runs)]
@@ -101,7 +101,7 @@ FORGERIES = {
 @pytest.mark.parametrize("attack", list(FORGERIES.values()), ids=list(FORGERIES))
 def test_an_answer_cannot_forge_its_own_verdict_inside_the_judge(tiny_tokenizer, attack):
     """The sandbox runs the answer in the process that computes its verdict: without the eval
-    guard (`forge_agent.sandbox.eval_guard`) both answers were paid 1.0 for a wrong answer."""
+    guard (`forge_agent.rewards.eval_guard`) both answers were paid 1.0 for a wrong answer."""
     (traj,) = _play(tiny_tokenizer, [(attack, 0.0)])
     assert traj.reward == 0.0 and traj.status is Status.OK, traj.info
 

@@ -32,7 +32,7 @@ def _write(path: str, content: str) -> str:
 
 def _play(tokenizer, env: EnvConfig, task: dict, scripts: list[list[str]]) -> list:
     """One episode per script, side by side, through env worker processes."""
-    from forge_agent.rollout import ChatRenderer, RolloutConfig, RolloutEngine
+    from forge_agent.rollout import ChatRenderer, RolloutConfig, RolloutRunner
 
     async def go():
         async with EnvPool(ResolvedEnv.of(env), size=1, envs_per_worker=len(scripts)) as pool:
@@ -42,7 +42,7 @@ def _play(tokenizer, env: EnvConfig, task: dict, scripts: list[list[str]]) -> li
                 max_new_tokens_per_turn=8192,
             )
             runs = [
-                RolloutEngine(
+                RolloutRunner(
                     ScriptPolicy(tokenizer, s), pool, ChatRenderer(tokenizer), config
                 ).run_episode(task, 0)
                 for s in scripts

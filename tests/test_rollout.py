@@ -9,7 +9,7 @@ import pytest
 from forge_agent.env import EnvConfig, EnvPool
 from forge_agent.env.resolved import ResolvedEnv
 from forge_agent.observability.traces import TraceWriter, read_traces
-from forge_agent.rollout import ChatRenderer, LocalEnvs, RolloutConfig, RolloutEngine
+from forge_agent.rollout import ChatRenderer, LocalEnvs, RolloutConfig, RolloutRunner
 from forge_agent.types import Status, Trajectory
 from tests.rollout_envs import EchoToolEnv
 
@@ -66,7 +66,7 @@ def test_real_multi_turn_episodes_keep_every_token_accounted_for(
 
     async def run():
         async with EnvPool(ResolvedEnv.of(env_id), size=8) as pool:
-            engine = RolloutEngine(
+            engine = RolloutRunner(
                 _actor_generate(generator),
                 pool,
                 renderer,
@@ -120,7 +120,7 @@ def test_weights_changed_between_turns_show_two_versions_in_one_trajectory(
 
     async def run():
         async with EnvPool(ResolvedEnv.of("calculator"), size=2) as pool:
-            engine = RolloutEngine(generate_then_update, pool, renderer, RolloutConfig())
+            engine = RolloutRunner(generate_then_update, pool, renderer, RolloutConfig())
             for task in generate_tasks(8, seed=11):
                 (traj,) = await engine.run_episode(task, 0)
                 if len(traj.turn_spans) >= 2:
@@ -156,22 +156,22 @@ def test_failures_become_statuses_not_exceptions(generator, renderer):
 
     async def run():
         out = {}
-        (out["generator"],) = await RolloutEngine(
+        (out["generator"],) = await RolloutRunner(
             _FailingGenerate(), LocalEnvs(EchoToolEnv), renderer
         ).run_episode(task, 0)
-        (out["too_long"],) = await RolloutEngine(
+        (out["too_long"],) = await RolloutRunner(
             gen, LocalEnvs(EchoToolEnv), renderer, RolloutConfig(max_total_tokens=8)
         ).run_episode(task, 0)
         async with EnvPool(ResolvedEnv.of("tests.rollout_envs:CrashingEnv"), size=1) as pool:
-            (out["crash"],) = await RolloutEngine(gen, pool, renderer).run_episode(task, 0)
+            (out["crash"],) = await RolloutRunner(gen, pool, renderer).run_episode(task, 0)
         async with EnvPool(
             ResolvedEnv.of(
                 EnvConfig("tests.rollout_envs:HangingEnv", kwargs={}, step_timeout_s=1.0)
             ),
             size=1,
         ) as pool:
-            (out["hang"],) = await RolloutEngine(gen, pool, renderer).run_episode(task, 0)
-            (out["after_hang"],) = await RolloutEngine(
+            (out["hang"],) = await RolloutRunner(gen, pool, renderer).run_episode(task, 0)
+            (out["after_hang"],) = await RolloutRunner(
                 gen, pool, renderer, RolloutConfig(max_turns=1)
             ).run_episode(task, 0)
         return out
@@ -194,7 +194,7 @@ def test_turn_limit_marks_truncated_turns_and_traces_are_written(generator, rend
     writer = TraceWriter(path)
 
     async def run():
-        engine = RolloutEngine(
+        engine = RolloutRunner(
             _actor_generate(generator),
             LocalEnvs(EchoToolEnv),
             renderer,

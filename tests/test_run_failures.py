@@ -27,6 +27,7 @@ from forge_agent.run.supervision import ServiceFailed
 ROOT = Path(__file__).resolve().parents[1]
 ENV_ID = "tests.faults:TaskServerDownEnv"
 CFG = load_config(None, [])  # env.id=calculator
+FACTS = CFG.stop_facts()  # what a failure report names of the run
 
 
 @pytest.fixture(scope="module")
@@ -159,7 +160,7 @@ def test_the_exception_of_a_mid_run_stop_reaches_run_log_and_summary_json(backen
 
 def test_a_service_past_its_restarts_is_the_failing_part():
     exc = ServiceFailed("generator0", ["process died", "process died"])
-    part, error = failed_part(exc, CFG, Counter(), {})
+    part, error = failed_part(exc, FACTS, Counter(), {})
     assert part == "generator0 service"
     assert error.startswith("ServiceFailed: generator0 failed 2 times")
 
@@ -171,7 +172,7 @@ def test_groups_lost_to_generator_failures_blame_the_generator():
         watch.observe(False, [0.0], {"infra_failure": 4})
     counts = Counter({"status/generator_error": 8, "status/env_error": 1, "status/ok": 3})
     errors = {"generator_error": "generate: connection reset"}
-    part, error = failed_part(stopped.value, CFG, counts, errors)
+    part, error = failed_part(stopped.value, FACTS, counts, errors)
     assert part == "generator"
     assert error.startswith("8 of 9 training episodes ended generator_error: the generator ")
     assert "generate: connection reset" in error
@@ -185,7 +186,7 @@ def test_groups_whose_episodes_failed_are_named_by_the_status_and_its_error():
     assert "the reward may be constant" not in str(stopped.value)
     assert "Most of their episodes ended policy_error (7 of 8)" in str(stopped.value)
     errors = {"policy_error": "step: RuntimeError: booking backend went away"}
-    part, error = failed_part(stopped.value, CFG, Counter(), errors)
+    part, error = failed_part(stopped.value, FACTS, Counter(), errors)
     assert part == "env 'calculator'"
     assert error.startswith("7 of 8 training episodes of the dropped groups ended policy_error")
     assert "RuntimeError: booking backend went away" in error and "InfraError" in error
@@ -195,7 +196,7 @@ def test_groups_with_equal_rewards_are_not_blamed_on_a_failure():
     watch = ZeroSignalWatch(warn_after=100, fail_after=1)
     with pytest.raises(NoTrainingSignal) as stopped:
         watch.observe(False, [0.0, 0.0], {"zero_variance": 2})
-    part, error = failed_part(stopped.value, CFG, Counter({"status/env_error": 1}), {})
+    part, error = failed_part(stopped.value, FACTS, Counter({"status/env_error": 1}), {})
     assert part == "training on env 'calculator'"  # no module line: the rewards gave no signal
     assert error.startswith("NoTrainingSignal: ")
 
@@ -205,8 +206,8 @@ def test_equal_rewards_without_a_warm_start_name_what_would_help_first():
     with pytest.raises(NoTrainingSignal) as stopped:
         watch.observe(False, [0.0] * 4, {"zero_variance": 4}, {"ok": 4})
     cfg = load_config(None, ["warm_start.enabled=false"])
-    taught = warm_start_kind(cfg, ResolvedEnv.of(cfg.env))  # as `run_failed` passes it
-    part, error = failed_part(stopped.value, cfg, Counter(), {}, taught)
+    taught = warm_start_kind(cfg.warm_start, ResolvedEnv.of(cfg.env))  # as `run_failed` passes it
+    part, error = failed_part(stopped.value, cfg.stop_facts(), Counter(), {}, taught)
     assert part == "training on env 'calculator'"
     assert "What would help first: the warm start is off" in error
 
@@ -215,7 +216,7 @@ def test_any_other_exception_names_the_module_and_line_it_came_from():
     try:
         {}["missing"]
     except KeyError as exc:
-        part, error = failed_part(exc, CFG, Counter(), {})
+        part, error = failed_part(exc, FACTS, Counter(), {})
     assert part.startswith("module tests.test_run_failures (test_run_failures.py:")
     assert error == "KeyError: 'missing'"
 
@@ -243,8 +244,8 @@ def test_a_step_zero_stop_writes_summary_json_with_its_line(tmp_path):
     state = RunState(evals=[{"step": 0, "eval/reward/mean": 0.0}])
     state.counts["status/ok"] = 64
     stop = SetupError("step 0: all 64 held-out episodes earned reward 0, so every ...")
-    write_stop_summary(FailureContext(CFG, state, out=tmp_path, policy_path="/p"), stop)
+    write_stop_summary(FailureContext(FACTS, state, out=tmp_path, policy_path="/p"), stop)
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["stopped"] == {"step": 0, "line": str(stop)}
     assert summary["evals"] == state.evals and summary["counts"] == {"status/ok": 64}
-    write_stop_summary(FailureContext(CFG, RunState(), out=None), stop)  # no folder: nothing
+    write_stop_summary(FailureContext(FACTS, RunState(), out=None), stop)  # no folder: nothing

@@ -1,7 +1,7 @@
 """`hosts.kind: slurm` on a real Slurm (Debian's slurm-wlm 22.05.8 and munge): one slurmctld and
 three compute nodes, each a slurmd in its own network namespace (`forge_agent.runtime.
 slurm_cluster`). The docs' example (docs/hosts.md: the trainer on one node, the generator on
-two) trains through Monarch's `SlurmJob` (via `forge_agent.run.slurm_compat`) with the default
+two) trains through Monarch's `SlurmJob` (via `forge_agent.hosts.slurm`) with the default
 weight store and with TorchStore; every run, finished, failed or interrupted, gives its job
 back."""
 
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from forge_agent.runtime.slurm_cluster import SlurmCluster, slurm_available
+from forge_agent.hosts.slurm_cluster import SlurmCluster, slurm_available
 
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.skipif(slurm_available() is not None, reason=str(slurm_available()))
@@ -155,8 +155,8 @@ def test_a_kept_job_is_reused_by_the_next_run_and_a_failed_run_gives_it_back(
 
 def test_the_compat_layer_reads_only_its_own_jobs_nodes(cluster, monkeypatch):
     """Slurm 22.05's `squeue --job N --json` lists every job in its own layout (the reason
-    for `forge_agent.run.slurm_compat`); the layer answers for job N alone."""
-    from forge_agent.run.slurm_compat import job_info
+    for `forge_agent.hosts.slurm`); the layer answers for job N alone."""
+    from forge_agent.hosts.slurm import job_info
 
     first, second = (
         cluster.slurm(

@@ -34,7 +34,7 @@ def cfg():
 
 def test_episodes_cut_by_max_turns_name_rollout_max_turns_not_the_model(cfg) -> None:
     with pytest.raises(SetupError) as err:
-        check_start_signal(ended("truncated_turns"), cfg, 2_886_400)
+        check_start_signal(ended("truncated_turns"), cfg.stop_facts(), 2_886_400)
     text = str(err.value)
     assert "256 of 256 held-out episodes ended truncated_turns" in text
     assert "rollout.max_turns is 1: try rollout.max_turns=2" in text
@@ -45,19 +45,19 @@ def test_a_gymnasium_game_cut_by_max_turns_names_its_move_cap_too() -> None:
     cfg = load_config(None, ["env.id=gymnasium:Taxi-v4", "env.kwargs={}"])
     with pytest.raises(SetupError) as err:
         check_start_signal({**ended("truncated_turns"), "eval/reward/max": -2000.0,
-                            "eval/reward/mean": -2000.0}, cfg)  # fmt: skip
+                            "eval/reward/mean": -2000.0}, cfg.stop_facts())  # fmt: skip
     assert "try rollout.max_turns=" in str(err.value)
     assert ", or end the game within them (env.kwargs.max_moves)" in str(err.value)
 
 
 def test_the_most_frequent_status_is_named_when_it_is_not_all(cfg) -> None:
     with pytest.raises(SetupError, match="200 of 256 held-out episodes ended truncated_turns"):
-        check_start_signal(ended("truncated_turns", n=200, ok=56), cfg)
+        check_start_signal(ended("truncated_turns", n=200, ok=56), cfg.stop_facts())
 
 
 def test_episodes_cut_by_tokens_name_the_token_limits(cfg) -> None:
     with pytest.raises(SetupError) as err:
-        check_start_signal(ended("truncated_length"), cfg)
+        check_start_signal(ended("truncated_length"), cfg.stop_facts())
     text = str(err.value)
     assert "rollout.max_new_tokens_per_turn is 48: try rollout.max_new_tokens_per_turn=96" in text
     assert "rollout.max_total_tokens is 512: try rollout.max_total_tokens=1024" in text
@@ -67,7 +67,7 @@ def test_episodes_cut_by_tokens_name_the_token_limits(cfg) -> None:
 def test_a_judge_that_raises_is_named_with_its_first_exception(cfg) -> None:
     errors = {"policy_error": "judge: KeyError('answer')"}
     with pytest.raises(SetupError) as err:
-        check_start_signal(ended("policy_error"), cfg, errors=errors)
+        check_start_signal(ended("policy_error"), cfg.stop_facts(), errors=errors)
     text = str(err.value)
     assert "raised on the policy's messages" in text and "judge: KeyError('answer')" in text
     assert "beyond this model" not in text
@@ -76,7 +76,8 @@ def test_a_judge_that_raises_is_named_with_its_first_exception(cfg) -> None:
 def test_every_episode_lost_to_env_errors_stops_naming_the_first_error(cfg) -> None:
     lost = {**ended("env_error"), "eval/scored_episodes": 0.0}
     with pytest.raises(SetupError) as err:
-        check_start_signal(lost, cfg, errors={"env_error": "reset: OSError('no data')"})
+        error = {"env_error": "reset: OSError('no data')"}
+        check_start_signal(lost, cfg.stop_facts(), errors=error)
     text = str(err.value)
     assert "no held-out episode could be scored" in text
     assert "failed to start or reset" in text and "reset: OSError('no data')" in text
@@ -84,7 +85,8 @@ def test_every_episode_lost_to_env_errors_stops_naming_the_first_error(cfg) -> N
 
 def test_episodes_that_ended_normally_with_equal_rewards_blame_the_model(cfg) -> None:
     with pytest.raises(SetupError, match="the task is beyond this model"):
-        check_start_signal(ended("ok", n=256), cfg, 2_886_400, warm_start="demonstrations")
+        facts = cfg.stop_facts()
+        check_start_signal(ended("ok", n=256), facts, 2_886_400, warm_start="demonstrations")
 
 
 def test_an_eval_report_keeps_the_first_error_of_each_status() -> None:
@@ -137,9 +139,10 @@ def booking(tmp_path, monkeypatch) -> str:
 
 def stop_text(metrics: dict[str, float], overrides: list[str], **kw) -> str:
     cfg = load_config(None, overrides)
-    taught = warm_start_kind(cfg, ResolvedEnv.of(cfg.env))  # what the controller passes
+    taught = warm_start_kind(cfg.warm_start, ResolvedEnv.of(cfg.env))  # what the controller passes
     with pytest.raises(SetupError) as err:
-        check_start_signal(metrics, cfg, 2_886_400, **{"warm_start": taught, **kw})
+        facts = cfg.stop_facts()
+        check_start_signal(metrics, facts, 2_886_400, **{"warm_start": taught, **kw})
     return str(err.value)
 
 
@@ -180,8 +183,8 @@ def test_no_suggestion_names_the_value_in_effect_as_its_fix() -> None:
     from forge_agent.run.stop_causes import episode_cause, teaching_help
 
     cfg = load_config(None, ["rollout.max_turns=5", "warm_start.steps=100"])
-    texts = [teaching_help(cfg, "tool schemas")]
-    texts += [episode_cause(s, cfg) for s in ("truncated_turns", "truncated_length",
+    texts = [teaching_help(cfg.stop_facts(), "tool schemas")]
+    texts += [episode_cause(s, cfg.stop_facts()) for s in ("truncated_turns", "truncated_length",
                                                 "prompt_too_long", "policy_timeout")]  # fmt: skip
     texts.append(stop_text({**ended("ok"), "eval/tool_call_rate": 0.0}, ["warm_start.steps=100"],
                            warm_start="demonstrations"))  # fmt: skip

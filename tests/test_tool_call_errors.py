@@ -15,7 +15,7 @@ import json
 import pytest
 
 from forge_agent.env import ToolEnv
-from forge_agent.rollout import ChatRenderer, LocalEnvs, RolloutConfig, RolloutEngine
+from forge_agent.rollout import ChatRenderer, LocalEnvs, RolloutConfig, RolloutRunner
 from forge_agent.sandbox import make_sandbox
 from forge_agent.tools.toolset import ToolSet
 from forge_agent.types import Completion, Status
@@ -60,7 +60,7 @@ def _scripted(renderer: ChatRenderer, texts: list[str]):
 
 def _episode(renderer: ChatRenderer, texts: list[str]):
     config = RolloutConfig(max_turns=3, max_total_tokens=8192, max_new_tokens_per_turn=4096)
-    engine = RolloutEngine(_scripted(renderer, texts), LocalEnvs(FilesEnv), renderer, config)
+    engine = RolloutRunner(_scripted(renderer, texts), LocalEnvs(FilesEnv), renderer, config)
     (traj,) = asyncio.run(engine.run_episode({"task_id": "t", "prompt": "go"}, seed=0))
     return traj
 

@@ -14,7 +14,7 @@ import pytest
 
 from forge_agent.algorithms.advantages import AdvantageConfig, compute_advantages, turn_returns
 from forge_agent.env import ToolEnv
-from forge_agent.rollout import ChatRenderer, LocalEnvs, RolloutConfig, RolloutEngine
+from forge_agent.rollout import ChatRenderer, LocalEnvs, RolloutConfig, RolloutRunner
 from forge_agent.types import Completion, Group, Status, Trajectory
 
 
@@ -203,7 +203,7 @@ def test_the_engine_keeps_rewards_and_states_per_turn(renderer) -> None:
         ids = renderer.tokenizer.encode(texts.pop(0) + "<|im_end|>", add_special_tokens=False)
         return Completion(ids, [0.0] * len(ids), "stop", 0)
 
-    engine = RolloutEngine(generate, LocalEnvs(StairsEnv), renderer, RolloutConfig(max_turns=4))
+    engine = RolloutRunner(generate, LocalEnvs(StairsEnv), renderer, RolloutConfig(max_turns=4))
     (traj,) = asyncio.run(engine.run_episode({"task_id": "t", "prompt": "climb"}, seed=0))
     assert traj.status == Status.OK, traj.info
     assert len(traj.turn_spans) == 3

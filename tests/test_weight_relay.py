@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from forge_agent.runtime.netns import NetnsHosts, netns_available, start_worker
+from forge_agent.hosts.netns import NetnsHosts, netns_available, start_host
 
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.skipif(netns_available() is not None, reason=str(netns_available()))
@@ -22,7 +22,7 @@ def test_versions_broadcast_from_trainer_host_reach_every_other_host():
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     with NetnsHosts(3) as net:
         for h in net.hosts:
-            start_worker(net, h, 26610, env, ROOT)
+            start_host(net, h, 26610, env, ROOT)
         workers = [f"tcp://{h.address}:26610" for h in net.hosts]
         argv = [
             "--client",

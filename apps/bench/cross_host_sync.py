@@ -1,4 +1,4 @@
-"""Cross-host weight sync, run as the controller of Monarch workers on other hosts.
+"""Cross-host weight sync, run as the controller of Monarch host processes on other hosts.
 
     python -m apps.bench.cross_host_sync --client tcp://IP:0 --mb 1024 --repeats 3 \
         [--model tiny-2.9M] [--backend monarch|torchstore] tcp://HOST0:PORT tcp://HOST1:PORT [...]
@@ -12,7 +12,7 @@ broadcast; get = the consumer's read on its host), the broadcast alone, GB/s, an
 instead, its storage volume on the first host, its controller in this process; each consumer
 gets every tensor from that volume as a Monarch message.
 `apps.bench.weight_sync --cross-host` runs this across namespace hosts
-(forge_agent/runtime/netns.py).
+(forge_agent/hosts/netns.py).
 """
 
 from __future__ import annotations
@@ -98,7 +98,7 @@ async def run(
     backend: str = "monarch",
     model: str | None = None,
 ) -> dict:
-    from forge_agent.runtime.hosts import attach_hosts, enable_client_transport
+    from forge_agent.hosts.attach import attach_hosts, enable_client_transport
 
     enable_client_transport(client)
     names = [f"host{i}" for i in range(len(workers))]

@@ -1,7 +1,7 @@
 """What a sandboxed judge costs: reasoning-gym verdicts in the env worker's process (as before)
 against the same verdicts through the judge server's forked sandbox
-(`forge_agent.sandbox.judge`), side by side in one run; for a task whose scorer is split
-(`forge_agent.env.adapters.reasoning_gym_scorers`: the sandbox reports what the answer
+(`forge_agent.rewards.judge`), side by side in one run; for a task whose scorer is split
+(`forge_agent.rewards.reasoning_gym_scorers`: the sandbox reports what the answer
 computes, the host compares with the key, as `ReasoningGymEnv.judge` does now), the split
 too, against the whole scorer sandboxed (as before the split).
 
@@ -22,10 +22,10 @@ from typing import Any
 
 from apps.bench.util import print_table, write_json
 from forge_agent.env.adapters.reasoning_gym import scorer
-from forge_agent.env.adapters.reasoning_gym_scorers import redacted, split_scorer
 from forge_agent.env.resolved import ResolvedEnv
 from forge_agent.env.tasks import load_tasks
-from forge_agent.sandbox.judge import ScorerRef, judge_server
+from forge_agent.rewards.judge import ScorerRef, judge_server
+from forge_agent.rewards.reasoning_gym_scorers import redacted, split_scorer
 
 Judge = Callable[[str, Any], Awaitable[float]]
 
@@ -38,7 +38,7 @@ def measure(task: str, n: int) -> dict[str, Any]:
     cases = (cases * (n // len(cases) + 1))[:n]
     score = scorer(task, {})
     ref = ScorerRef("forge_agent.env.adapters.reasoning_gym:scorer", (task, {}))
-    inside = ScorerRef("forge_agent.env.adapters.reasoning_gym_scorers:inside_scorer", (task, {}))
+    inside = ScorerRef("forge_agent.rewards.reasoning_gym_scorers:inside_scorer", (task, {}))
     server = judge_server()
 
     start = time.perf_counter()

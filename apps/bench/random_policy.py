@@ -2,7 +2,7 @@
 
 The held-out reward a trained policy reaches means little without the reward of a policy that
 knows the call format and nothing of the task. This bench measures that reward exactly as a
-run's periodic evaluation measures the model's (`forge_agent.run.engines`): the same
+run's periodic evaluation measures the model's (`forge_agent.run.runners`): the same
 `eval.num_tasks` held-out tasks (`forge_agent.env.tasks.eval_tasks`), `eval.k` episodes a task
 with the same env seeds, env workers (`EnvPool`), rollout limits and rendering, scored by
 `forge_agent.evaluation.evaluate` with the env's own reward (an agent program's: its reward
@@ -173,21 +173,22 @@ async def random_policy_report(
 ) -> EvalReport:
     """`cfg.eval.k` episodes of each of the first `num_tasks` held-out tasks of `env` (the
     config's env, resolved), played by `policy` on the env source `envs` through a run's
-    engines (`build_engines`) and scored as a run's periodic evaluation scores them (an agent
+    runners (`build_runners`) and scored as a run's periodic evaluation scores them (an agent
     program: its reward function through the run's rubric, `agent_rubric_score`)."""
     from forge_agent.env.tasks import eval_tasks
-    from forge_agent.run.engines import build_engines
+    from forge_agent.run.runners import build_runners
 
     tasks = eval_tasks(env, num_tasks)
-    engines = await build_engines(
-        cfg, env, policy, envs, renderer, cfg.generator.max_model_len, route_adapters=False
-    )
+    runners = await build_runners(
+        cfg.runner_config(), env, policy, envs, renderer, cfg.generator.max_model_len,
+        route_adapters=False,
+    )  # fmt: skip
     try:
         return await evaluate(
-            engines.eval, tasks, cfg.eval.k, seed=cfg.seed, score=engines.eval_score
+            runners.eval, tasks, cfg.eval.k, seed=cfg.seed, score=runners.eval_score
         )
     finally:
-        await engines.stop()
+        await runners.stop()
 
 
 async def run(
@@ -283,7 +284,7 @@ def main(argv: list[str] | None = None) -> int:
         env = check_setup(cfg).env  # an unknown env id, module or bad env.kwargs: one line
     except SetupError as exc:
         return report_setup_error(exc, verbose=args.verbose)
-    if check_env_seats(cfg, env):
+    if check_env_seats(env, cfg.weight_store.max_versions):
         parser.error(f"env {cfg.env.id!r} has several seats (env.seats): not supported here")
     if args.episodes_per_task is not None:
         cfg = replace(cfg, eval=replace(cfg.eval, k=args.episodes_per_task))

@@ -74,9 +74,9 @@ def main(argv: list[str] | None = None) -> None:
         try:
             import docker
 
-            from forge_agent.sandbox.docker_local import LocalDockerEngine, build_python_image
+            from forge_agent.sandbox.docker_local import LocalDockerd, build_python_image
 
-            engine = LocalDockerEngine().start()
+            engine = LocalDockerd().start()
             build_python_image(docker.DockerClient(base_url=engine.base_url))
             rows += bench("docker", engine.base_url)
         except Exception as exc:  # no engine here: say so in the report

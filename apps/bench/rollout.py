@@ -1,6 +1,6 @@
 """Episodes/s of the async per-episode rollout engine vs. a lock-step batched tool loop.
 
-Both arms run the same `RolloutEngine` episode code on the same vLLM engine (in this process),
+Both arms run the same `RolloutRunner` episode code on the same vLLM engine (in this process),
 the same warm-started tiny model, the same tasks, env seeds and sampling seeds, and at most
 `--concurrency` episodes at once:
 
@@ -156,10 +156,10 @@ Episode = tuple[dict[str, Any], int, int]  # task, env seed, sampling seed
 
 async def run_async(engine: Any, renderer: Any, episodes: list[Episode], concurrency: int):
     """All episodes on one engine, at most `concurrency` at once, each at its own pace."""
-    from forge_agent.rollout import LocalEnvs, RolloutConfig, RolloutEngine
+    from forge_agent.rollout import LocalEnvs, RolloutConfig, RolloutRunner
 
     meter = BusyMeter(engine.generate)
-    rollout = RolloutEngine(
+    rollout = RolloutRunner(
         meter,
         LocalEnvs(SlowCalculatorEnv),
         renderer,
@@ -174,7 +174,7 @@ async def run_async(engine: Any, renderer: Any, episodes: list[Episode], concurr
 
 async def run_lockstep(engine: Any, renderer: Any, episodes: list[Episode], concurrency: int):
     """Batches of `concurrency` episodes, each batch in lock-step turns."""
-    from forge_agent.rollout import LocalEnvs, RolloutConfig, RolloutEngine
+    from forge_agent.rollout import LocalEnvs, RolloutConfig, RolloutRunner
 
     meter = BusyMeter(engine.generate)
     trajs: list[Trajectory] = []
@@ -187,7 +187,7 @@ async def run_lockstep(engine: Any, renderer: Any, episodes: list[Episode], conc
             await b.wait()  # every live episode has its env step's result
             return await meter(ids, sampling, session)
 
-        rollout = RolloutEngine(
+        rollout = RolloutRunner(
             generate,
             LocalEnvs(lambda b=barrier: LockstepEnv(SlowCalculatorEnv(), b)),
             renderer,

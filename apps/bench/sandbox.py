@@ -88,9 +88,9 @@ def bench_docker(n: int) -> list[dict[str, Any]]:
     try:
         import docker
 
-        from forge_agent.sandbox.docker_local import LocalDockerEngine, build_python_image
+        from forge_agent.sandbox.docker_local import LocalDockerd, build_python_image
 
-        engine = LocalDockerEngine().start()
+        engine = LocalDockerd().start()
     except Exception as exc:
         reason = f"dockerd could not start: {exc}"
         return [{"name": name, "skipped": reason} for name in names]

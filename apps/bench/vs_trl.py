@@ -339,7 +339,7 @@ def main(argv: list[str] | None = None) -> None:
     from apps.bench.util import print_table, write_json
     from forge_agent.env.resolved import ResolvedEnv
     from forge_agent.run.config import load_config
-    from forge_agent.warm_start import policy_model
+    from forge_agent.run.controller import start_policy
 
     python = ensure_venv() if "trl" in args.sides else Path(sys.executable)
     out_dir = args.keep or Path(tempfile.mkdtemp(prefix="vs_trl_"))
@@ -349,7 +349,7 @@ def main(argv: list[str] | None = None) -> None:
         overrides = [*scenario_overrides(name), *args.overrides]
         config = REPO / SCENARIO_CONFIGS.get(name, "apps/agent/default.yaml")
         cfg = load_config(config, [*SCENARIOS[name], *args.overrides])
-        policy = policy_model(cfg, ResolvedEnv.of(cfg.env))
+        policy = start_policy(cfg, ResolvedEnv.of(cfg.env))
         for i in range(args.runs):
             runs = results.setdefault(name, [])
             if "forge" in args.sides:

@@ -10,7 +10,7 @@ run measures side by side:
                  state dict. Same host, so the bytes travel through /dev/shm;
 - monarch msg:   the same with the buffer sent as one Monarch message (the old cross-host path);
 - cross-host:    (`--cross-host`, root) two network-namespace hosts on a private bridge
-                 (forge_agent/runtime/netns.py), each running `python -m forge_agent.worker`:
+                 (forge_agent/hosts/netns.py), each running `python -m forge_agent.hosts.serve`:
                  a trainer stand-in on one host puts into a `CrossHostWeightStore`
                  (torch.distributed gloo broadcast between per-host relays), a consumer on
                  the other gets it from its own host's store (apps/bench/cross_host_sync.py).
@@ -377,12 +377,12 @@ def bench_cross_host(mb: int, repeats: int, extra: tuple[str, ...] = ()) -> dict
     import subprocess
     import sys
 
-    from forge_agent.runtime.netns import NetnsHosts, start_worker
+    from forge_agent.hosts.netns import NetnsHosts, start_host
 
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     with NetnsHosts(2) as net:
         for h in net.hosts:
-            start_worker(net, h, 26620, env, ROOT)
+            start_host(net, h, 26620, env, ROOT)
         argv = ["--client", f"tcp://{net.client_ip}:0", "--mb", str(mb), "--repeats", str(repeats)]
         argv += extra
         out = subprocess.run(

@@ -41,9 +41,9 @@ def resolve_model(cfg: AgentConfig, env: ResolvedEnv, model: str | None) -> Path
         from forge_agent.models.hub import resolve_model as resolve_folder
 
         return resolve_folder(model, key="--model")
-    from forge_agent.warm_start import policy_model
+    from forge_agent.run.controller import start_policy
 
-    return policy_model(cfg, env)
+    return start_policy(cfg, env)
 
 
 class EpisodeProgress:
@@ -81,13 +81,13 @@ async def run_eval(
     cfg: AgentConfig, env: ResolvedEnv, model_path: Path | str, out: Path
 ) -> EvalReport:
     """Start the engine and env workers, evaluate, write traces; returns the report. The
-    rollout engines are a run's (`build_engines`), over an in-process vLLM engine."""
+    rollout runners are a run's (`build_runners`), over an in-process vLLM engine."""
     from forge_agent.env import EnvPool
     from forge_agent.generator import VLLMEngine
     from forge_agent.models.tiny import load_tokenizer
     from forge_agent.observability.traces import TraceWriter
     from forge_agent.rollout import ChatRenderer
-    from forge_agent.run.engines import build_engines
+    from forge_agent.run.runners import build_runners
 
     tasks = eval_tasks(env, cfg.eval.num_tasks)
     renderer = ChatRenderer(load_tokenizer(model_path), cfg.renderer)
@@ -98,7 +98,7 @@ async def run_eval(
     traces_path.unlink(missing_ok=True)
     writer = TraceWriter(traces_path)
     progress: EpisodeProgress | None = None
-    engines = None
+    runners = None
     try:
         print(
             f"starting vLLM on {model_path} and {pool.size} {cfg.env.id} envs on "
@@ -106,8 +106,8 @@ async def run_eval(
             flush=True,
         )
         await asyncio.gather(engine.start(), pool.start())
-        engines = await build_engines(
-            cfg,
+        runners = await build_runners(
+            cfg.runner_config(),
             env,
             lambda ids, sampling, session: engine.generate(ids, sampling, session),
             pool,
@@ -119,15 +119,15 @@ async def run_eval(
         )
         progress = EpisodeProgress(len(tasks) * cfg.eval.k)  # after start-up: honest rate/ETA
         report = await evaluate(
-            engines.eval, tasks, cfg.eval.k, seed=cfg.seed, progress=progress,
-            score=engines.eval_score,
+            runners.eval, tasks, cfg.eval.k, seed=cfg.seed, progress=progress,
+            score=runners.eval_score,
         )  # fmt: skip
     finally:
         if progress is not None:
             progress.close()
         writer.close()
-        if engines is not None:
-            await engines.stop()
+        if runners is not None:
+            await runners.stop()
         await pool.close()
         await engine.shutdown()
     return report

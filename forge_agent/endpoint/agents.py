@@ -5,7 +5,7 @@ A user writes an agent against the plain `openai` client and a reward for its re
     async def agent(task: dict, client: openai.AsyncOpenAI) -> str | dict: ...
     def reward(task: dict, result, transcript: list[dict]) -> float | dict[str, float]: ...
 
-One episode (`AgentRolloutEngine.run_episode`, playing through its `_play`):
+One episode (`AgentRolloutRunner.run_episode`, playing through its `_play`):
 
     endpoint.open_session(task) -> key
     env worker: reset(task + {base_url, key}) -> agent(task, client) runs to the end there
@@ -35,8 +35,8 @@ from forge_agent.env.protocol import EnvFailure
 from forge_agent.env.registry import load_entry_point
 from forge_agent.env.resolved import ResolvedEnv
 from forge_agent.errors import InfraError
-from forge_agent.rollout.engine import EpisodeEnv, RolloutEngine
 from forge_agent.rollout.game import SOLO, Seat
+from forge_agent.rollout.runner import EpisodeEnv, RolloutRunner
 from forge_agent.types import Message, Status, StepResult, ToolSpec
 
 
@@ -149,9 +149,9 @@ class AgentProgramEnv:
         await close_loopback_http_client()
 
 
-class AgentRolloutEngine(RolloutEngine):
-    """A `RolloutEngine` whose episodes are agent programs talking to `server`; groups,
-    concurrency limits, traces and statuses are the rollout engine's."""
+class AgentRolloutRunner(RolloutRunner):
+    """A `RolloutRunner` whose episodes are agent programs talking to `server`; groups,
+    concurrency limits, traces and statuses are the rollout runner's."""
 
     def __init__(self, server: EndpointServer, envs: Any, **kwargs: Any) -> None:
         endpoint = server.endpoint
@@ -280,11 +280,11 @@ def _status_of(exc: BaseException) -> Status:
     return status if isinstance(status, Status) else Status.ENV_ERROR
 
 
-async def start_agent_engines(
+async def start_agent_runners(
     generate: Any, envs: Any, renderer: Any, max_model_len: int, configs: list[Any]
-) -> tuple[EndpointServer, list[AgentRolloutEngine]]:
-    """An endpoint on loopback over `generate` and one agent engine per rollout config (the
+) -> tuple[EndpointServer, list[AgentRolloutRunner]]:
+    """An endpoint on loopback over `generate` and one agent runner per rollout config (the
     controller's hook for `env.id=agent:...`)."""
     server = EndpointServer(generate, renderer, max_model_len)
     await server.start()
-    return server, [AgentRolloutEngine(server, envs, config=c) for c in configs]
+    return server, [AgentRolloutRunner(server, envs, config=c) for c in configs]

@@ -14,6 +14,8 @@ the episode ends with the same status as with a local pool.
 from __future__ import annotations
 
 import itertools
+import os
+import socket
 from typing import Any
 
 from monarch.actor import Actor, endpoint
@@ -38,8 +40,6 @@ class EnvPoolActor(Actor):
         per_core: int = 1,
         envs_per_worker: int = 1,
     ) -> None:
-        import os
-
         workers = workers or per_core * len(os.sched_getaffinity(0))
         self.size = workers * envs_per_worker
         self.pool = EnvPool(env, size=self.size, envs_per_worker=envs_per_worker)
@@ -49,9 +49,12 @@ class EnvPoolActor(Actor):
     @endpoint
     async def describe(self) -> dict[str, Any]:
         """The pool's size (env instances), its worker processes and the host it runs on."""
-        from forge_agent.runtime.hosts import describe_host
-
-        return {"size": self.size, "num_workers": self.pool.num_workers, **describe_host()}
+        return {
+            "size": self.size,
+            "num_workers": self.pool.num_workers,
+            "hostname": socket.gethostname(),
+            "pid": os.getpid(),
+        }
 
     @concurrent_endpoint
     async def acquire(self) -> int | EnvFailure:

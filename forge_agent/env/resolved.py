@@ -4,7 +4,7 @@
     tasks = Curriculum(env)              # the training task stream
     held_out = eval_tasks(env, 64)       # the evaluation tasks
     pool = EnvPool(env, size=8)          # the env workers (they get `env.spec`, pickled)
-    engines = await build_engines(cfg, env, ...)
+    runners = await build_runners(cfg, env, ...)
 
 `ResolvedEnv` is the only env type the library's env functions take (tasks, curriculum,
 demonstrations, the corpus, the env pool, the warm start): the id is looked up once, where the

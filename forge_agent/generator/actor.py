@@ -15,7 +15,7 @@ from monarch.actor.concurrent import concurrent_endpoint
 
 from forge_agent.generator.config import EngineOptions, GeneratorConfig, SamplingConfig
 from forge_agent.generator.vllm_engine import VLLMEngine
-from forge_agent.runtime.memory import trim_heap
+from forge_agent.memory import trim_heap
 from forge_agent.types import Completion
 
 

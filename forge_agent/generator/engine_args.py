@@ -107,7 +107,7 @@ def engine_args(
         tensor_parallel_size=config.tensor_parallel_size,
         gpu_memory_utilization=config.gpu_memory_utilization,
         enable_prefix_caching=config.enable_prefix_caching,
-        worker_extension_cls="forge_agent.generator.worker_ext.WeightSyncExtension",
+        worker_extension_cls="forge_agent.generator.vllm_extension.WeightSyncExtension",
         disable_log_stats=True,
         **{
             **_unless_none("max_num_seqs", config.resolved_max_num_seqs(cpu)),

@@ -1,6 +1,6 @@
-"""Multi-turn rollouts: rendering, the episode loop and the concurrent engine.
+"""Multi-turn rollouts: rendering, the episode loop and the concurrent runner.
 
-`import forge_agent.rollout` loads only the configs; the engine and the renderer (its chat
+`import forge_agent.rollout` loads only the configs; the runner and the renderer (its chat
 templates pull in `renderers`) load on first use.
 """
 
@@ -16,7 +16,7 @@ __all__ = [
     "LocalEnvs",
     "RendererConfig",
     "RolloutConfig",
-    "RolloutEngine",
+    "RolloutRunner",
     "SessionRouter",
 ]
 
@@ -24,10 +24,10 @@ __getattr__ = lazy_exports(
     __name__,
     {
         "ChatRenderer": "forge_agent.rollout.renderer",
-        "EnvSource": "forge_agent.rollout.engine",
+        "EnvSource": "forge_agent.rollout.runner",
         "GenerateFn": "forge_agent.generator.config",
-        "LocalEnvs": "forge_agent.rollout.engine",
-        "RolloutEngine": "forge_agent.rollout.engine",
-        "SessionRouter": "forge_agent.rollout.engine",
+        "LocalEnvs": "forge_agent.rollout.runner",
+        "RolloutRunner": "forge_agent.rollout.runner",
+        "SessionRouter": "forge_agent.rollout.runner",
     },
 )

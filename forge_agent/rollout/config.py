@@ -1,8 +1,8 @@
 """The rollout's configs: one episode's limits and sampling, and how many episodes run at once
 (`RolloutConfig`); how messages become tokens (`RendererConfig`, the `renderer` section).
 
-A light module (dataclasses only, no engine, no torch), so the run's config and the episode's
-context can name them without importing the engine or a tokenizer.
+A light module (dataclasses only, no runner, no torch), so the run's config and the episode's
+context can name them without importing the runner or a tokenizer.
 """
 
 from __future__ import annotations

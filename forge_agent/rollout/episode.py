@@ -33,6 +33,7 @@ from typing import Any, NoReturn
 
 from forge_agent.env.protocol import step_failure
 from forge_agent.generator.config import SamplingConfig
+from forge_agent.rollout.config import RolloutConfig
 from forge_agent.rollout.context import compact
 from forge_agent.rollout.game import SOLO, START_STATE, EpisodeContext, Seat, SoloGame
 from forge_agent.rollout.outcomes import Stop, add_turn_reward, cap_unfinished, status_of
@@ -402,7 +403,7 @@ async def _compact(ctx: EpisodeContext, seat: Seat) -> None:
 
 
 def turn_sampling(
-    cfg: Any,
+    cfg: RolloutConfig,
     renderer: ChatRenderer,
     traj: Trajectory,
     budget: int,

@@ -1,5 +1,5 @@
 """What an episode is played over: its seats, a one-seat env as a game of one seat, and the
-context every episode of an engine shares (`forge_agent.rollout.episode` plays it)."""
+context every episode of a runner shares (`forge_agent.rollout.episode` plays it)."""
 
 from __future__ import annotations
 
@@ -30,9 +30,9 @@ SOLO = "agent"
 
 @dataclass
 class EpisodeContext:
-    """What every episode of one engine shares: the policy's generate function and renderer,
+    """What every episode of one runner shares: the policy's generate function and renderer,
     the rollout limits (`RolloutConfig`), the token budget of one segment, the context
-    strategy, and the engine's counters."""
+    strategy, and the runner's counters."""
 
     generate: GenerateFn
     renderer: ChatRenderer

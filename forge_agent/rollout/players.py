@@ -249,7 +249,7 @@ class SnapshotPlayer:
         self._lock = asyncio.Lock()
 
     async def choose(self, rng: random.Random | None = None) -> int:
-        """The version one episode plays against (the engine passes it to `act`): among the
+        """The version one episode plays against (the runner passes it to `act`): among the
         versions the store holds and version 0, the initial policy at `model_path`."""
         try:
             held = sorted({0, *await self.store.versions()})

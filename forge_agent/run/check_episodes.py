@@ -1,6 +1,6 @@
 """`--check`'s episodes: the env played once on the first training task and once on the first
 held-out task, by a scripted policy that answers at once, through the run's own episode loop
-(`RolloutEngine.run_episode`, in an env worker), so each ends with the status a run gives it;
+(`RolloutRunner.run_episode`, in an env worker), so each ends with the status a run gives it;
 then once more on the first training task by a scripted policy that calls each of the env's
 tools (`CheckCaller`), and two of the warm start's demonstrations rendered as the warm start
 renders them (`check_demonstrations`).
@@ -42,7 +42,7 @@ from forge_agent.env.pool import EnvPool
 from forge_agent.env.protocol import env_seats
 from forge_agent.env.registry import is_agent_program
 from forge_agent.env.resolved import ResolvedEnv
-from forge_agent.rollout.engine import RolloutEngine
+from forge_agent.rollout.runner import RolloutRunner
 from forge_agent.tools.toolset import ToolSet
 from forge_agent.types import Completion, Message, Status, ToolSpec, Trajectory
 from forge_agent.warm_start.demos import assistant_tokens, demo_trajectory, demonstrations
@@ -257,7 +257,7 @@ def check_episodes(
     held_out: list[dict[str, Any]],
 ) -> EpisodeCheck:
     """Each task of `train` and of `held_out` played once by `CheckAnswer` through the run's
-    episode loop (`RolloutEngine.run_episode`), in an env worker built from `env` (`cfg.env`
+    episode loop (`RolloutRunner.run_episode`), in an env worker built from `env` (`cfg.env`
     as `check_setup` resolved it); `renderer`: the policy's. A seated game has every seat
     played by the scripted policy; the report is the first seat's."""
 
@@ -280,16 +280,16 @@ def check_episodes(
 
     async def play() -> None:
         async with EnvPool(env, size=1) as pool:
-            engine = RolloutEngine(
+            runner = RolloutRunner(
                 CheckAnswer(renderer), pool, renderer, cfg.rollout, players=players
             )
             for split, tasks in (("train", train), ("held-out", held_out)):
                 for task in tasks:
-                    trajs = await engine.run_episode(task, 0)
+                    trajs = await runner.run_episode(task, 0)
                     check.episodes.append(checked(split, task, trajs[0]))
             if tools and train:
                 caller = CheckCaller(renderer, tools, str(train[0].get("prompt", "")))
-                calling = RolloutEngine(caller, pool, renderer, cfg.rollout)
+                calling = RolloutRunner(caller, pool, renderer, cfg.rollout)
                 (traj,) = await calling.run_episode(train[0], 0)
                 check.calls = checked_calls(train[0], caller, traj)
 

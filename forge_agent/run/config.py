@@ -28,10 +28,11 @@ from forge_agent import typed_config
 from forge_agent.algorithms.config import AdvantageConfig, LossConfig
 from forge_agent.env.config import EnvConfig
 from forge_agent.generator.config import GeneratorConfig
+from forge_agent.hosts.meshes import HostsConfig
+from forge_agent.hosts.placement import PlacementConfig
 from forge_agent.observability.config import MetricsConfig
 from forge_agent.rollout.config import RendererConfig, RolloutConfig
-from forge_agent.run.host_meshes import HostsConfig
-from forge_agent.run.placement import PlacementConfig
+from forge_agent.run.stop_causes import StopFacts
 from forge_agent.run.supervision import SupervisionConfig
 from forge_agent.trainer.config import TrainerConfig, titan_degrees
 from forge_agent.typed_config import (
@@ -59,6 +60,8 @@ __all__ = [
     "PlacementConfig",
     "RewardsConfig",
     "RolloutConfig",
+    "RunnerConfig",
+    "ServiceSpecs",
     "TrainerConfig",
     "TrainingConfig",
     "WarmStartConfig",
@@ -183,12 +186,51 @@ class CheckpointConfig:
         _check(self.keep >= 1, "keep", self.keep, "an int >= 1")
 
 
+@dataclass(frozen=True)
+class RunnerConfig:
+    """What the run's rollout runners are built from (`AgentConfig.runner_config` makes one):
+    the rollout section, the held-out episodes' temperature (`eval.temperature`), the renderer
+    section, the LoRA adapter episodes name (`trainer.lora.route`; None: the base model), the
+    snapshots a seat may read (`weight_store.max_versions`) and the reward components an agent
+    program's eval episodes are scored with (`rewards.components`)."""
+
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    eval_temperature: float = 1.0
+    renderer: RendererConfig = field(default_factory=RendererConfig)
+    adapter_route: str | None = None
+    snapshot_versions: int = 1
+    reward_components: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ServiceSpecs:
+    """What the run's services are built from (`AgentConfig.service_specs` makes one): where
+    they run (`services`, `hosts`), each actor's own section (`generator`, `trainer`,
+    `weight_store`), their supervision, and what the run shares with them (the model's dtype,
+    the device, the seed); the reward actors' rubric takes `reward_components` and the
+    rollout's token budget (`rollout.max_total_tokens`)."""
+
+    placement: PlacementConfig
+    hosts: HostsConfig
+    generator: GeneratorConfig
+    trainer: TrainerConfig
+    weight_store: WeightStoreConfig
+    supervision: SupervisionConfig
+    weight_sync_timeout_s: float = 120.0
+    reward_components: dict[str, float] = field(default_factory=dict)
+    max_total_tokens: int = 1024
+    dtype: str = "auto"
+    device: str = "auto"
+    seed: int = 0
+
+
 @dataclass
 class AgentConfig:
     """A whole training run. The defaults are the CPU default (tiny model, calculator env)."""
 
     # milestone 1's keys, before the one-schema change: an old config fails naming the new key
     RENAMED: ClassVar[dict[str, str]] = {
+        "hosts.workers": "hosts.addresses",  # milestone 6: "worker" is an env worker alone
         "grpo.n_samples": "training.group_size",
         "grpo.loss": "trainer.loss.name",
         "grpo.clip_low": "trainer.loss.clip_eps_low",
@@ -271,6 +313,40 @@ class AgentConfig:
                 )
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
+
+    # ------------------------------------------------------------ what each part is handed
+    def runner_config(self) -> RunnerConfig:
+        """What the rollout runners are built from (`run.runners.build_runners`)."""
+        lora = self.trainer.lora
+        return RunnerConfig(
+            rollout=self.rollout,
+            eval_temperature=self.eval.temperature,
+            renderer=self.renderer,
+            adapter_route=lora.route if lora is not None else None,
+            snapshot_versions=self.weight_store.max_versions,
+            reward_components=dict(self.rewards.components),
+        )
+
+    def service_specs(self) -> ServiceSpecs:
+        """What the services are built from (`run.services.Services`)."""
+        return ServiceSpecs(
+            placement=self.services,
+            hosts=self.hosts,
+            generator=self.generator,
+            trainer=self.trainer,
+            weight_store=self.weight_store,
+            supervision=self.supervision,
+            weight_sync_timeout_s=self.training.weight_sync_timeout_s,
+            reward_components=dict(self.rewards.components),
+            max_total_tokens=self.rollout.max_total_tokens,
+            dtype=self.model.dtype,
+            device=self.device,
+            seed=self.seed,
+        )
+
+    def stop_facts(self) -> StopFacts:
+        """What the run's stops name (`run.stop_causes`): env, rollout, warm start, model."""
+        return StopFacts(self.env, self.rollout, self.warm_start, self.model.name)
 
 
 def _check_colocation(cfg: AgentConfig) -> None:

@@ -1,14 +1,14 @@
 """The driver: a rollout loop and a training loop, and the calls between the services.
 
-    Curriculum ─► RolloutEngine ─► generator replicas (vLLM) + env workers ─► reward actor
+    Curriculum ─► RolloutRunner ─► generator replicas (vLLM) + env workers ─► reward actor
        ─► advantages ─► ReplayBuffer (staleness bound) ─► Trainer ─► WeightStore ─► generators
 
 `training.max_policy_lag` = 0 pauses rollouts while the trainer steps and syncs (on-policy);
 n > 0 lets them run on (no trained token more than n versions old; algorithms/replay.py) and a
 weight sync continues running requests on the new weights. Elsewhere: the rollout loop
 (`run.rollout_loop`), services and their calls (`run.services`), checkpoints and going back
-(`run.recovery`), engines and eval (`run.engines`), the output folder (`run.outputs`), signals
-(`run.signals`).
+(`run.recovery`), rollout runners and eval (`run.runners`), the output folder
+(`run.outputs`), signals (`run.signals`).
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from forge_agent.algorithms.replay import ReplayBuffer, check_token_lags
@@ -26,18 +27,18 @@ from forge_agent.env.resolved import ResolvedEnv
 from forge_agent.env.tasks import eval_tasks
 from forge_agent.errors import SetupError
 from forge_agent.evaluation import kind_drop_warnings
+from forge_agent.hosts.meshes import HostMeshes
 from forge_agent.models.hub import parameter_count
 from forge_agent.observability.loop_timing import LoopTiming
 from forge_agent.observability.metrics import MetricLogger, record
 from forge_agent.observability.step_profile import PhaseClock
 from forge_agent.run import outputs
 from forge_agent.run.config import AgentConfig
-from forge_agent.run.engines import Engines, build_run_engines, evaluate_policy
 from forge_agent.run.failures import FailureContext
-from forge_agent.run.host_meshes import HostMeshes
 from forge_agent.run.loop_result import LoopClock, LoopResult
 from forge_agent.run.recovery import Recovery
 from forge_agent.run.rollout_loop import RolloutLoop
+from forge_agent.run.runners import Runners, build_run_runners, evaluate_policy
 from forge_agent.run.services import Services
 from forge_agent.run.signals import cancel_on_signals, python_handlers, raise_if_cancelled
 from forge_agent.run.state import RunState
@@ -61,47 +62,48 @@ class Controller:
         self.generate_wrapper = generate_wrapper
         self.services: Services | None = None
         self.host_meshes: HostMeshes | None = None  # released (a Slurm job cancelled) at the end
-        self.engines: Engines | None = None
+        self.runners: Runners | None = None
         self.state = RunState()  # step, version, epoch, counts, errors, evals: the loops' own
         self.profile = PhaseClock()  # per-step phases (profile/* metrics)
         self.timing = LoopTiming()
 
     async def setup(self) -> None:
-        """Tasks, the policy (after its warm start), the services, engines, buffer, metrics."""
+        """Tasks, the policy (after its warm start), services, rollout runners, buffer, metrics."""
+        from forge_agent.hosts.meshes import resolve_host_meshes
         from forge_agent.observability.traces import TraceWriter
-        from forge_agent.run.host_meshes import resolve_host_meshes
         from forge_agent.run.setup_checks import check_colocation_device, check_run_choices
-        from forge_agent.warm_start import policy_model
 
         cfg = self.cfg
         # first: it picks Monarch's transport. A Slurm job's wait for its nodes blocks this
         # thread: a signal then raises there, and the job is cancelled even while it queues
         with python_handlers():
             meshes = self.host_meshes = await resolve_host_meshes(cfg.hosts)
-        self.out = outputs.prepare_output_dir(cfg)
+        self.out = outputs.prepare_output_dir(cfg.output_dir, cfg.checkpoint.resume, cfg)
         self.env = env = ResolvedEnv.of(cfg.env)  # the one lookup of env.id: an unknown id fails
         check_run_choices(cfg, env)  # a curriculum or credit the env cannot follow fails here
         check_colocation_device(cfg.services.colocate)  # this machine: sleep mode needs CUDA
         self.tasks = Curriculum(env)  # so do a bad env, dataset or task
         self.eval_tasks = eval_tasks(env, cfg.eval.num_tasks) if cfg.eval.every else []
         with python_handlers():  # the warm start blocks this thread for minutes
-            self.policy_path = policy_model(cfg, env)
+            self.policy_path = start_policy(cfg, env)
         print(f"[setup] policy: {self.policy_path}", flush=True)
         self.services = Services(
-            cfg, self.policy_path, self._trainer_restarted, self._generator_restarted, env=env
-        )
+            cfg.service_specs(), self.policy_path, self._trainer_restarted,
+            self._generator_restarted, env=env,
+        )  # fmt: skip
         generator = await self.services.start(meshes)
-        self.engines = await build_run_engines(
-            cfg, env, self.services, self.policy_path, int(generator["max_model_len"]),
+        self.runners = await build_run_runners(
+            cfg.runner_config(), env, self.services, self.policy_path,
+            int(generator["max_model_len"]),
             wrap=self._wrap_generate, wrap_envs=self.profile.timed_envs,
         )  # fmt: skip
         self.traces = TraceWriter(self.out / "traces.jsonl", keep=cfg.metrics.traces_last)
         self.eval_episodes: list[Trajectory] = []  # the last evaluation's, kept for a stop
-        self.engines.eval.on_trajectory = self.eval_episodes.append
+        self.runners.eval.on_trajectory = self.eval_episodes.append
         self.buffer = ReplayBuffer(cfg.training.replay_capacity, cfg.training.max_policy_lag)
         self.rollouts = RolloutLoop(
-            cfg, self.state, self.engines.train, self.services, self.tasks, self.buffer,
-            self.traces, self.profile,
+            cfg.training, cfg.advantages, cfg.rollout.max_concurrent_episodes, self.state,
+            self.runners.train, self.services, self.tasks, self.buffer, self.traces, self.profile,
         )  # fmt: skip
         self.metrics = MetricLogger.from_config(cfg.metrics, self.out, cfg.training.steps)
         self.recovery = Recovery(
@@ -216,10 +218,11 @@ class Controller:
         self.metrics.flush(self.state.step, progress=False)  # at its own step, not on step 1's
         if self.state.step == 0:
             params = parameter_count(self.policy_path)
-            taught = warm_start_kind(self.cfg, self.env)
+            taught = warm_start_kind(self.cfg.warm_start, self.env)
             state = self.state
             try:
-                check_start_signal(state.evals[0], self.cfg, params, state.eval_errors, taught)
+                facts = self.cfg.stop_facts()
+                check_start_signal(state.evals[0], facts, params, state.eval_errors, taught)
             except SetupError as stop:  # the episodes it judged are kept to look at
                 stop.args = (f"{stop}{self._keep_eval_episodes()}",)
                 raise
@@ -243,7 +246,7 @@ class Controller:
         try:
             with self.timing.measure("eval"):
                 metrics, self.state.eval_errors = await evaluate_policy(
-                    self.engines, self.eval_tasks, self.cfg, self.state.step
+                    self.runners, self.eval_tasks, self.cfg.eval.k, self.cfg.seed, self.state.step
                 )
         finally:
             self.rollouts.open.set()
@@ -332,7 +335,7 @@ class Controller:
         had built by then (None for what it had not)."""
         services = self.services
         return FailureContext(
-            cfg=self.cfg,
+            facts=self.cfg.stop_facts(),
             state=self.state,
             env=getattr(self, "env", None),
             out=getattr(self, "out", None),
@@ -349,14 +352,33 @@ class Controller:
                 outputs.finish(
                     self.out, self.traces, self.metrics, self.cfg.metrics, self.policy_path
                 )
-            if self.engines is not None:
+            if self.runners is not None:
                 with contextlib.suppress(Exception):
-                    await self.engines.stop()
+                    await self.runners.stop()
             if self.services is not None:
                 await self.services.shutdown()
         finally:
             if self.host_meshes is not None:
                 self.host_meshes.release()
+
+
+def start_policy(cfg: AgentConfig, env: ResolvedEnv) -> Path:
+    """The driver's policy: the base model (`model.name`: the tiny model, built here once, or a
+    folder or hub name in the local HF cache) warm-started on `env` (the run's env, resolved)
+    when `warm_start.enabled` (cached; `warm_start.policy_model`)."""
+    from forge_agent.models.hub import resolve_model
+    from forge_agent.models.tiny import ensure_tiny_model
+    from forge_agent.warm_start import policy_model
+
+    model = cfg.model
+    if model.name == "tiny":
+        base = ensure_tiny_model(model.tiny_config())
+    else:
+        base = resolve_model(model.name, dtype=model.storage_dtype)
+    return policy_model(
+        base, env, cfg.warm_start, cfg.rollout,
+        device=cfg.device, autocast=cfg.trainer.autocast, tiny=model.name == "tiny",
+    )  # fmt: skip
 
 
 async def train(cfg: AgentConfig, generate_wrapper: GenerateWrapper | None = None) -> dict:
@@ -381,4 +403,4 @@ async def train(cfg: AgentConfig, generate_wrapper: GenerateWrapper | None = Non
         await controller.shutdown()
 
 
-__all__ = ["Controller", "train"]
+__all__ = ["Controller", "start_policy", "train"]

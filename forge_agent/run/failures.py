@@ -26,9 +26,8 @@ from forge_agent.algorithms.replay import NoTrainingSignal
 from forge_agent.env.resolved import ResolvedEnv
 from forge_agent.errors import RunFailed
 from forge_agent.run import outputs
-from forge_agent.run.config import AgentConfig
 from forge_agent.run.state import RunState
-from forge_agent.run.stop_causes import stop_cause, teaching_help, warm_start_kind
+from forge_agent.run.stop_causes import StopFacts, stop_cause, teaching_help, warm_start_kind
 from forge_agent.run.supervision import ServiceFailed, ServiceRestarted
 from forge_agent.types import INFRA_STATUSES, Status
 
@@ -47,28 +46,28 @@ __all__ = [
 
 def failed_part(
     exc: BaseException,
-    cfg: AgentConfig,
+    facts: StopFacts,
     counts: Mapping[str, int],
     errors: Mapping[str, str],
     warm_start: str | None = None,
 ) -> tuple[str, str]:
-    """(the failing part, its error) for `exc`, raised out of a run of `cfg` whose training
-    episodes ended with `counts` (`status/<status>` -> n) and `errors` (status -> last error
-    text). A `NoTrainingSignal` is named by how the dropped groups' episodes ended
-    (`exc.statuses`; else, when most were lost to failures, the infra statuses of `counts`)
-    when most did not end `ok`: the status, its last error text and its fix
-    (`stop_causes.episode_cause`). `warm_start`: what the warm start taught
+    """(the failing part, its error) for `exc`, raised out of a run (`facts`: its env,
+    rollout, warm start, model) whose training episodes ended with `counts` (`status/<status>`
+    -> n) and `errors` (status -> last error text). A `NoTrainingSignal` is named by how the
+    dropped groups' episodes ended (`exc.statuses`; else, when most were lost to failures,
+    the infra statuses of `counts`) when most did not end `ok`: the status, its last error
+    text and its fix (`stop_causes.episode_cause`). `warm_start`: what the warm start taught
     (`stop_causes.warm_start_kind`; None: unknown)."""
     if isinstance(exc, ServiceFailed | ServiceRestarted):
         return f"{exc.service} service", f"{type(exc).__name__}: {exc}"
-    env = f"env {cfg.env.id!r}"
+    env = f"env {facts.env.id!r}"
     if isinstance(exc, NoTrainingSignal):
         stopped = str(exc).split(". ")[0]  # the watch's first sentence: how many groups
         statuses = exc.statuses
         if not statuses and exc.lost_to_failures:  # a watch not told the statuses
             statuses = {s.value: counts.get(f"status/{s.value}", 0) for s in INFRA_STATUSES}
         scope = "training episodes of the dropped groups" if exc.statuses else "training episodes"
-        named = stop_cause(statuses, cfg, errors, scope, failures_first=exc.lost_to_failures)
+        named = stop_cause(statuses, facts, errors, scope, failures_first=exc.lost_to_failures)
         if named is not None:
             status, cause = named
             ended = Status(status)
@@ -78,7 +77,7 @@ def failed_part(
             return part, f"{cause} ({stopped})"
         # the episodes ran and ended normally; their rewards gave no signal
         error = f"{type(exc).__name__}: {_first_line(exc)}"
-        advice = teaching_help(cfg, warm_start or "unknown")
+        advice = teaching_help(facts, warm_start or "unknown")
         return (
             f"training on {env}",
             f"{error} What would help first: {advice}." if advice else error,
@@ -115,11 +114,11 @@ def _first_line(exc: BaseException) -> str:
 
 @dataclass
 class FailureContext:
-    """What a failed run's report reads: its config and `RunState`, and what setup had built
-    when it failed (`env`, `out`, `recovery`, the trainer's service name, the policy folder;
-    None for what it had not). `Controller.failure_context` makes one."""
+    """What a failed run's report reads: what its stops name (`StopFacts`), its `RunState`,
+    and what setup had built when it failed (`env`, `out`, `recovery`, the trainer's service
+    name, the policy folder; None for what it had not). `Controller.failure_context` makes one."""
 
-    cfg: AgentConfig
+    facts: StopFacts
     state: RunState
     env: ResolvedEnv | None = None
     out: Path | None = None
@@ -154,8 +153,10 @@ async def run_failed(exc: BaseException, run: FailureContext) -> RunFailed:
     """`exc` out of `Controller.run()` as a `RunFailed` (raise it `from exc`), after a last
     checkpoint attempt; the controller is shut down afterwards (`train`'s `finally`)."""
     state = run.state
-    taught = warm_start_kind(run.cfg, run.env) if isinstance(exc, NoTrainingSignal) else None
-    part, error = failed_part(exc, run.cfg, state.counts, state.errors, taught)
+    taught = None
+    if isinstance(exc, NoTrainingSignal):
+        taught = warm_start_kind(run.facts.warm_start, run.env)
+    part, error = failed_part(exc, run.facts, state.counts, state.errors, taught)
     checkpoint = await last_checkpoint(run, exc)
     traces = run.out / "traces.jsonl" if run.out is not None else None
     kept = {

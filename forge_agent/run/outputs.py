@@ -1,6 +1,6 @@
 """What a run leaves in `output_dir`: its config, curves, the trace page and `summary.json`.
 
-prepare_output_dir(cfg)          make the folder, clear a previous run's outputs unless
+prepare_output_dir(dir, resume, cfg)make the folder, clear a previous run's outputs unless
                                  resuming, write config.yaml
 plot_curves_safely(out)          curves.png from metrics.jsonl so far (never fails the run)
 write_trace_page(out, ...)       traces.html from the last traces
@@ -21,8 +21,8 @@ from forge_agent.observability.metrics import record
 from forge_agent.observability.plots import plot_curves
 from forge_agent.observability.trace_html import load_token_decoder, write_html
 from forge_agent.observability.traces import read_traces
-from forge_agent.run.config import AgentConfig, dump_yaml
 from forge_agent.run.loop_result import LoopResult
+from forge_agent.typed_config import dump_yaml
 
 if TYPE_CHECKING:
     from forge_agent.observability.config import MetricsConfig
@@ -36,13 +36,14 @@ PREVIOUS_RUN = ("metrics.jsonl", "traces.jsonl", "checkpoints")
 """What a fresh run in a used `output_dir` clears (resume=true continues the run instead)."""
 
 
-def prepare_output_dir(cfg: AgentConfig) -> Path:
+def prepare_output_dir(output_dir: str | Path, resume: bool, config: object) -> Path:
     """The run's output folder, made; a previous run's metrics, traces and checkpoints cleared
-    unless `checkpoint.resume` (appending to them would mix two runs); config.yaml written."""
-    out = Path(cfg.output_dir)
+    unless `resume` (`checkpoint.resume`: appending to them would mix two runs); the run's
+    `config` (a config dataclass) written as config.yaml."""
+    out = Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)
     old = [out / name for name in PREVIOUS_RUN if (out / name).exists()]
-    if old and not cfg.checkpoint.resume:
+    if old and not resume:
         print(
             f"[fresh run] clearing the previous run's outputs in {out} "
             "(pass resume=true to continue it)",
@@ -50,7 +51,7 @@ def prepare_output_dir(cfg: AgentConfig) -> Path:
         )
         for path in old:
             shutil.rmtree(path) if path.is_dir() else path.unlink()
-    dump_yaml(cfg, out / "config.yaml")
+    dump_yaml(config, out / "config.yaml")
     return out
 
 

@@ -1,10 +1,11 @@
 """The rollout side of a run: tasks in, scored groups with advantages out, into the replay buffer.
 
-    rollouts = RolloutLoop(cfg, state, engine, services, tasks, buffer, traces, profile)
+    rollouts = RolloutLoop(cfg.training, cfg.advantages, cfg.rollout.max_concurrent_episodes,
+                           state, runner, services, tasks, buffer, traces, profile)
     task = asyncio.create_task(rollouts.run())     # beside the training loop (`run.controller`)
     rollouts.open.clear()                          # pause new groups (on-policy step, eval)
 
-Each group is `training.group_size` episodes of one task on the train engine, then the reward
+Each group is `training.group_size` episodes of one task on the train runner, then the reward
 service, advantages (`compute_advantages`), the traces and the curriculum; a group sampled by a
 policy that a trainer restart went back from (`RunState.epoch`) is discarded. The loop waits on
 the generators, env workers and reward actors, and on room in the buffer (`ReplayBuffer.room`:
@@ -20,11 +21,12 @@ from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 from forge_agent.algorithms.advantages import compute_advantages
+from forge_agent.algorithms.config import AdvantageConfig
 from forge_agent.algorithms.replay import ReplayBuffer, ZeroSignalWatch
 from forge_agent.env.curriculum import Curriculum
 from forge_agent.observability.metrics import record
-from forge_agent.run.config import AgentConfig
-from forge_agent.run.engines import record_episode
+from forge_agent.run.config import TrainingConfig
+from forge_agent.run.runners import record_episode
 from forge_agent.run.state import RunState
 from forge_agent.run.supervision import ServiceFailed
 from forge_agent.types import Group, Trajectory
@@ -32,7 +34,7 @@ from forge_agent.types import Group, Trajectory
 if TYPE_CHECKING:
     from forge_agent.observability.step_profile import PhaseClock
     from forge_agent.observability.traces import TraceWriter
-    from forge_agent.rollout import RolloutEngine
+    from forge_agent.rollout import RolloutRunner
     from forge_agent.run.services import Services
 
 logger = logging.getLogger(__name__)
@@ -44,35 +46,38 @@ class RolloutLoop:
 
     def __init__(
         self,
-        cfg: AgentConfig,
+        training: TrainingConfig,
+        advantages: AdvantageConfig,
+        max_concurrent_episodes: int,
         state: RunState,
-        engine: RolloutEngine,
+        runner: RolloutRunner,
         services: Services,
         tasks: Curriculum,
         buffer: ReplayBuffer,
         traces: TraceWriter,
         profile: PhaseClock,
     ) -> None:
-        self.cfg, self.state = cfg, state
-        self.engine, self.services = engine, services
+        self.training, self.advantages, self.state = training, advantages, state
+        self.max_concurrent_episodes = max_concurrent_episodes  # rollout.max_concurrent_episodes
+        self.runner, self.services = runner, services
         self.tasks, self.buffer, self.traces, self.profile = tasks, buffer, traces, profile
         self.open = asyncio.Event()  # cleared while the policy changes (on-policy) or evals run
         self.open.set()
         # a filtered group keeps its slot in the step's batch unless dynamic sampling replaces it
-        self.dynamic_sampling = cfg.training.dynamic_sampling
-        gps = cfg.training.groups_per_step
+        self.dynamic_sampling = training.dynamic_sampling
+        gps = training.groups_per_step
         self.zero_signal = ZeroSignalWatch(warn_after=4 * gps, fail_after=25 * gps)
 
     async def run(self) -> None:
         """Start groups while there is room; a group's exception ends the loop with it."""
-        cfg = self.cfg
-        max_groups = max(1, cfg.rollout.max_concurrent_episodes // cfg.training.group_size)
+        training = self.training
+        max_groups = max(1, self.max_concurrent_episodes // training.group_size)
         running: set[asyncio.Task] = set()
         try:
             while True:
                 while not self.open.is_set():  # a wake-up may come after it re-closed
                     await self.open.wait()
-                room = self.buffer.room(len(running), cfg.training.groups_per_step)
+                room = self.buffer.room(len(running), training.groups_per_step)
                 if len(running) < max_groups and room > 0:
                     running.add(asyncio.create_task(self._one_group(*next(self.tasks))))
                     continue
@@ -93,7 +98,7 @@ class RolloutLoop:
         """G episodes of one task -> reward service -> advantages -> replay buffer."""
         state, counts = self.state, self.state.counts
         epoch = state.epoch
-        group = await self.engine.run_group(task, seed, self.cfg.training.group_size)
+        group = await self.runner.run_group(task, seed, self.training.group_size)
         self.services.raise_if_failed()  # a generator past recovery: stop, naming it
         try:
             with self.profile.phase("reward"):
@@ -113,7 +118,7 @@ class RolloutLoop:
         for name, value in reward_metrics.items():
             record(name, value)
         self._observe_curriculum(task, scored)
-        kept, stats = compute_advantages([Group(group.task_id, list(scored))], self.cfg.advantages)
+        kept, stats = compute_advantages([Group(group.task_id, list(scored))], self.advantages)
         for name, value in stats.as_metrics().items():
             record(name, value, "sum")
         counts["groups_produced"] += 1

@@ -1,9 +1,10 @@
 """The run's services: what the driver calls, built, restarted and stopped here.
 
-    services = Services(cfg, policy_path, on_trainer_restart, on_generator_restart, env)
+    services = Services(specs, policy_path, on_trainer_restart, on_generator_restart, env)
+                                     (specs: `ServiceSpecs`, handed over by the driver)
     await services.start(meshes)     weight store, env workers, then trainer ranks, vLLM generator
                                      replicas and reward actors started together, each on its
-                                     host mesh (`run.placement`, `run.host_meshes`)
+                                     host mesh (`hosts.placement`, `hosts.meshes`)
     await services.train_step(batch)             every trainer rank (call), rank 0's metrics
     await services.push_weights()                trainer -> weight store; the new version
     await services.generators.update(v, in_flight="finish" | "continue" | "drop")
@@ -34,11 +35,11 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from forge_agent.env.resolved import ResolvedEnv
 from forge_agent.rewards.build import build_rubric
-from forge_agent.run.config import AgentConfig
+from forge_agent.run.config import ServiceSpecs
 from forge_agent.run.supervision import ActorMesh, Service, ServiceRestarted, install_fault_hook
 
 if TYPE_CHECKING:
-    from forge_agent.run.host_meshes import HostMeshes
+    from forge_agent.hosts.meshes import HostMeshes
     from forge_agent.weights.protocol import WeightStore
 
 logger = logging.getLogger(__name__)
@@ -127,14 +128,14 @@ class Services:
 
     def __init__(
         self,
-        cfg: AgentConfig,
+        specs: ServiceSpecs,
         policy_path: Path | str,
         on_trainer_restart: RestartHook,
         on_generator_restart: RestartHook,
         env: ResolvedEnv,
     ) -> None:
-        self.cfg = cfg
-        self.env = env  # `cfg.env` as the driver resolved it: the env workers' env
+        self.specs = specs
+        self.env = env  # the run's env as the driver resolved it: the env workers' env
         self.policy_path = str(policy_path)
         self.on_trainer_restart = on_trainer_restart
         self.on_generator_restart = on_generator_restart
@@ -152,15 +153,18 @@ class Services:
 
     async def start(self, meshes: HostMeshes) -> dict[str, Any]:
         """Place and start every service; the generator's setup answer (`max_model_len`...)."""
-        from forge_agent.run.placement import Placement
+        from forge_agent.hosts.placement import Placement
 
-        cfg = self.cfg
+        specs = self.specs
         install_fault_hook()
         self.placement = Placement(
-            cfg.services, cfg.generator.tensor_parallel_size, hosts=cfg.hosts, host_meshes=meshes
+            specs.placement,
+            specs.generator.tensor_parallel_size,
+            hosts=specs.hosts,
+            host_meshes=meshes,
         )
-        self.store = await self.placement.weight_store(cfg.weight_store)
-        sup = cfg.supervision
+        self.store = await self.placement.weight_store(specs.weight_store)
+        sup = specs.supervision
         supervised = functools.partial(
             Service,
             default_deadline_s=sup.call_deadline_s,
@@ -180,14 +184,14 @@ class Services:
                     functools.partial(self._spawn_generator, i),
                     deadlines={
                         "generate": sup.generate_deadline_s,
-                        "update_weights": cfg.training.weight_sync_timeout_s,
+                        "update_weights": specs.weight_sync_timeout_s,
                     },
                     on_restart=self.on_generator_restart,
                 )
-                for i in range(cfg.services.generator.num_replicas)
+                for i in range(specs.placement.generator.num_replicas)
             ],
             store=self.store,
-            colocated=cfg.services.colocate != "off",
+            colocated=specs.placement.colocate != "off",
         )
         self.rewards = supervised(
             "reward", self._spawn_reward, deadlines={"score": sup.reward_deadline_s}
@@ -198,7 +202,7 @@ class Services:
         logger.info("actors ready in %.1fs: %s", time.monotonic() - started, self.generator_info)
         print(
             f"[setup] actors ready in {time.monotonic() - started:.0f}s: "
-            f"{len(self.generators)} vLLM generator(s), {cfg.services.trainer.procs} trainer "
+            f"{len(self.generators)} vLLM generator(s), {specs.placement.trainer.procs} trainer "
             f"rank(s), reward, weight store; {self.pool.size} envs on "
             f"{self.pool.num_workers} env worker(s)",
             flush=True,
@@ -243,7 +247,7 @@ class Services:
             return await self.rewards.score.choose(*args)
 
     async def _rank0(self, endpoint: Any, *args: Any) -> Any:
-        if self.cfg.services.trainer.procs == 1:
+        if self.specs.placement.trainer.procs == 1:
             return await endpoint.call_one(*args)
         values = await endpoint.call(*args)
         return next(iter(values.values()))
@@ -278,20 +282,20 @@ class Services:
     async def _spawn_trainer(self) -> tuple[Any, Any]:
         from forge_agent.trainer.actor import TrainerActor
 
-        cfg = self.cfg
+        specs = self.specs
         await self.placement.check_host("trainer", "trainer")
         procs = self.placement.trainer_procs()
         trainer = procs.spawn(
             "trainer",
             TrainerActor,
-            cfg.trainer,
+            specs.trainer,
             self.policy_path,
             self.store,
-            device=cfg.device,
+            device=specs.device,
             master_port=free_port(),
-            dtype=cfg.model.dtype,
-            seed=cfg.seed,
-            free_cache=cfg.services.colocate == "sleep",
+            dtype=specs.dtype,
+            seed=specs.seed,
+            free_cache=specs.placement.colocate == "sleep",
         )
         await trainer.setup.call()
         return procs, trainer
@@ -300,23 +304,23 @@ class Services:
         from forge_agent.generator import Generator
         from forge_agent.generator.engine_args import engine_process_environ
 
-        cfg = self.cfg
+        specs = self.specs
         # an in-process engine core runs in the generator's proc: it gets the engine's
         # environment (OpenMP's wait policy) before torch is imported there
-        inproc = cfg.generator.resolved_engine_core() == "inproc"
-        environ = engine_process_environ(cfg.generator) if inproc else None
+        inproc = specs.generator.resolved_engine_core() == "inproc"
+        environ = engine_process_environ(specs.generator) if inproc else None
         await self.placement.check_host(f"generator{replica}", "generator", replica)
         procs = self.placement.generator_procs(replica, environ=environ)
-        lora = cfg.trainer.lora
+        lora = specs.trainer.lora
         generator = procs.spawn(
             "generator",
             Generator,
-            cfg.generator,
+            specs.generator,
             self.policy_path,
-            dtype=cfg.model.dtype,
-            seed=cfg.seed,
+            dtype=specs.dtype,
+            seed=specs.seed,
             lora=lora if lora is not None and lora.sync == "adapter" else None,
-            colocate=cfg.services.colocate,
+            colocate=specs.placement.colocate,
         )
         self.generator_info = await generator.setup.call_one()
         return procs, generator
@@ -324,13 +328,13 @@ class Services:
     async def _spawn_reward(self) -> tuple[Any, Any]:
         from forge_agent.rewards.actor import RewardActor
 
-        cfg = self.cfg
+        specs, env = self.specs, self.env.config
         rubric = functools.partial(
             build_rubric,
-            dict(cfg.rewards.components),
-            cfg.rollout.max_total_tokens,
-            cfg.env.agent_reward,
-            cfg.env.failure_reward,
+            dict(specs.reward_components),
+            specs.max_total_tokens,
+            env.agent_reward,
+            env.failure_reward,
         )
         await self.placement.check_host("reward", "reward")
         procs = self.placement.reward_procs()

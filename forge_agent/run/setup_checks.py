@@ -238,7 +238,7 @@ def check_prompt_lengths(
     """The `prompt_length_warning` for `tasks` (at most `PROMPT_SAMPLE` of them), or None.
 
     Renders each task's opening messages (`env.prompt(task)`, the `ToolEnv` hook) with the
-    env's Python tools, as the rollout engine renders an episode's first prompt; tools an env
+    env's Python tools, as the rollout runner renders an episode's first prompt; tools an env
     learns only at reset (an MCP server's) are not counted, so the check can only under-count.
     Envs without a `prompt(task)` hook, or whose prompt or tools exist only after a reset, are
     not checked (None).
@@ -278,7 +278,7 @@ def check_run_choices(cfg: AgentConfig, resolved: ResolvedEnv) -> None:
                 "advantages.turn_credit to none or discounted",
             )
     check_curriculum(resolved)
-    check_env_seats(cfg, resolved)
+    check_env_seats(resolved, cfg.weight_store.max_versions)
     check_timeout_layers(resolved)
 
 
@@ -326,14 +326,15 @@ def check_colocation_device(colocate: str) -> None:
         )
 
 
-def check_env_seats(cfg: AgentConfig, resolved: ResolvedEnv) -> dict[str, Any]:
+def check_env_seats(resolved: ResolvedEnv, snapshot_versions: int) -> dict[str, Any]:
     """`env.seats` against the seats the env declares (every seat has a player, none unknown,
-    snapshots the weight store keeps); a multi-seat env without `env.seats` is refused too.
-    The parsed player specs ({} for a one-seat env). `resolved`: `cfg.env` as resolved."""
+    snapshots the weight store keeps: `snapshot_versions`, `weight_store.max_versions`); a
+    multi-seat env without `env.seats` is refused too. The parsed player specs ({} for a
+    one-seat env)."""
     from forge_agent.env.protocol import env_seats
     from forge_agent.rollout.players import check_seats
 
-    env = cfg.env
+    env = resolved.config
     if env.is_agent_program:
         declared: tuple[str, ...] = ()
     else:
@@ -347,6 +348,6 @@ def check_env_seats(cfg: AgentConfig, resolved: ResolvedEnv) -> dict[str, Any]:
         raise EnvSetupError(env.id, "env.seats", f"the env has seats {list(declared)}; say who "
                             "plays each, e.g. env.seats.player_0=policy")  # fmt: skip
     try:
-        return check_seats(env.seats, declared, env.id, cfg.weight_store.max_versions)
+        return check_seats(env.seats, declared, env.id, snapshot_versions)
     except ValueError as exc:
         raise EnvSetupError(env.id, "env.seats", str(exc)) from exc

@@ -1,7 +1,8 @@
 """Why a run has nothing to learn from, and what would help: the causes its stops name.
 
-    check_start_signal(metrics, cfg, params, errors)   # step 0: raises SetupError, or warns
-    stop_cause(statuses, cfg, errors, scope)           # mid-run: `run.failures.failed_part`
+    facts = StopFacts(facts.env, facts.rollout, facts.warm_start, facts.model_name)  # the driver's
+    check_start_signal(metrics, facts, params, errors)   # step 0: raises SetupError, or warns
+    stop_cause(statuses, facts, errors, scope)           # mid-run: `run.failures.failed_part`
 
 One table (`episode_cause`) says, for each status an episode can end with, what it means and
 the key or code that fixes it, with the episode's error text. The step-0 check reads it for
@@ -13,16 +14,18 @@ is blamed only when the episodes ended `ok` with equal rewards.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
 
+from forge_agent.env.config import EnvConfig
 from forge_agent.env.resolved import ResolvedEnv
 from forge_agent.errors import SetupError
-
-if TYPE_CHECKING:
-    from forge_agent.run.config import AgentConfig
+from forge_agent.rollout.config import RolloutConfig
+from forge_agent.warm_start import demonstration_source
+from forge_agent.warm_start.config import WarmStartConfig
 
 __all__ = [
     "MIN_START_EPISODES",
+    "StopFacts",
     "check_start_signal",
     "dominant_status",
     "episode_cause",
@@ -36,6 +39,17 @@ MIN_START_EPISODES = 16
 """Held-out episodes the step-0 check needs before it stops a run (fewer: a warning line)."""
 
 
+@dataclass(frozen=True)
+class StopFacts:
+    """What a stop's message names: the run's env and rollout limits, its warm start and model
+    (the sections of the run's config a cause reads; the driver hands them over)."""
+
+    env: EnvConfig
+    rollout: RolloutConfig
+    warm_start: WarmStartConfig
+    model_name: str
+
+
 def try_more(key: str, value: int | float, factor: int = 2) -> str:
     """`key is V: try key=V*factor`: a suggestion names the value in effect and a concrete next
     one, never the value in effect as the fix."""
@@ -46,16 +60,16 @@ def try_more(key: str, value: int | float, factor: int = 2) -> str:
 
 def episode_cause(
     status: str,
-    cfg: AgentConfig,
+    facts: StopFacts,
     error: str | None = None,
     metrics: Mapping[str, float] | None = None,
 ) -> str:
     """What episodes that ended `status` say about the run, and the config key or code that
     fixes it; `error` is one such episode's error text (`Trajectory.info["error"]`); `metrics`
     (the evaluation's) add evidence where they have it (turns that fill the token cap)."""
-    rollout, env = cfg.rollout, cfg.env.id
+    rollout, env = facts.rollout, facts.env.id
     said = f": {error}" if error else ""
-    game = env.startswith("gymnasium:") or "gym_id" in cfg.env.kwargs  # a GymnasiumAgentEnv
+    game = env.startswith("gymnasium:") or "gym_id" in facts.env.kwargs  # a GymnasiumAgentEnv
     causes = {
         "truncated_turns": "they ran out of turns: every episode is cut before it ends; "
         + try_more("rollout.max_turns", rollout.max_turns)
@@ -79,7 +93,7 @@ def episode_cause(
         "forge_agent.errors.InfraError where the policy cannot have caused the failure (a "
         "backend that went away): such episodes end env_error and are left out of training",
         "policy_timeout": f"env {env!r} took too long to act on the policy's messages{said}; "
-        + try_more("env.step_timeout_s", cfg.env.step_timeout_s)
+        + try_more("env.step_timeout_s", facts.env.step_timeout_s)
         + ", or make the env's step faster",
         "env_error": f"env {env!r} failed to start or reset (or its worker died){said}; fix "
         "the env (python -m apps.agent.main --check reports its setup)",
@@ -90,7 +104,7 @@ def episode_cause(
         f"(rollout.forfeit_reward): a move cut at the turn's token cap "
         f"(rollout.max_new_tokens_per_turn is {rollout.max_new_tokens_per_turn}), or a seat out "
         f"of turns (rollout.max_turns is {rollout.max_turns}), forfeits"
-        + _token_cap_evidence(metrics or {}, cfg),
+        + _token_cap_evidence(metrics or {}, facts),
         "tampered": f"the policy's code interfered with env {env!r}'s grader{said}",
     }
     return causes.get(status, f"see traces.jsonl{said}")
@@ -114,7 +128,7 @@ def _share(n: int, total: int) -> str:
 
 
 def status_cause(
-    metrics: Mapping[str, float], cfg: AgentConfig, errors: Mapping[str, str] | None = None
+    metrics: Mapping[str, float], facts: StopFacts, errors: Mapping[str, str] | None = None
 ) -> str | None:
     """Why most held-out episodes did not end normally (`episode_cause` of the most frequent
     status of `metrics`' `eval/status/<status>` counts, when it is not `ok`); `errors` gives
@@ -128,7 +142,7 @@ def status_cause(
     if status is None:
         return None
     head = f"{counts[status]} of {sum(counts.values())} held-out episodes ended {status}"
-    return f"{head}: {episode_cause(status, cfg, (errors or {}).get(status), metrics)}"
+    return f"{head}: {episode_cause(status, facts, (errors or {}).get(status), metrics)}"
 
 
 def _turn_tokens(metrics: Mapping[str, float]) -> float | None:
@@ -138,15 +152,15 @@ def _turn_tokens(metrics: Mapping[str, float]) -> float | None:
     return sampled / turns if turns and sampled is not None else None
 
 
-def _fills_token_cap(metrics: Mapping[str, float], cfg: AgentConfig) -> bool:
+def _fills_token_cap(metrics: Mapping[str, float], facts: StopFacts) -> bool:
     """Most turns were cut at `rollout.max_new_tokens_per_turn` (mean >= 90% of it)."""
     per_turn = _turn_tokens(metrics)
-    return per_turn is not None and per_turn >= 0.9 * cfg.rollout.max_new_tokens_per_turn
+    return per_turn is not None and per_turn >= 0.9 * facts.rollout.max_new_tokens_per_turn
 
 
-def _token_cap_evidence(metrics: Mapping[str, float], cfg: AgentConfig) -> str:
+def _token_cap_evidence(metrics: Mapping[str, float], facts: StopFacts) -> str:
     """`; their turns average N sampled tokens, the cap: ...` when turns fill the cap."""
-    if not _fills_token_cap(metrics, cfg):
+    if not _fills_token_cap(metrics, facts):
         return ""
     return (
         f"; their turns average {_turn_tokens(metrics):.1f} sampled tokens, at the cap: raise "
@@ -157,7 +171,7 @@ def _token_cap_evidence(metrics: Mapping[str, float], cfg: AgentConfig) -> str:
 
 def stop_cause(
     statuses: Mapping[str, int],
-    cfg: AgentConfig,
+    facts: StopFacts,
     errors: Mapping[str, str] | None = None,
     scope: str = "training episodes",
     failures_first: bool = False,
@@ -170,12 +184,12 @@ def stop_cause(
     if status is None:
         return None
     head = f"{_share(statuses[status], sum(statuses.values()))} {scope} ended {status}"
-    return status, f"{head}: {episode_cause(status, cfg, (errors or {}).get(status))}"
+    return status, f"{head}: {episode_cause(status, facts, (errors or {}).get(status))}"
 
 
 def check_start_signal(
     metrics: dict[str, float],
-    cfg: AgentConfig,
+    facts: StopFacts,
     model_params: int | None = None,
     errors: Mapping[str, str] | None = None,
     warm_start: str | None = None,
@@ -199,35 +213,33 @@ def check_start_signal(
     episodes = int(metrics.get("eval/episodes", scored))
     best = metrics.get("eval/reward/max", 0.0)
     if scored == 0 and episodes > 0:
-        cause = status_cause(metrics, cfg, errors)
+        cause = status_cause(metrics, facts, errors)
         if cause is None:
             return
         message = f"step 0: no held-out episode could be scored; {cause}"
-        _stop_or_warn(message, episodes, cfg)
+        _stop_or_warn(message, episodes, facts)
         return
     if scored == 0 or best > 0.0:
         return
     if metrics.get("eval/reward/mean", 0.0) != best:
         return  # rewards differ (all negative but not equal): groups can carry signal
-    cause = status_cause(metrics, cfg, errors) or _model_cause(
-        metrics, cfg, model_params, warm_start
+    cause = status_cause(metrics, facts, errors) or _model_cause(
+        metrics, facts, model_params, warm_start
     )
     message = (
         f"step 0: all {scored} held-out episodes earned reward {best:g}, so every training "
         f"group would have zero variance and RL has no signal; {cause}"
     )
-    _stop_or_warn(message, scored, cfg)
+    _stop_or_warn(message, scored, facts)
 
 
-def warm_start_kind(cfg: AgentConfig, env: ResolvedEnv | None) -> str:
+def warm_start_kind(warm_start: WarmStartConfig, env: ResolvedEnv | None) -> str:
     """What the run's warm start taught: "off" (`warm_start.enabled=false` or no steps),
     "demonstrations" (the env's own), "tool schemas" (calls sampled from its tools' schemas:
     the call format, not the task), "none" (no demonstrations and no tools: skipped), or
-    "unknown" (the env's hooks raised, or the run failed before `env`, `cfg.env` resolved,
+    "unknown" (the env's hooks raised, or the run failed before `env`, `facts.env` resolved,
     existed)."""
-    from forge_agent.warm_start import demonstration_source
-
-    if not cfg.warm_start.enabled or cfg.warm_start.steps <= 0:
+    if not warm_start.enabled or warm_start.steps <= 0:
         return "off"
     if env is None:
         return "unknown"
@@ -237,10 +249,10 @@ def warm_start_kind(cfg: AgentConfig, env: ResolvedEnv | None) -> str:
         return "unknown"
 
 
-def teaching_help(cfg: AgentConfig, kind: str) -> str | None:
+def teaching_help(facts: StopFacts, kind: str) -> str | None:
     """What would teach the policy the env's task, for a warm start of `kind`
     (`warm_start_kind`); None after a warm start on the env's own demonstrations."""
-    env = cfg.env.id
+    env = facts.env.id
     helps = {
         "off": "the warm start is off (warm_start.enabled, warm_start.steps): turn it on, with "
         "`demonstrations()` of the env that solve its tasks (docs/envs.md)",
@@ -249,22 +261,22 @@ def teaching_help(cfg: AgentConfig, kind: str) -> str | None:
         "tool schemas": f"env {env!r} has no demonstrations(): its warm start taught only the "
         "tools' call format (calls sampled from their schemas), not the task; give it "
         "`demonstrations()` that solve its tasks (docs/envs.md), or more turns if a task "
-        f"takes several calls ({try_more('rollout.max_turns', cfg.rollout.max_turns)})",
+        f"takes several calls ({try_more('rollout.max_turns', facts.rollout.max_turns)})",
         "unknown": "give the env `demonstrations()` that solve its tasks (docs/envs.md)",
     }
     return helps.get(kind)
 
 
 def _model_cause(
-    metrics: Mapping[str, float], cfg: AgentConfig, model_params: int | None, warm_start: str | None
+    metrics: Mapping[str, float], facts: StopFacts, model_params: int | None, warm_start: str | None
 ) -> str:
     """Episodes that ended normally and earned nothing: what would help, in the order the
     evidence points. Turns that fill the per-turn token cap name the token budget; a warm start
     that was off, skipped or built from tool schemas only names demonstrations; the model's
     size is blamed only after a warm start on the env's own demonstrations (it saw solved
     tasks, with room to answer, and still earns nothing)."""
-    env = cfg.env.id
-    model = f"model.name={cfg.model.name}"
+    env = facts.env.id
+    model = f"model.name={facts.model_name}"
     if model_params:
         model += f", {model_params / 1e6:.1f} M parameters"
     kind = warm_start or "unknown"
@@ -277,36 +289,36 @@ def _model_cause(
         else f"the policy never earned reward on env {env!r} (tool-call rate "
         f"{metrics.get('eval/tool_call_rate', 0.0):.2f})"
     )
-    if _fills_token_cap(metrics, cfg):
-        return head + _token_cap_evidence(metrics, cfg)
-    advice = teaching_help(cfg, kind)
+    if _fills_token_cap(metrics, facts):
+        return head + _token_cap_evidence(metrics, facts)
+    advice = teaching_help(facts, kind)
     if advice is not None:  # no evidence against the model yet: what it was taught comes first
         return f"{head}. {advice}; the model's size is not the first suspect ({model})"
     if never_called:
         return (
             f"{head}, or the task is beyond this model ({model}): a warm start on its "
             "demonstrations did not teach it. Train the warm start longer ("
-            f"{try_more('warm_start.steps', cfg.warm_start.steps, 3)}), or use a larger model "
+            f"{try_more('warm_start.steps', facts.warm_start.steps, 3)}), or use a larger model "
             "that calls tools (model.name; docs/envs.md says what size each shipped task needs)"
         )
     return (
         f"{head}: the task is beyond this model ({model}), as a warm start on its "
         "demonstrations did not carry over; use a larger model (model.name; docs/envs.md says "
         "what size each shipped task needs), easier tasks (env.kwargs, env.curriculum), or "
-        f"train the warm start longer ({try_more('warm_start.steps', cfg.warm_start.steps, 3)})"
+        f"train the warm start longer ({try_more('warm_start.steps', facts.warm_start.steps, 3)})"
     )
 
 
-def _stop_or_warn(message: str, episodes: int, cfg: AgentConfig) -> None:
+def _stop_or_warn(message: str, episodes: int, facts: StopFacts) -> None:
     """Raise `message` as a `SetupError`, or print it as a warning: with fewer than
     `MIN_START_EPISODES` episodes, or held-out tasks above a ladder's first level."""
     if episodes < MIN_START_EPISODES:
         print(f"warning: {message} (only {episodes} episodes: going on)", flush=True)
         return
-    ladder = cfg.env.curriculum
-    if ladder.kwarg is not None and cfg.env.kwargs.get(ladder.kwarg) != ladder.levels[0]:
+    ladder = facts.env.curriculum
+    if ladder.kwarg is not None and facts.env.kwargs.get(ladder.kwarg) != ladder.levels[0]:
         first = f"{ladder.kwarg}={ladder.levels[0]!r}"
-        held_out = f"{ladder.kwarg}={cfg.env.kwargs.get(ladder.kwarg)!r}"
+        held_out = f"{ladder.kwarg}={facts.env.kwargs.get(ladder.kwarg)!r}"
         print(
             f"warning: {message} (held-out tasks are at {held_out}; the curriculum trains "
             f"from {first}: going on)",

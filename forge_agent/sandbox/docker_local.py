@@ -2,7 +2,7 @@
 
 Nothing is pulled from a registry: `build_python_image` packs the host's system Python, its
 libraries and a few shell tools into a tarball and ``docker import``s it (about 70 MB).
-`LocalDockerEngine` starts ``dockerd`` as root on a private socket in a temporary directory
+`LocalDockerd` starts ``dockerd`` as root on a private socket in a temporary directory
 (``--iptables=false --bridge=none``: containers get no network at all) and stops it afterwards.
 """
 
@@ -17,7 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
-__all__ = ["DEFAULT_IMAGE", "LocalDockerEngine", "build_python_image", "python_rootfs_paths"]
+__all__ = ["DEFAULT_IMAGE", "LocalDockerd", "build_python_image", "python_rootfs_paths"]
 
 DEFAULT_IMAGE = "forge-agent-sandbox-python:local"
 
@@ -100,12 +100,12 @@ def build_python_image(
     return tag
 
 
-class LocalDockerEngine:
+class LocalDockerd:
     """A ``dockerd`` on a private socket, started and stopped by this process (needs root).
 
     Usage::
 
-        with LocalDockerEngine() as engine:
+        with LocalDockerd() as engine:
             sandbox = DockerSandbox(base_url=engine.base_url)
     """
 
@@ -117,7 +117,7 @@ class LocalDockerEngine:
         self.proc: subprocess.Popen[bytes] | None = None
         self.log_path = self.root / "dockerd.log"
 
-    def start(self) -> LocalDockerEngine:
+    def start(self) -> LocalDockerd:
         """Start dockerd and wait until it answers; raises RuntimeError with the reason."""
         dockerd = shutil.which("dockerd")
         if dockerd is None:
@@ -182,7 +182,7 @@ class LocalDockerEngine:
         subprocess.run(["umount", "-R", str(self.root / "exec")], capture_output=True)
         shutil.rmtree(self.root, ignore_errors=True)
 
-    def __enter__(self) -> LocalDockerEngine:
+    def __enter__(self) -> LocalDockerd:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from monarch.actor import Actor, endpoint
 
-from forge_agent.runtime.memory import trim_heap
+from forge_agent.memory import trim_heap
 from forge_agent.trainer.config import TrainerConfig, titan_degrees
 from forge_agent.trainer.core import Trainer
 from forge_agent.types import Trajectory

@@ -1,8 +1,8 @@
 """Typed config from YAML: dataclass schemas, ``defaults:`` inheritance and ``key=value`` overrides.
 
 This package knows no schema: every function takes the schema (a dataclass, whose fields may be
-nested dataclasses, "sections") as an argument. The run schema, ``AgentConfig``, and the
-``load_config`` / ``parse_cli`` that default to it live in ``forge_agent.run.config``.
+nested dataclasses, "sections") as an argument. The run's schema, and the ``load_config`` /
+``parse_cli`` that default to it, live in ``forge_agent.run.config``.
 
 Loading goes: YAML file (a ``defaults: base.yaml`` key inherits from another YAML, merged
 section by section) -> overrides applied to the dict (each value parsed as YAML) -> ``from_dict``

@@ -6,7 +6,7 @@ some call the tool and answer with its result (correct), the rest answer at once
 (mostly wrong). The warm start is honest and imperfect on purpose: the RL phase has to find
 that calling the tool pays.
 
-    policy = policy_model(cfg, env)        # the base model, warm-started (cached) when enabled
+    policy = policy_model(base, env, ws, rollout)  # `base` warm-started (cached) when enabled
 
 Its parts: `config` (`WarmStartConfig`, light: the run's config imports it without torch or a
 tokenizer), `demos` (demonstrations rendered exactly as a rollout would see them), `cache_key`

@@ -19,9 +19,9 @@ import random
 import shutil
 import time
 from pathlib import Path
-from typing import Any
 
 from forge_agent.env.resolved import ResolvedEnv
+from forge_agent.rollout.config import RolloutConfig
 from forge_agent.rollout.renderer import ChatRenderer
 from forge_agent.types import Trajectory
 from forge_agent.warm_start.cache_key import (
@@ -180,22 +180,26 @@ def estimate_line(step: int, elapsed_s: float, steps: int) -> str | None:
     )
 
 
-def policy_model(cfg: Any, env: ResolvedEnv) -> Path:
-    """The policy folder an `AgentConfig` starts from: the tiny model (built here) or
-    `model.name` (a folder or a hub name in the local HF cache), after the warm start when
-    `warm_start.enabled` (cached). `env`: `cfg.env` as the driver resolved it. The warm start
-    demonstrates `env.kwargs`; with a
-    difficulty ladder, every level of it (demonstrations split evenly), so that RL finds a
-    reward signal at each level it climbs to (warm-started on the first level only, the
-    calculator earned nothing at difficulty 2 and the ladder stalled there)."""
-    from forge_agent.models.hub import resolve_model
-    from forge_agent.models.tiny import ensure_tiny_model, refresh_chat_template
+def policy_model(
+    base: Path,
+    env: ResolvedEnv,
+    ws: WarmStartConfig,
+    rollout: RolloutConfig,
+    *,
+    device: str = "auto",
+    autocast: bool = False,
+    tiny: bool = False,
+) -> Path:
+    """The policy folder a run starts from: `base` (the model, resolved by the driver) after
+    the warm start `ws` on `env` when `warm_start.enabled` (cached); `rollout`: the limits its
+    demonstrations are checked against; `device` / `autocast`: the trainer's; `tiny`: `base`
+    is the project's tiny model (its chat template refreshed in cached warm starts). The warm
+    start demonstrates `env.kwargs`; with a difficulty ladder, every level of it
+    (demonstrations split evenly), so that RL finds a reward signal at each level it climbs to
+    (warm-started on the first level only, the calculator earned nothing at difficulty 2 and
+    the ladder stalled there)."""
+    from forge_agent.models.tiny import refresh_chat_template
 
-    if cfg.model.name == "tiny":
-        base = ensure_tiny_model(cfg.model.tiny_config())
-    else:
-        base = resolve_model(cfg.model.name, dtype=cfg.model.storage_dtype)
-    ws = cfg.warm_start
     if not ws.enabled or ws.steps <= 0:
         return base
     ladder = env.config.curriculum
@@ -215,9 +219,9 @@ def policy_model(cfg: Any, env: ResolvedEnv) -> Path:
             "the call format with calls sampled from its tool schemas",
             flush=True,
         )
-    policy = warm_start(base, [levels or env], ws, device=cfg.device, autocast=cfg.trainer.autocast)
-    if cfg.model.name == "tiny":
+    policy = warm_start(base, [levels or env], ws, device=device, autocast=autocast)
+    if tiny:
         refresh_chat_template(policy)  # warm starts cached before a template fix
-    for warning in demo_fit_warnings(policy, cfg.rollout):
+    for warning in demo_fit_warnings(policy, rollout):
         print(f"[warm start] warning: {warning}", flush=True)
     return policy

@@ -10,7 +10,7 @@
 - reward: the task's own scorer (`dataset.score_answer(answer, entry)`), as `{"score": s}`.
   The answer is the text inside the last `<answer>...</answer>` of the final message, or the
   whole final message when it has no tags. Several scorers `eval` or `sympy.parse_expr` the
-  answer, so every verdict runs sandboxed (`forge_agent.sandbox.judge`), never in the env
+  answer, so every verdict runs sandboxed (`forge_agent.rewards.judge`), never in the env
   worker: a scorer that raises, dies or runs out of memory on the answer is `policy_error`,
   one past `grader_timeout_s` is `policy_timeout`; a score outside [0, 1] is clipped. Those
   scorers are split (`reasoning_gym_scorers`): the sandbox gets the answer and what the
@@ -40,11 +40,11 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from forge_agent.env.adapters.reasoning_gym_scorers import SPLIT_SCORERS, redacted, split_scorer
 from forge_agent.env.protocol import ToolEnv
 from forge_agent.env.registry import UnknownEnvError, load_entry_point
 from forge_agent.env.sources import EnvSetupError, Split, holdout
-from forge_agent.sandbox.judge import JUDGE_LIMITS, ScorerRef, judge_server
+from forge_agent.rewards.judge import JUDGE_LIMITS, ScorerRef, judge_server
+from forge_agent.rewards.reasoning_gym_scorers import SPLIT_SCORERS, redacted, split_scorer
 from forge_agent.types import Message, ToolSpec
 
 __all__ = ["PIP_INSTALL", "ReasoningGymEnv", "extract_answer", "reasoning_gym_tasks", "scorer"]
@@ -172,7 +172,7 @@ class ReasoningGymEnv(ToolEnv):
             ) from exc
         self._scorer_ref = ScorerRef(f"{__name__}:scorer", (task, self.config))
         self._inside_ref = ScorerRef(
-            "forge_agent.env.adapters.reasoning_gym_scorers:inside_scorer", (task, self.config)
+            "forge_agent.rewards.reasoning_gym_scorers:inside_scorer", (task, self.config)
         )
         sources = _sources(task, self.config)
         self._refs = [

@@ -47,13 +47,19 @@ import uuid
 import weakref
 from typing import Any
 
-from forge_agent.env.adapters.verifiers_rubric import asks_a_model, rubric_ref, sandboxed_scores
-from forge_agent.env.adapters.verifiers_tools import ToolGuard, capped_metrics, signal_handlers_kept
+from forge_agent.env.adapters.verifiers_tools import ToolGuard
 from forge_agent.env.protocol import Env
 from forge_agent.env.registry import UnknownEnvError
 from forge_agent.env.sources import Dataset, EnvSetupError
 from forge_agent.errors import InfraError, PolicyTimeout
-from forge_agent.sandbox.judge import JudgeError, judge_server
+from forge_agent.rewards.judge import JudgeError, judge_server
+from forge_agent.rewards.verifiers_rubric import (
+    asks_a_model,
+    capped_metrics,
+    rubric_ref,
+    sandboxed_scores,
+    signal_handlers_kept,
+)
 from forge_agent.types import Message, StepResult, ToolSpec
 
 __all__ = ["PIP_INSTALL", "VerifiersEnv"]

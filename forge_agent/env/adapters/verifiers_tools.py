@@ -24,24 +24,21 @@ verifiers runs a tool call as ``tool_map[name](**arguments)`` in its own process
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import copy
 import functools
 import inspect
 import json
 import os
-import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
 from typing import Any
 
 from forge_agent.errors import InfraError
+from forge_agent.rewards.verifiers_rubric import signal_handlers_kept
 from forge_agent.sandbox.base import Limits
 from forge_agent.tools.schema import loads_strict, signature_text, validate_arguments
 
-__all__ = ["TOOL_LIMITS", "ToolCallFailed", "ToolGuard", "capped_metrics", "without_calls"]
+__all__ = ["TOOL_LIMITS", "ToolCallFailed", "ToolGuard"]
 
 TOOL_LIMITS = Limits(wall_s=15.0, cpu_s=15.0, memory_mb=1024, max_procs=32, file_size_mb=64)
 """Limits of one sandboxed call (its wall time is `VerifiersEnv.tool_timeout_s`)."""
@@ -208,66 +205,11 @@ def _readline(proc: subprocess.Popen[bytes], timeout_s: float) -> bytes:
     return result[0] if result else b""
 
 
-# ---------------------------------------------------------------------- scoring without them
-def without_calls(messages: list[Any], failed: set[str]) -> list[Any]:
-    """`messages` (verifiers' pydantic messages) with the failed calls taken out: their tool
-    calls dropped from assistant messages and their tool messages removed."""
-    out = []
-    for message in messages:
-        if getattr(message, "role", None) == "tool" and message.tool_call_id in failed:
-            continue
-        calls = getattr(message, "tool_calls", None)
-        if calls:
-            kept = [c for c in calls if c.id not in failed]
-            if len(kept) != len(calls):
-                message = message.model_copy(update={"tool_calls": kept or None})
-        out.append(message)
-    return out
-
-
-async def capped_metrics(rubric: Any, state: Any, failed: set[str]) -> dict[str, float]:
-    """The rubric's scores of the rollout with its failed calls taken out (completion and each
-    trajectory step's completion); `VerifiersEnv` pays the lower of these and the real ones."""
-    stripped = copy.copy(state)
-    stripped["completion"] = without_calls(list(state.get("completion") or []), failed)
-    stripped["trajectory"] = [
-        {**step, "completion": without_calls(list(step.get("completion") or []), failed)}
-        for step in state.get("trajectory") or []
-    ]
-    await rubric.score_rollout(stripped)
-    return {k: float(v) for k, v in (stripped.get("metrics") or {}).items()}
-
-
 # ---------------------------------------------------------------------- the server process
 def _content(value: Any) -> Any:
     from verifiers.legacy.utils.tool_utils import is_valid_tool_content_parts
 
     return value if is_valid_tool_content_parts(value) else str(value)
-
-
-_SIGNAL_LOCK = threading.Lock()
-
-
-@contextlib.contextmanager
-def signal_handlers_kept() -> Iterator[None]:
-    """Build a verifiers environment without letting it take the process's signals.
-
-    verifiers' `Environment` installs SIGINT and SIGTERM handlers when it is built (teardown,
-    then exit 143). In an env worker those signals belong to the worker, and off the main
-    thread (where env workers build envs) `signal.signal` raises. So while the environment is
-    built, `signal.signal` leaves the handlers as they are (under a lock: one build at a time
-    in a process). Its teardown still runs at exit (it registers an `atexit` hook too).
-    """
-
-    def keep(signum: int, handler: Any) -> Any:
-        return signal.getsignal(signum)
-
-    with _SIGNAL_LOCK:
-        original, signal.signal = signal.signal, keep
-        try:
-            yield
-        finally:
-            signal.signal = original
 
 
 def _call(fn: Any, args: dict[str, Any]) -> Any:

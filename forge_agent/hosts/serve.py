@@ -1,6 +1,6 @@
-"""Start a Monarch worker: the program a user runs on each host of a multi-host run.
+"""Start a Monarch host process: the program a user runs on each host of a multi-host run.
 
-    python -m forge_agent.worker --address tcp://HOST:PORT
+    python -m forge_agent.hosts.serve --address tcp://HOST:PORT
 
 `HOST` must be the name or address the controller (and the other hosts) reach this machine
 by; the placement config lists the same `tcp://HOST:PORT` strings (see docs/hosts.md). The
@@ -32,7 +32,7 @@ def parse_address(address: str) -> tuple[str, int]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m forge_agent.worker", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m forge_agent.hosts.serve", description=__doc__)
     parser.add_argument("--address", required=True, help="tcp://HOST:PORT other hosts dial")
     parser.add_argument("--bind", default=None, help="tcp://IP:PORT to listen on instead")
     args = parser.parse_args(argv)

@@ -1,16 +1,17 @@
-"""The run's rollout engines (one for training, one for held-out evaluation) and what each
+"""The run's rollout runners (one for training, one for held-out evaluation) and what each
 finished episode records.
 
     env = ResolvedEnv.of(cfg.env)               # once, at setup
-    engines = await build_engines(cfg, env, generate, envs, renderer, max_model_len)
-    engines = await build_run_engines(cfg, env, services, policy_path, max_model_len)  # a run
-    engines.train.run_group(task, seed, G)      engines.eval for `evaluate`
+    config = cfg.runner_config()                # the driver hands each part its sections
+    runners = await build_runners(config, env, generate, envs, renderer, max_model_len)
+    runners = await build_run_runners(config, env, services, policy_path, max_model_len)  # a run
+    runners.train.run_group(task, seed, G)      runners.eval for `evaluate`
     record_episode(trajectory, counts, errors)  metrics (reward, turns, tool calls, status)
 
-`build_engines` is the one builder of the engine stack: a run (`build_run_engines`, over its
+`build_runners` is the one builder of the rollout runners: a run (`build_run_runners`, over its
 services), `apps.eval` (an in-process engine) and the random-policy bench (a scripted generate
 function) all build through it. An agent program (`env.id=agent:...`) talks to the policy
-through an OpenAI-compatible endpoint started here; its engines turn each program run into one
+through an OpenAI-compatible endpoint started here; its runners turn each program run into one
 episode.
 """
 
@@ -24,21 +25,21 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from forge_agent.endpoint.agents import start_agent_engines
+from forge_agent.endpoint.agents import start_agent_runners
 from forge_agent.env.resolved import ResolvedEnv
 from forge_agent.evaluation import ScoreFn, evaluate
 from forge_agent.models.tiny import load_tokenizer
 from forge_agent.observability.metrics import INFRA_EXCLUDED, record
 from forge_agent.rewards.build import AGENT_REWARD, build_rubric
-from forge_agent.rollout import ChatRenderer, RolloutEngine, SessionRouter
+from forge_agent.rollout import ChatRenderer, RolloutRunner, SessionRouter
 from forge_agent.rollout.players import build_players
-from forge_agent.run.config import AgentConfig
+from forge_agent.run.config import RunnerConfig
 from forge_agent.run.setup_checks import check_env_seats
 from forge_agent.types import Trajectory
 
 if TYPE_CHECKING:
     from forge_agent.generator.config import GenerateFn
-    from forge_agent.rollout.engine import EnvSource
+    from forge_agent.rollout.runner import EnvSource
     from forge_agent.run.services import Services
     from forge_agent.weights.protocol import WeightStore
 
@@ -46,8 +47,8 @@ logger = logging.getLogger(__name__)
 
 
 @dataclass
-class Engines:
-    """The training and the evaluation engine, the agent endpoint they share and how eval
+class Runners:
+    """The training and the evaluation runner, the agent endpoint they share and how eval
     episodes are scored (an agent program's reward runs in a reward actor; None: the env's)."""
 
     train: Any
@@ -60,8 +61,8 @@ class Engines:
             await self.endpoint.stop()
 
 
-async def build_engines(
-    cfg: AgentConfig,
+async def build_runners(
+    config: RunnerConfig,
     env: ResolvedEnv,
     generate: GenerateFn,
     envs: EnvSource,
@@ -73,31 +74,32 @@ async def build_engines(
     policy_path: Path | str | None = None,
     on_eval_trajectory: Callable[[Trajectory], None] | None = None,
     route_adapters: bool = True,
-) -> Engines:
-    """The rollout engines of `env` (the run's env, resolved) over `generate` (a generate
+) -> Runners:
+    """The rollout runners of `env` (the run's env, resolved) over `generate` (a generate
     function: the run's session router, an in-process engine, a scripted policy) and `envs`
     (its env source): training episodes sample at `rollout.temperature`, evaluation episodes
-    at `eval.temperature`, both within the generator's context length `max_model_len`.
+    at `config.eval_temperature`, both within the generator's context length `max_model_len`.
 
     An agent program (`env.id=agent:...`) gets an OpenAI-compatible endpoint over `generate`;
     its eval episodes are scored by `agent_score` (default: its reward function through the
     run's rubric, here: `agent_rubric_score`). `store` / `policy_path`: what snapshot and
     scripted seats read (multi-seat envs). `on_eval_trajectory`: called with each eval episode.
-    `route_adapters`: episodes name the LoRA adapter of `trainer.lora.route` (a run's
+    `route_adapters`: episodes name the LoRA adapter `config.adapter_route` (a run's
     generators serve one per name; a single model evaluated alone does not).
     """
-    configs = [cfg.rollout, replace(cfg.rollout, temperature=cfg.eval.temperature)]
+    rollout = config.rollout
+    configs = [rollout, replace(rollout, temperature=config.eval_temperature)]
     if env.config.is_agent_program:
-        endpoint, (train, evaluate) = await start_agent_engines(
+        endpoint, (train, evaluate) = await start_agent_runners(
             generate, envs, renderer, max_model_len, configs
         )
         evaluate.on_trajectory = on_eval_trajectory
-        return Engines(train, evaluate, endpoint, agent_score or agent_rubric_score(cfg))
-    lora = cfg.trainer.lora
-    route = lora.route if lora is not None and route_adapters else None
-    players = seat_players(cfg, store, policy_path, renderer, env)
+        score = agent_score or agent_rubric_score(config, env)
+        return Runners(train, evaluate, endpoint, score)
+    route = config.adapter_route if route_adapters else None
+    players = seat_players(config, env, store, policy_path, renderer)
     train, evaluate = (
-        RolloutEngine(
+        RolloutRunner(
             generate,
             envs,
             renderer,
@@ -109,29 +111,29 @@ async def build_engines(
         )
         for c in configs
     )
-    return Engines(train, evaluate)
+    return Runners(train, evaluate)
 
 
-async def build_run_engines(
-    cfg: AgentConfig,
+async def build_run_runners(
+    config: RunnerConfig,
     env: ResolvedEnv,
     services: Services,
     policy_path: Path | str,
     max_model_len: int,
     wrap: Callable[[Any], Any] = lambda generate: generate,
     wrap_envs: Callable[[Any], Any] = lambda envs: envs,
-) -> Engines:
-    """`build_engines` over a run's services: the generator replicas behind a session router
+) -> Runners:
+    """`build_runners` over a run's services: the generator replicas behind a session router
     (each episode stays on one replica), the env workers, the weight store (snapshot seats)
     and, for an agent program's eval episodes, the reward actors. `wrap` / `wrap_envs` wrap the
     generate function and the env source (step timing, fault injection in tests)."""
 
-    return await build_engines(
-        cfg,
+    return await build_runners(
+        config,
         env,
         wrap(SessionRouter(list(services.generators))),
         wrap_envs(services.pool),
-        ChatRenderer(load_tokenizer(policy_path), cfg.renderer),
+        ChatRenderer(load_tokenizer(policy_path), config.renderer),
         max_model_len,
         agent_score=_agent_outcome(functools.partial(services.score, components=[AGENT_REWARD])),
         store=getattr(services, "store", None),
@@ -139,15 +141,15 @@ async def build_run_engines(
     )
 
 
-def agent_rubric_score(cfg: AgentConfig) -> ScoreFn:
+def agent_rubric_score(config: RunnerConfig, env: ResolvedEnv) -> ScoreFn:
     """An agent program's eval scoring without reward actors: the run's rubric
     (`build_rubric`, as the reward actors build it) with its `agent_reward` component only."""
 
     rubric = build_rubric(
-        dict(cfg.rewards.components),
-        cfg.rollout.max_total_tokens,
-        cfg.env.agent_reward,
-        cfg.env.failure_reward,
+        dict(config.reward_components),
+        config.rollout.max_total_tokens,
+        env.config.agent_reward,
+        env.config.failure_reward,
     )
 
     async def score(trajectories: list[Trajectory]) -> list[Trajectory]:
@@ -158,16 +160,16 @@ def agent_rubric_score(cfg: AgentConfig) -> ScoreFn:
 
 
 def seat_players(
-    cfg: AgentConfig,
+    config: RunnerConfig,
+    env: ResolvedEnv,
     store: WeightStore | None,
     policy_path: Path | str,
     renderer: ChatRenderer,
-    env: ResolvedEnv | None = None,
 ) -> dict | None:
     """Who plays each seat of a multi-seat env (`env.seats`); None for one-seat envs.
-    Snapshot seats read `store` (the run's weight store); `env`: `cfg.env` resolved."""
+    Snapshot seats read `store` (the run's weight store)."""
 
-    specs = check_env_seats(cfg, env)
+    specs = check_env_seats(env, config.snapshot_versions)
     if not specs:
         return None
     return build_players(
@@ -175,21 +177,22 @@ def seat_players(
         store=store,
         model_path=policy_path,
         renderer=renderer,
-        timeout_s=cfg.env.step_timeout_s,
-        max_new_tokens=cfg.rollout.max_new_tokens_per_turn,
-        temperature=cfg.rollout.temperature,
+        timeout_s=env.config.step_timeout_s,
+        max_new_tokens=config.rollout.max_new_tokens_per_turn,
+        temperature=config.rollout.temperature,
     )
 
 
 async def evaluate_policy(
-    engines: Engines, tasks: list[dict[str, Any]], cfg: AgentConfig, step: int
+    runners: Runners, tasks: list[dict[str, Any]], k: int, seed: int, step: int
 ) -> tuple[dict[str, float], dict[str, str]]:
-    """`eval.k` episodes of each held-out task; the report's metrics, recorded and printed
+    """`k` episodes (`eval.k`) of each held-out task, seeded by `seed`; the report's metrics,
+    recorded and printed
     (`[eval] step N: mean ..., pass@1 ..., tool_call_rate ...`, and a line per task kind when
     the tasks name one), and the first error text of each status (`EvalReport.first_errors`)."""
 
-    score = engines.eval_score
-    report = await evaluate(engines.eval, tasks, cfg.eval.k, seed=cfg.seed, score=score)
+    score = runners.eval_score
+    report = await evaluate(runners.eval, tasks, k, seed=seed, score=score)
     metrics = report.as_metrics()
     for name, value in metrics.items():
         record(name, value, "last")

@@ -1,4 +1,4 @@
-"""The multi-turn rollout engine: episodes as independent async tasks, grouped per task.
+"""The multi-turn rollout runner: episodes as independent async tasks, grouped per task.
 
 One episode (token-in/token-out, every token accounted for; the loop is
 `forge_agent.rollout.episode.Episode`, the token record `forge_agent.rollout.history`):
@@ -9,7 +9,7 @@ One episode (token-in/token-out, every token accounted for; the loop is
           bridge_to_next_turn (append-only) -> next prompt ids
     -> Trajectory(token ids, loss mask, sampler logprobs, per-token versions, status, rewards)
 
-The engine runs many episodes at once, each its own asyncio task: a finished episode frees its
+The runner runs many episodes at once, each its own asyncio task: a finished episode frees its
 slot at once and the next one starts (no lock-step turns across a batch). G episodes of one
 task form a group and share the env seed, hence the env start state.
 
@@ -32,7 +32,7 @@ from forge_agent.rollout.game import SOLO, START_STATE, EpisodeContext, Seat, So
 from forge_agent.rollout.renderer import ChatRenderer
 from forge_agent.types import Group, Message, Status, StepResult, ToolSpec, Trajectory
 
-__all__ = ["START_STATE", "RolloutEngine", "SessionRouter"]
+__all__ = ["START_STATE", "RolloutRunner", "SessionRouter"]
 
 
 class EpisodeEnv(Protocol):
@@ -63,7 +63,7 @@ class LocalEnvs:
         return self.factory()
 
 
-class RolloutEngine:
+class RolloutRunner:
     """Runs episodes of one env against one generate function.
 
     `max_model_len`: the generator's context length (its setup answer); an episode's budget is
@@ -98,7 +98,7 @@ class RolloutEngine:
         self.stats: dict[str, float] = {"episodes": 0, "bridge_fallbacks": 0, "generate_s": 0.0}
 
     def episode_context(self) -> EpisodeContext:
-        """What the episode loop needs of this engine (built per episode: limits may change)."""
+        """What the episode loop needs of this runner (built per episode: limits may change)."""
         cfg = self.config
         return EpisodeContext(
             generate=self.generate,
@@ -170,14 +170,14 @@ class RolloutEngine:
         sampling_seed: int | None,
     ) -> None:
         """Play one episode of `env` (a one-seat env as a `SoloGame`) into the seats'
-        trajectories (agent programs play otherwise: `AgentRolloutEngine`)."""
+        trajectories (agent programs play otherwise: `AgentRolloutRunner`)."""
         game = SoloGame(env) if self.players is None else env
         await Episode(self.episode_context(), game, seats).play(task, seed, sampling_seed)
 
     async def _with_env(
         self, trajs: list[Trajectory], body: Callable[[Any], Awaitable[None]]
     ) -> None:
-        """Run `body` on an env from the source, under the engine's concurrency limit; an env
+        """Run `body` on an env from the source, under the runner's concurrency limit; an env
         that cannot start ends every trajectory with its status; the env is always closed."""
         async with self._slots:
             started = time.monotonic()
@@ -232,7 +232,7 @@ class RolloutEngine:
         self, tasks: Iterable[tuple[dict[str, Any], int]], group_size: int
     ) -> AsyncIterator[Group]:
         """Groups of `(task, seed)` pairs in the order they finish; episodes of all groups
-        share the engine's concurrency limit."""
+        share the runner's concurrency limit."""
         pending = {
             asyncio.ensure_future(self.run_group(task, seed, group_size)) for task, seed in tasks
         }

@@ -2,10 +2,10 @@
 
 A rubric's reward functions read the policy's rollout, and some evaluate it: verifiers' own
 `ReasoningGymEnv` scores with reasoning-gym's scorers, several of which `eval` the answer. So
-the rubric runs in the judge server's forked sandbox (`forge_agent.sandbox.judge`), which
+the rubric runs in the judge server's forked sandbox (`forge_agent.rewards.judge`), which
 loads the environment once: in goes the rollout's data (its state without the client) and the
 ids of the calls that failed, out come named numbers: the reward, each metric, and each metric
-scored again without the failed calls (`verifiers_tools.capped_metrics`).
+scored again without the failed calls (`capped_metrics`, below).
 
 A rubric that asks a model (verifiers' `JudgeRubric`) needs the network the sandbox does not
 have; it is scored in the env worker as before (it reads the answer, it does not run it).
@@ -14,12 +14,24 @@ have; it is scored in the env worker as before (it reads the answer, it does not
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+import contextlib
+import copy
+import signal
+import threading
+from collections.abc import Callable, Iterator
 from typing import Any
 
-from forge_agent.sandbox.judge import ScorerRef, judge_server
+from forge_agent.rewards.judge import ScorerRef, judge_server
 
-__all__ = ["asks_a_model", "rubric_ref", "sandboxed_scores", "scorer"]
+__all__ = [
+    "asks_a_model",
+    "capped_metrics",
+    "rubric_ref",
+    "sandboxed_scores",
+    "scorer",
+    "signal_handlers_kept",
+    "without_calls",
+]
 
 _NOT_DATA = ("client", "usage_tracker", "usage")  # the policy's client, live counters
 
@@ -43,8 +55,6 @@ def scorer(module: str, env_args: dict[str, Any]) -> Callable[[dict, list[str]],
     data and its failed call ids, giving ``reward``, ``metric/<name>`` and ``capped/<name>``."""
     import verifiers
     from verifiers.legacy.types import State
-
-    from forge_agent.env.adapters.verifiers_tools import capped_metrics, signal_handlers_kept
 
     with signal_handlers_kept():
         rubric = verifiers.load_environment(module, **env_args).rubric
@@ -73,3 +83,59 @@ async def sandboxed_scores(
     metrics = {k[len("metric/") :]: v for k, v in scores.items() if k.startswith("metric/")}
     capped = {k[len("capped/") :]: v for k, v in scores.items() if k.startswith("capped/")}
     return metrics, scores.get("reward", 0.0), capped
+
+
+# ---------------------------------------------------------------------- scoring without them
+def without_calls(messages: list[Any], failed: set[str]) -> list[Any]:
+    """`messages` (verifiers' pydantic messages) with the failed calls taken out: their tool
+    calls dropped from assistant messages and their tool messages removed."""
+    out = []
+    for message in messages:
+        if getattr(message, "role", None) == "tool" and message.tool_call_id in failed:
+            continue
+        calls = getattr(message, "tool_calls", None)
+        if calls:
+            kept = [c for c in calls if c.id not in failed]
+            if len(kept) != len(calls):
+                message = message.model_copy(update={"tool_calls": kept or None})
+        out.append(message)
+    return out
+
+
+async def capped_metrics(rubric: Any, state: Any, failed: set[str]) -> dict[str, float]:
+    """The rubric's scores of the rollout with its failed calls taken out (completion and each
+    trajectory step's completion); `VerifiersEnv` pays the lower of these and the real ones."""
+    stripped = copy.copy(state)
+    stripped["completion"] = without_calls(list(state.get("completion") or []), failed)
+    stripped["trajectory"] = [
+        {**step, "completion": without_calls(list(step.get("completion") or []), failed)}
+        for step in state.get("trajectory") or []
+    ]
+    await rubric.score_rollout(stripped)
+    return {k: float(v) for k, v in (stripped.get("metrics") or {}).items()}
+
+
+# ---------------------------------------------------------------------- building an env
+_SIGNAL_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def signal_handlers_kept() -> Iterator[None]:
+    """Build a verifiers environment without letting it take the process's signals.
+
+    verifiers' `Environment` installs SIGINT and SIGTERM handlers when it is built (teardown,
+    then exit 143). In an env worker those signals belong to the worker, and off the main
+    thread (where env workers build envs) `signal.signal` raises. So while the environment is
+    built, `signal.signal` leaves the handlers as they are (under a lock: one build at a time
+    in a process). Its teardown still runs at exit (it registers an `atexit` hook too).
+    """
+
+    def keep(signum: int, handler: Any) -> Any:
+        return signal.getsignal(signum)
+
+    with _SIGNAL_LOCK:
+        original, signal.signal = signal.signal, keep
+        try:
+            yield
+        finally:
+            signal.signal = original

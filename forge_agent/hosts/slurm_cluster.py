@@ -5,7 +5,7 @@
         cluster.run_on_head(["sbatch", "--wrap", "hostname"])
         cluster.jobs()                           # job ids still in squeue
 
-The compute nodes are `forge_agent.runtime.netns` hosts (a network namespace each, on a private
+The compute nodes are `forge_agent.hosts.netns` hosts (a network namespace each, on a private
 bridge, with their own hostname and `/dev/shm`); each runs a `slurmd` with its own spool. The
 head node is this machine's network namespace under its own hostname (`slurm-head`, the
 bridge's address): `slurmctld` and every process started by `head_command` (the controller of
@@ -34,7 +34,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from forge_agent.runtime.netns import NetnsHost, NetnsHosts, netns_available
+from forge_agent.hosts.netns import NetnsHost, NetnsHosts, netns_available
 
 HEAD = "slurm-head"
 TOOLS = ("munged", "mungekey", "slurmctld", "slurmd", "sbatch", "squeue", "scancel", "scontrol",

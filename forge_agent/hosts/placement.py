@@ -4,7 +4,7 @@
     trainer_procs = placement.trainer_procs()        # services.trainer.procs procs, 1 GPU each
     generator_procs = placement.generator_procs(0)   # 1 proc seeing tensor_parallel_size GPUs
 
-    # several hosts (forge_agent.run.host_meshes): each service on its host mesh
+    # several hosts (forge_agent.hosts.meshes): each service on its host mesh
     placement = Placement(cfg.services, hosts=cfg.hosts, host_meshes=await resolve_host_meshes(...))
 
 Every proc that runs on GPUs gets its own, disjoint ``CUDA_VISIBLE_DEVICES``, set by the proc's
@@ -20,7 +20,7 @@ import functools
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from forge_agent.run.host_meshes import LOCAL, SERVICES, HostsConfig
+from forge_agent.hosts.meshes import LOCAL, SERVICES, HostsConfig
 from forge_agent.typed_config import check_field as _check
 
 if TYPE_CHECKING:
@@ -197,7 +197,7 @@ class Placement:
         mesh_name = self.mesh_of(service)
         if mesh_name == LOCAL or name not in self.named:
             return
-        from forge_agent.runtime.hosts import HostInfo
+        from forge_agent.hosts.attach import HostInfo
 
         probe = self._host(mesh_name, host).spawn_procs(per_host={"procs": 1}, name="probe")
         try:
@@ -207,7 +207,7 @@ class Placement:
             where = "" if host is None else f"host {host % len(self.host_meshes[mesh_name])} of "
             raise HostLostError(
                 f"placement: {where}host mesh {mesh_name!r} ({self.hosts.kind}) does not "
-                f"answer ({type(exc).__name__}): its Monarch worker is gone (killed, or the "
+                f"answer ({type(exc).__name__}): its Monarch host process is gone (killed, or the "
                 f"node lost), so {name} cannot be replaced there. A Slurm job cannot restart "
                 "a node's worker: resume from the last checkpoint (resume=true) in a new job"
             ) from exc
@@ -300,7 +300,7 @@ class Placement:
         ``procs`` run) by: on a Slurm node, the node's own hostname, asked of ``procs`` (Slurm
         nodes resolve each other's names: Monarch reaches its workers by them too)."""
         if host_name != LOCAL and self.hosts.kind == "slurm":
-            from forge_agent.runtime.hosts import HostInfo
+            from forge_agent.hosts.attach import HostInfo
 
             info = await procs.spawn("trainer_host", HostInfo).describe.call_one()
             return info["hostname"]
@@ -310,10 +310,10 @@ class Placement:
         """The address other hosts reach host mesh ``host_name``'s (first) host by."""
         import socket
 
-        from forge_agent.worker import parse_address
+        from forge_agent.hosts.serve import parse_address
 
-        if host_name != LOCAL and self.hosts.kind == "workers":
-            return parse_address(self.hosts.workers[host_name][0])[0]
+        if host_name != LOCAL and self.hosts.kind == "addresses":
+            return parse_address(self.hosts.addresses[host_name][0])[0]
         if host_name == LOCAL and self.hosts.client_address:
             host = self.hosts.client_address.removeprefix("tcp://").rsplit(":", 1)[0]
             if host not in ("", "0.0.0.0", "*"):
@@ -368,7 +368,7 @@ HOST_PROBE_S = 30.0  # a host that does not answer a fresh proc by then is lost
 
 
 class HostLostError(RuntimeError):
-    """A service's host no longer answers (its Monarch worker is gone)."""
+    """A service's host no longer answers (its Monarch host process is gone)."""
 
 
 def _bootstrap(devices: tuple[str, ...], environ: tuple[tuple[str, str], ...]) -> None:

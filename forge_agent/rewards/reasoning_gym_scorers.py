@@ -42,7 +42,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from forge_agent.sandbox.judge import JudgeError
+from forge_agent.rewards.judge import JudgeError
 
 __all__ = [
     "SPLIT_SCORERS",
@@ -385,7 +385,7 @@ def redacted(entry: Entry) -> dict[str, Any]:
 
 def inside_scorer(task: str, config: dict[str, Any]) -> Callable[[str, dict[str, Any]], Any]:
     """The sandboxed half of the splits of `task` under `config`, as the judge server builds it
-    (its `ScorerRef` is ``forge_agent.env.adapters.reasoning_gym_scorers:inside_scorer``):
+    (its `ScorerRef` is ``forge_agent.rewards.reasoning_gym_scorers:inside_scorer``):
     ``inside(answer, {"task": source task, **public})``; a composite's source task is one of its
     datasets, scored under that dataset's config."""
     import reasoning_gym

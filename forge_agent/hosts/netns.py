@@ -3,7 +3,7 @@
     with NetnsHosts(3) as net:                 # 3 namespaces joined by veth pairs on a bridge
         net.hosts[0].address                   # 10.x.y.2, reachable from the other hosts
         net.client_ip                          # the bridge's address (the controller's "host")
-        proc = net.popen(net.hosts[0], ["python", "-m", "forge_agent.worker", ...])
+        proc = net.popen(net.hosts[0], ["python", "-m", "forge_agent.hosts.serve", ...])
 
 Each host is a network namespace (`ip netns`) with its own veth interface on the bridge, its
 own hostname (a UTS namespace) and its own `/dev/shm` (a mount namespace with a fresh tmpfs),
@@ -167,13 +167,13 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def start_worker(
+def start_host(
     net: NetnsHosts, host: NetnsHost, port: int, env: dict[str, str], cwd: str | Path
 ) -> subprocess.Popen:
-    """`python -m forge_agent.worker` on `host`, returned once it accepts connections."""
+    """`python -m forge_agent.hosts.serve` on `host`, returned once it accepts connections."""
     import sys
 
-    argv = [sys.executable, "-m", "forge_agent.worker", "--address", f"tcp://{host.address}:{port}"]
+    argv = [sys.executable, "-m", "forge_agent.hosts.serve", "--address", f"tcp://{host.address}:{port}"]
     proc = net.popen(host, argv, env=env, cwd=cwd)
     wait_for_port(host.address, port, 60, proc)
     return proc

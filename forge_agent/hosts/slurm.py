@@ -22,7 +22,7 @@ It refuses (`SlurmCompatError`) a Monarch whose `SlurmJob` no longer has that qu
 override would silently do nothing and Monarch's own parsing run again.
 
 Delete it when a Monarch release reads the job's nodes without `--json`'s layout (or with
-both layouts and the job filter checked); then `forge_agent.run.host_meshes.slurm_job` builds
+both layouts and the job filter checked); then `forge_agent.hosts.meshes.slurm_job` builds
 `monarch.job.SlurmJob` directly. Checked against torchmonarch 0.7.0 and slurm-wlm 22.05.8.
 """
 
@@ -79,7 +79,7 @@ class CompatSlurmJob(SlurmJob):
         if not callable(getattr(SlurmJob, QUERY, None)):
             raise SlurmCompatError(
                 f"monarch.job.SlurmJob has no {QUERY}() (the query "
-                "forge_agent/run/slurm_compat.py answers); this Monarch is newer than the "
+                "forge_agent/hosts/slurm.py answers); this Monarch is newer than the "
                 "layer: check whether it reads Slurm 22.05's squeue, then drop the layer"
             )
         super().__init__(*args, **kwargs)

@@ -14,14 +14,14 @@ other episodes timed out. Here:
   user, killed at `JUDGE_LIMITS.wall_s`); calls run side by side, each in its own process with
   its own time limit, so one episode's judge cannot delay, kill or change another's;
 - the verdict is computed where the answer runs, so the child guards `eval` and `compile`
-  first (`forge_agent.sandbox.eval_guard`): the answer computes a value, not code;
+  first (`forge_agent.rewards.eval_guard`): the answer computes a value, not code;
 - what goes in: the scorer's identity (`ScorerRef`: an importable factory and its arguments),
   the answer and the task entry it needs; what comes back: ``{"ok": true, "value": <number>}``
   or the reason it failed, as JSON (nothing from the sandbox is unpickled);
 - a scorer split in two (`JudgeServer.value`) keeps the answer key out: its sandboxed side is
   given the answer and what the question states, and reports what the answer computes as
   plain JSON data (a number, a string, a list); the caller compares that with the key
-  (reasoning-gym's evaluating scorers: `forge_agent.env.adapters.reasoning_gym_scorers`);
+  (reasoning-gym's evaluating scorers: `forge_agent.rewards.reasoning_gym_scorers`);
 - a verdict that is not a finite number, a scorer that raises, dies or runs out of memory is
   the policy's failure (`JudgeError`, `policy_error`); one past its time limit is
   `JudgeTimeout` (`policy_timeout`); a server that does not start or dies is infra
@@ -63,7 +63,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from forge_agent.errors import InfraError, PolicyTimeout
-from forge_agent.sandbox import eval_guard
+from forge_agent.rewards import eval_guard
 from forge_agent.sandbox.base import Limits, SandboxError
 
 __all__ = [
@@ -210,7 +210,7 @@ class JudgeServer:
         env = {k: v for k, v in os.environ.items() if not any(m in k for m in _SECRET_MARKERS)}
         env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
         proc = subprocess.Popen(
-            [sys.executable, "-m", "forge_agent.sandbox.judge"],
+            [sys.executable, "-m", "forge_agent.rewards.judge"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
@@ -341,7 +341,7 @@ _SCALAR = (int, float, str, bool, type(None))  # rebind the builtins
 
 
 def _score(scorer: Scorer, answer: str, entry: Any) -> Any:
-    """In the sandboxed child: `eval` guarded (`forge_agent.sandbox.eval_guard`), then the
+    """In the sandboxed child: `eval` guarded (`forge_agent.rewards.eval_guard`), then the
     scorer's verdict, or its value where that is plain JSON data (`JudgeServer.value`)."""
     eval_guard.install()
     value = scorer(answer, entry)

@@ -1,9 +1,9 @@
-"""The run's hosts: this machine, Monarch workers, or a cluster job, as host meshes by name.
+"""The run's hosts: this machine, Monarch host processes, or a cluster job, as host meshes by name.
 
     hosts:
-      kind: workers                    # local (default) | workers | slurm | kubernetes
+      kind: addresses                    # local (default) | addresses | slurm | kubernetes
       client_address: tcp://10.0.0.1:0 # where the controller listens (default: its hostname)
-      workers:                         # kind=workers: mesh name -> worker addresses
+      addresses:                       # kind=addresses: mesh name -> host addresses
         train: [tcp://node0:26600]
         gen:   [tcp://node1:26600]
       services: {trainer: train, generator: gen, env: local, reward: local}
@@ -20,15 +20,15 @@ module, which pass every Monarch option through:
     meshes = job_host_meshes(job, ["train", "gen"])     # submits (sbatch) and waits for nodes
     release_job(job)                                    # scancel, and forget Monarch's cache
 
-Monarch starts its workers on the allocated nodes itself (Slurm) or finds pods already running
-`python -m forge_agent.worker` / Monarch's worker (Kubernetes, label selector
+Monarch starts its host processes on the allocated nodes itself (Slurm) or finds pods already
+running `python -m forge_agent.hosts.serve` / Monarch's worker (Kubernetes, label selector
 `app.kubernetes.io/name=<mesh>`). The Slurm job is Monarch's `SlurmJob` through
-`forge_agent.run.slurm_compat` (Monarch 0.7 misreads Slurm < 24.05's `squeue --json`); the suite
+`forge_agent.hosts.slurm` (Monarch 0.7 misreads Slurm < 24.05's `squeue --json`); the suite
 runs it on a real Slurm 22.05 (`tests/test_slurm.py`). The Kubernetes job is written, not run:
 no cluster here. The run cancels its Slurm job when it ends, fails or is interrupted, unless
 `keep_allocation` (a later run of the same spec then reuses it). A service not named in
 `services` stays on this machine (`local`). Which processes each service gets on its host is
-`forge_agent.run.placement`. Weights cross hosts through `forge_agent.weights.relay`
+`forge_agent.hosts.placement`. Weights cross hosts through `forge_agent.weights.relay`
 (`weights_backend`: gloo or nccl); env workers on another host run in an `EnvPoolActor` there
 (`forge_agent.env.remote_pool`).
 """
@@ -39,8 +39,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
+from forge_agent.hosts.serve import parse_address
 from forge_agent.typed_config import check_field as _check
-from forge_agent.worker import parse_address
 
 if TYPE_CHECKING:
     from monarch.actor import HostMesh
@@ -54,8 +54,8 @@ LOCAL = "local"
 class HostsConfig:
     """Host meshes and the service -> mesh assignment (see module docstring)."""
 
-    kind: Literal["local", "workers", "slurm", "kubernetes"] = "local"
-    workers: dict[str, list[str]] = field(default_factory=dict)
+    kind: Literal["local", "addresses", "slurm", "kubernetes"] = "local"
+    addresses: dict[str, list[str]] = field(default_factory=dict)
     nodes: dict[str, int] = field(default_factory=dict)
     services: dict[str, str] = field(default_factory=dict)
     client_address: str | None = None
@@ -67,25 +67,25 @@ class HostsConfig:
 
     def __post_init__(self) -> None:
         _check(self.connect_timeout_s > 0, "connect_timeout_s", self.connect_timeout_s, "> 0")
-        if self.kind == "workers":
-            _check(bool(self.workers), "workers", self.workers, "mesh name -> [tcp://HOST:PORT]")
-            for name, addresses in self.workers.items():
-                _check(bool(addresses), f"workers.{name}", addresses, "at least one address")
+        if self.kind == "addresses":
+            _check(bool(self.addresses), "addresses", self.addresses, "mesh name -> [tcp://HOST:PORT]")
+            for name, addresses in self.addresses.items():
+                _check(bool(addresses), f"addresses.{name}", addresses, "at least one address")
                 for a in addresses:
                     try:
                         parse_address(a)
                     except ValueError as e:
-                        _check(False, f"workers.{name}", a, str(e))
+                        _check(False, f"addresses.{name}", a, str(e))
         if self.kind in ("slurm", "kubernetes"):
             _check(bool(self.nodes), "nodes", self.nodes, "mesh name -> node count")
             for name, n in self.nodes.items():
                 _check(isinstance(n, int) and n >= 1, f"nodes.{name}", n, "an int >= 1")
         trainer = self.services.get("trainer", LOCAL)
-        if self.kind == "workers" and trainer in self.workers:
+        if self.kind == "addresses" and trainer in self.addresses:
             _check(
-                len(self.workers[trainer]) == 1,
-                f"workers.{trainer}",
-                self.workers[trainer],
+                len(self.addresses[trainer]) == 1,
+                f"addresses.{trainer}",
+                self.addresses[trainer],
                 "one address: the trainer's ranks share one host",
             )
         known = set(self.mesh_names()) | {LOCAL}
@@ -101,7 +101,7 @@ class HostsConfig:
             )
 
     def mesh_names(self) -> list[str]:
-        return list(self.workers if self.kind == "workers" else self.nodes)
+        return list(self.addresses if self.kind == "addresses" else self.nodes)
 
     def mesh_of(self, service: str) -> str:
         """The mesh `service` runs on ("local": this machine)."""
@@ -114,7 +114,7 @@ class HostsConfig:
 
 class HostMeshes(dict):
     """Monarch `HostMesh`es by name, and the cluster job they came from (`job`, None for
-    workers); `release()` gives a Slurm job's nodes back unless `keep_allocation`."""
+    addresses); `release()` gives a Slurm job's nodes back unless `keep_allocation`."""
 
     def __init__(
         self, meshes: dict[str, HostMesh], job: JobTrait | None = None, keep: bool = False
@@ -123,7 +123,7 @@ class HostMeshes(dict):
         self.job, self.keep = job, keep
 
     def release(self) -> None:
-        """`scancel` the Slurm job (once; a no-op for workers, Kubernetes or a kept job)."""
+        """`scancel` the Slurm job (once; a no-op for addresses, Kubernetes or a kept job)."""
         job, self.job = self.job, None
         if job is not None and not self.keep:
             release_job(job)
@@ -131,19 +131,19 @@ class HostMeshes(dict):
 
 async def resolve_host_meshes(cfg: HostsConfig) -> HostMeshes:
     """Monarch `HostMesh`es by name for `cfg` (empty for local). Call once per process, before
-    any other Monarch call: it enables the TCP transport. Unreachable workers raise
-    `forge_agent.runtime.hosts.HostUnreachableError` naming them, within `connect_timeout_s`.
+    any other Monarch call: it enables the TCP transport. Unreachable hosts raise
+    `forge_agent.hosts.attach.HostUnreachableError` naming them, within `connect_timeout_s`.
     With `kind: slurm`, call `release()` on the result when the run ends."""
-    from forge_agent.runtime.hosts import attach_hosts, enable_client_transport
+    from forge_agent.hosts.attach import attach_hosts, enable_client_transport
 
     if cfg.kind == "local":
         return HostMeshes({})
-    if cfg.kind == "workers":
+    if cfg.kind == "addresses":
         enable_client_transport(cfg.client_address)
         return HostMeshes(
             {
                 name: await attach_hosts(name, addresses, cfg.connect_timeout_s)
-                for name, addresses in cfg.workers.items()
+                for name, addresses in cfg.addresses.items()
             }
         )
     if cfg.kind == "kubernetes":  # pods the operator (or the user) runs: never deleted here
@@ -160,7 +160,7 @@ JOB_CACHE = ".monarch/job_state.pkl"  # Monarch's default: a later run of the sa
 def slurm_job(nodes: dict[str, int], **slurm_args: Any) -> Any:
     """A `monarch.job.SlurmJob` with `nodes[mesh]` nodes per named mesh; `slurm_args` pass
     through (`gpus_per_node`, `partition`, `time_limit`, `slurm_args`, `python_exe`, ...)."""
-    from forge_agent.run.slurm_compat import CompatSlurmJob
+    from forge_agent.hosts.slurm import CompatSlurmJob
 
     return CompatSlurmJob(meshes=dict(nodes), **slurm_args)
 

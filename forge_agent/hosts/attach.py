@@ -1,14 +1,14 @@
-"""Host meshes on other machines: join Monarch workers, in bounded time, naming failures.
+"""Host meshes on other machines: join Monarch host processes, in bounded time, naming failures.
 
     enable_client_transport("tcp://10.0.0.1:0")       # once, before any other Monarch call
     mesh = await attach_hosts("generators", ["tcp://gpu3:26600", "tcp://gpu4:26600"])
     procs = mesh.spawn_procs(per_host={"procs": 1})   # one proc on each of those hosts
 
-Each host runs `python -m forge_agent.worker --address tcp://HOST:PORT`. Monarch's
-`attach_to_workers` returns at once and waits forever for a worker that never answers, so
-`attach_hosts` first dials every worker (a plain TCP connect, all at once) and then waits for
-the mesh to come up, both within `timeout_s`; a worker that cannot be reached raises
-`HostUnreachableError` naming the mesh and the address.
+Each host runs `python -m forge_agent.hosts.serve --address tcp://HOST:PORT`. Monarch's
+`attach_to_workers` (Monarch's name for host processes) returns at once and waits forever
+for a host that never answers, so `attach_hosts` first dials every host (a plain TCP
+connect, all at once) and then waits for the mesh to come up, both within `timeout_s`; a
+host that cannot be reached raises `HostUnreachableError` naming the mesh and the address.
 """
 
 from __future__ import annotations
@@ -20,18 +20,18 @@ from typing import Any
 
 from monarch.actor import Actor, endpoint
 
-from forge_agent.worker import parse_address
+from forge_agent.hosts.serve import parse_address
 
 
 class HostUnreachableError(ConnectionError):
-    """A Monarch worker named in the placement could not be reached."""
+    """A Monarch host process named in the placement could not be reached."""
 
 
 def enable_client_transport(address: str | None = None) -> None:
-    """Let this (controller) process talk to workers on other hosts over TCP.
+    """Let this (controller) process talk to host processes on other hosts over TCP.
 
     `address` None: listen on this machine's hostname (it must resolve to an address the
-    workers can reach). `tcp://IP:0`: listen on that interface, any port. Must run before any
+    hosts can reach). `tcp://IP:0`: listen on that interface, any port. Must run before any
     other Monarch call in the process (Monarch picks one transport per process)."""
     from monarch.actor import enable_transport
 
@@ -40,8 +40,8 @@ def enable_client_transport(address: str | None = None) -> None:
     enable_transport(address or "tcp")
 
 
-def probe_worker(address: str, timeout_s: float) -> str | None:
-    """None when a TCP connection to the worker at `address` opens within `timeout_s`, else
+def probe_host(address: str, timeout_s: float) -> str | None:
+    """None when a TCP connection to the host process at `address` opens within `timeout_s`, else
     why it did not (refused, timed out, unknown name, ...)."""
     host, port = parse_address(address)
     try:
@@ -54,29 +54,29 @@ def probe_worker(address: str, timeout_s: float) -> str | None:
 
 
 async def attach_hosts(name: str, addresses: Sequence[str], timeout_s: float = 30.0) -> Any:
-    """A Monarch `HostMesh` named `name` over the workers at `addresses` (one host each),
+    """A Monarch `HostMesh` named `name` over the host processes at `addresses` (one host each),
     connected within `timeout_s` or `HostUnreachableError` naming the unreachable ones."""
     from monarch.actor import attach_to_workers
 
     if not addresses:
-        raise ValueError(f"host mesh {name!r} lists no worker addresses")
+        raise ValueError(f"host mesh {name!r} lists no host addresses")
     for a in addresses:
         parse_address(a)
     reasons = await asyncio.gather(
-        *(asyncio.to_thread(probe_worker, a, timeout_s) for a in addresses)
+        *(asyncio.to_thread(probe_host, a, timeout_s) for a in addresses)
     )
     bad = [f"{a} ({r})" for a, r in zip(addresses, reasons, strict=True) if r is not None]
     if bad:
         raise HostUnreachableError(
-            f"host mesh {name!r}: cannot reach worker {', '.join(bad)}; is "
-            "`python -m forge_agent.worker --address ...` running there?"
+            f"host mesh {name!r}: cannot reach host {', '.join(bad)}; is "
+            "`python -m forge_agent.hosts.serve --address ...` running there?"
         )
     mesh = attach_to_workers(workers=list(addresses), ca="trust_all_connections", name=name)
     try:
         await asyncio.wait_for(_initialized(mesh), timeout_s)
     except TimeoutError as e:
         raise HostUnreachableError(
-            f"host mesh {name!r}: workers {list(addresses)} accepted a connection but did not "
+            f"host mesh {name!r}: hosts {list(addresses)} accepted a connection but did not "
             f"join within {timeout_s:g}s"
         ) from e
     return mesh
@@ -119,5 +119,5 @@ __all__ = [
     "attach_hosts",
     "describe_host",
     "enable_client_transport",
-    "probe_worker",
+    "probe_host",
 ]

@@ -1,5 +1,5 @@
 """A guard on `eval` for scorers that evaluate the policy's answer, installed inside a judge's
-sandbox (`forge_agent.sandbox.judge`) just before the scorer runs.
+sandbox (`forge_agent.rewards.judge`) just before the scorer runs.
 
 The sandbox keeps what such an answer runs away from the host and from other episodes, but it
 runs in the process that computes its own verdict: ``__import__('json').dumps = ...`` made the
