@@ -33,7 +33,7 @@ fi
 
 # --- MCP servers (tests and envs/sql_mcp) -----------------------------------------------
 # Real servers from the registries, pinned, in a venv of the system Python outside /root, so a
-# sandbox can bind it read-only (forge_agent.tools.mcp.MCP_HOME). The PyPI servers of this mcp 1.x
+# sandbox can bind it read-only (forge_agent.toolkit.mcp.MCP_HOME). The PyPI servers of this mcp 1.x
 # line (mcp-server-time >= 2026.10 and mcp-server-git need mcp 2.x, which sqlite predates).
 MCP_HOME=${FORGE_MCP_HOME:-/opt/forge-mcp}
 MCP_PINS="mcp==1.30.0 mcp-server-sqlite==2025.4.25 mcp-server-time==2026.1.26 mcp-server-calculator==0.2.1"

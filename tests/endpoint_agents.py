@@ -10,7 +10,7 @@ import json
 from typing import Any
 
 from envs.calculator.env import SYSTEM_PROMPT
-from forge_agent.tools.schema import tool_spec
+from forge_agent.toolkit.schema import tool_spec
 from tools.calculator import calculator
 
 CALCULATOR_TOOL = tool_spec(calculator)

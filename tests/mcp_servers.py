@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from forge_agent.tools.mcp import MCP_HOME, MCPServerConfig
+from forge_agent.toolkit.mcp import MCP_HOME, MCPServerConfig
 
 SQLITE = f"{MCP_HOME}/bin/mcp-server-sqlite"
 TIME = f"{MCP_HOME}/bin/mcp-server-time"

@@ -18,7 +18,7 @@ from envs.calculator.families import (
     templates,
 )
 from forge_agent.evaluation import EvalReport, evaluate, kind_drop_warnings, kind_regressions
-from forge_agent.tools import tool_spec
+from forge_agent.toolkit import tool_spec
 from forge_agent.types import Completion, Group, Status, Trajectory
 from tools.calculator import calculator, calculator_without_example
 

@@ -12,7 +12,7 @@ import pytest
 
 from forge_agent.rollout.renderer import ChatRenderer, RendererConfig
 from forge_agent.rollout.text_tools import TOOLS_HEADER
-from forge_agent.tools.schema import tool_spec
+from forge_agent.toolkit.schema import tool_spec
 from forge_agent.warm_start import demo_trajectory
 from tests.gguf_files import write_tiny_gguf
 from tools.calculator import calculator

@@ -32,9 +32,7 @@ def test_the_run_config_stops_at_the_drivers_setup() -> None:
         if str(path.relative_to(ROOT)) not in DRIVER_SETUP
         for line in _mentions(path)
     ]
-    assert found == [], "the whole run config reaches past the driver's setup:\n" + "\n".join(
-        found
-    )
+    assert found == [], "the whole run config reaches past the driver's setup:\n" + "\n".join(found)
 
 
 def test_no_component_takes_a_parameter_named_for_the_whole_config() -> None:

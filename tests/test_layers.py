@@ -19,7 +19,7 @@ LAYERS: list[set[str]] = [
     {"rollout"},  # episodes: rendering, the engine
     {"generator", "models"},  # the policy's sampler and the models
     {"env"},  # environments, their tasks and the env pool
-    {"trainer", "tools"},  # the trainer; tools, their schemas and MCP servers' tools
+    {"trainer", "toolkit"},  # the trainer; the tool machinery: schemas, ToolSet, MCP clients
     {"algorithms", "weights", "observability", "rewards"},
     {"sandbox", "typed_config", "types", "lazy", "memory", "errors", "moved"},  # leaves
 ]

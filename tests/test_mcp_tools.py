@@ -16,8 +16,8 @@ from collections.abc import Iterator
 import pytest
 
 from forge_agent.sandbox import Sandbox, make_sandbox
-from forge_agent.tools.mcp import MCP_HOME, MCPConnection, MCPServerConfig, MCPStartError
-from forge_agent.tools.toolset import ToolSet
+from forge_agent.toolkit.mcp import MCP_HOME, MCPConnection, MCPServerConfig, MCPStartError
+from forge_agent.toolkit.toolset import ToolSet
 from tests.mcp_servers import (
     DOCKER_BINDS,
     HANG_QUERY,

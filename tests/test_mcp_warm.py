@@ -16,8 +16,8 @@ from envs.sql_mcp.tasks import query_result_text
 from forge_agent.env.adapters.mcp import MCPToolEnv
 from forge_agent.sandbox import make_sandbox
 from forge_agent.sandbox.admission import BUDGET_ENV, LEDGER_ENV
-from forge_agent.tools.mcp import MCP_HOME
-from forge_agent.tools.mcp.warm import WARM_SERVERS
+from forge_agent.toolkit.mcp import MCP_HOME
+from forge_agent.toolkit.mcp.warm import WARM_SERVERS
 from tests.mcp_servers import require_servers, sqlite_server
 
 pytestmark = pytest.mark.timeout(180)

@@ -17,7 +17,7 @@ import pytest
 from forge_agent.env import ToolEnv
 from forge_agent.rollout import ChatRenderer, LocalEnvs, RolloutConfig, RolloutRunner
 from forge_agent.sandbox import make_sandbox
-from forge_agent.tools.toolset import ToolSet
+from forge_agent.toolkit.toolset import ToolSet
 from forge_agent.types import Completion, Status
 from tools.files import read_file, write_file
 

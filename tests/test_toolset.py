@@ -9,8 +9,8 @@ from typing import Any, Literal, Optional
 
 import pytest
 
-from forge_agent.tools.schema import ToolSchemaError
-from forge_agent.tools.toolset import ToolSet, tool, tool_spec, validate_arguments
+from forge_agent.toolkit.schema import ToolSchemaError
+from forge_agent.toolkit.toolset import ToolSet, tool, tool_spec, validate_arguments
 
 
 def add(a: int, b: int = 2) -> int:

@@ -16,7 +16,7 @@ from envs.calculator.env import SYSTEM_PROMPT, CalculatorEnv
 from forge_agent.env.resolved import ResolvedEnv
 from forge_agent.env.tasks import load_tasks
 from forge_agent.rollout.renderer import ChatRenderer
-from forge_agent.tools.schema import tool_spec
+from forge_agent.toolkit.schema import tool_spec
 from tools.calculator import calculator, logging_calculator
 
 

@@ -114,8 +114,8 @@ def bench_mcp(n: int) -> list[dict[str, Any]]:
     import sqlite3
     import tempfile
 
-    from forge_agent.tools.mcp import MCP_HOME, MCPConnection, MCPServerConfig
-    from forge_agent.tools.toolset import ToolSet
+    from forge_agent.toolkit.mcp import MCP_HOME, MCPConnection, MCPServerConfig
+    from forge_agent.toolkit.toolset import ToolSet
 
     names = ("python tool (ToolSet, direct)", "mcp tool (ToolSet, warm bwrap)")
     server = f"{MCP_HOME}/bin/mcp-server-sqlite"

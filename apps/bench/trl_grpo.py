@@ -81,7 +81,7 @@ def trl_tool(fn: Any, max_tokens: int | None = None, tokenizer: Any = None) -> A
     """`fn` as a TRL tool: same name and behaviour, a docstring from which transformers'
     `get_json_schema` reads forge-agent's schema of `fn`, no return annotation, and its output
     cut to `max_tokens` as forge-agent's rollout engine cuts tool messages."""
-    from forge_agent.tools.schema import tool_spec
+    from forge_agent.toolkit.schema import tool_spec
 
     spec = tool_spec(fn)["function"]
     params = spec["parameters"]["properties"]

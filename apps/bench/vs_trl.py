@@ -256,7 +256,7 @@ def prompt_tokens(cfg: Any, policy: Path) -> int:
     from apps.bench.trl_grpo import trl_rows
     from forge_agent.models.tiny import load_tokenizer
     from forge_agent.rollout.renderer import ChatRenderer
-    from forge_agent.tools.schema import tool_spec
+    from forge_agent.toolkit.schema import tool_spec
     from tools.calculator import calculator
 
     renderer = ChatRenderer(load_tokenizer(policy))

@@ -24,7 +24,7 @@ from typing import Any
 from envs.sql_mcp.tasks import database_bytes, generate_tasks, query_result_text
 from forge_agent.env.adapters.mcp import MCPToolEnv
 from forge_agent.sandbox import Limits, make_sandbox
-from forge_agent.tools.mcp import MCP_HOME, MCPConnection, MCPServerConfig
+from forge_agent.toolkit.mcp import MCP_HOME, MCPConnection, MCPServerConfig
 from forge_agent.types import Message, ToolSpec
 
 __all__ = ["SqlMcpEnv", "demonstration", "extract_answer", "sqlite_server"]

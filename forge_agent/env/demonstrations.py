@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 from forge_agent.env.protocol import maybe_await
 from forge_agent.env.resolved import ResolvedEnv
-from forge_agent.tools.toolset import ToolSet
+from forge_agent.toolkit.toolset import ToolSet
 from forge_agent.types import Message, ToolSpec
 
 __all__ = [

@@ -30,7 +30,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, ClassVar, Protocol, TypeVar, runtime_checkable
 
 from forge_agent.errors import InfraError, PolicyTimeout, TamperingError
-from forge_agent.tools.toolset import ToolSet
+from forge_agent.toolkit.toolset import ToolSet
 from forge_agent.types import Message, SeatStart, SeatStep, Status, StepResult, ToolSpec
 
 __all__ = [

@@ -68,7 +68,9 @@ class HostsConfig:
     def __post_init__(self) -> None:
         _check(self.connect_timeout_s > 0, "connect_timeout_s", self.connect_timeout_s, "> 0")
         if self.kind == "addresses":
-            _check(bool(self.addresses), "addresses", self.addresses, "mesh name -> [tcp://HOST:PORT]")
+            _check(
+                bool(self.addresses), "addresses", self.addresses, "mesh name -> [tcp://HOST:PORT]"
+            )
             for name, addresses in self.addresses.items():
                 _check(bool(addresses), f"addresses.{name}", addresses, "at least one address")
                 for a in addresses:

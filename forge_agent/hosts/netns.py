@@ -173,7 +173,13 @@ def start_host(
     """`python -m forge_agent.hosts.serve` on `host`, returned once it accepts connections."""
     import sys
 
-    argv = [sys.executable, "-m", "forge_agent.hosts.serve", "--address", f"tcp://{host.address}:{port}"]
+    argv = [
+        sys.executable,
+        "-m",
+        "forge_agent.hosts.serve",
+        "--address",
+        f"tcp://{host.address}:{port}",
+    ]
     proc = net.popen(host, argv, env=env, cwd=cwd)
     wait_for_port(host.address, port, 60, proc)
     return proc

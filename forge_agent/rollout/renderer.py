@@ -14,7 +14,7 @@ from typing import Any
 from forge_agent.errors import SetupError
 from forge_agent.rollout.config import RendererConfig
 from forge_agent.rollout.text_tools import FAMILIES, TextToolRenderer, family_of
-from forge_agent.tools.schema import loads_strict
+from forge_agent.toolkit.schema import loads_strict
 from forge_agent.types import Message, ToolSpec
 
 KINDS = ("auto", "qwen3", *FAMILIES, "llama3", "default")

@@ -43,7 +43,7 @@ from forge_agent.env.protocol import env_seats
 from forge_agent.env.registry import is_agent_program
 from forge_agent.env.resolved import ResolvedEnv
 from forge_agent.rollout.runner import RolloutRunner
-from forge_agent.tools.toolset import ToolSet
+from forge_agent.toolkit.toolset import ToolSet
 from forge_agent.types import Completion, Message, Status, ToolSpec, Trajectory
 from forge_agent.warm_start.demos import assistant_tokens, demo_trajectory, demonstrations
 

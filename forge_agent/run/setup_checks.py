@@ -247,7 +247,7 @@ def check_prompt_lengths(
     prompt = getattr(env, "prompt", None)
     if not callable(prompt) or not tasks:
         return None
-    from forge_agent.tools.toolset import ToolSet
+    from forge_agent.toolkit.toolset import ToolSet
 
     get_tools = getattr(env, "get_tools", None)
     try:

@@ -15,7 +15,7 @@ from forge_agent.env.sources import EnvSetupError
 from forge_agent.rollout.config import RolloutConfig
 from forge_agent.rollout.history import TokenHistory
 from forge_agent.rollout.renderer import ChatRenderer
-from forge_agent.tools.schema import ToolSchemaError
+from forge_agent.toolkit.schema import ToolSchemaError
 from forge_agent.types import Message, ToolSpec, Trajectory
 from forge_agent.warm_start.schema_demos import schema_demonstrations
 

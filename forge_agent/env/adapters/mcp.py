@@ -7,9 +7,9 @@ from collections.abc import Callable, Hashable, Sequence
 from typing import Any, ClassVar
 
 from forge_agent.env import ToolEnv, maybe_await
-from forge_agent.tools.mcp.client import MCPConnection
-from forge_agent.tools.mcp.config import MCPServerConfig
-from forge_agent.tools.mcp.warm import WARM_SERVERS, ServerSet
+from forge_agent.toolkit.mcp.client import MCPConnection
+from forge_agent.toolkit.mcp.config import MCPServerConfig
+from forge_agent.toolkit.mcp.warm import WARM_SERVERS, ServerSet
 from forge_agent.types import Message, StepResult, ToolSpec
 
 __all__ = ["MCPToolEnv"]
@@ -25,7 +25,7 @@ class MCPToolEnv(ToolEnv):
     reset or at close).
 
     With `reuse_servers = True` they do not: at close the session and its servers wait idle in
-    this process (`forge_agent.tools.mcp.warm.WARM_SERVERS`), and the next episode's reset, on any
+    this process (`forge_agent.toolkit.mcp.warm.WARM_SERVERS`), and the next episode's reset, on any
     instance of the class, takes them back, empties the workspace and calls
     `prepare_workspace()` again, without starting anything. Opt in only for servers whose
     state lives in the workspace (mcp-server-sqlite opens its database file per query): what a

@@ -36,7 +36,7 @@ from typing import Any
 from forge_agent.errors import InfraError
 from forge_agent.rewards.verifiers_rubric import signal_handlers_kept
 from forge_agent.sandbox.base import Limits
-from forge_agent.tools.schema import loads_strict, signature_text, validate_arguments
+from forge_agent.toolkit.schema import loads_strict, signature_text, validate_arguments
 
 __all__ = ["TOOL_LIMITS", "ToolCallFailed", "ToolGuard"]
 

@@ -1,6 +1,6 @@
 """The `ToolSet`: runs a model's tool calls against typed Python tools, safely.
 
-Tools are plain typed functions; their schemas come from `forge_agent.tools.schema` (`tool`,
+Tools are plain typed functions; their schemas come from `forge_agent.toolkit.schema` (`tool`,
 `tool_spec`, `validate_arguments`, re-exported here).
 
 `ToolSet.call(tool_call)` never raises: an unknown tool, malformed JSON, arguments of the
@@ -19,7 +19,7 @@ import threading
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from forge_agent.tools.schema import (
+from forge_agent.toolkit.schema import (
     SANDBOX_PARAM,
     describe_value,
     loads_strict,

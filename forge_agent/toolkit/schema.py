@@ -13,7 +13,7 @@ A tool is a plain function with type hints and a Google-style docstring:
 `tool_spec(fn)` derives the OpenAI function-calling schema from the hints (str, int, float,
 bool, list[...], dict[...], Literal[...], Optional[...]; a parameter with a default is not
 required) and the docstring. A keyword-only parameter named `sandbox` is not part of the
-schema: the `ToolSet` (`forge_agent.tools.toolset`) passes its sandbox there. `@tool` is
+schema: the `ToolSet` (`forge_agent.toolkit.toolset`) passes its sandbox there. `@tool` is
 optional; it only overrides the name or description and checks the function once, at
 definition time.
 `validate_arguments` lists what is wrong with decoded arguments, in words a model can read.

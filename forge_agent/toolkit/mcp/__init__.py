@@ -1,7 +1,7 @@
 """Tools from Model Context Protocol servers: any MCP server's tools as sandboxed `ToolSet` tools.
 
     from forge_agent.env import MCPToolEnv
-    from forge_agent.tools.mcp import MCPServerConfig
+    from forge_agent.toolkit.mcp import MCPServerConfig
 
     class MyEnv(MCPToolEnv):
         mcp_servers = (MCPServerConfig("sqlite", command=(".../mcp-server-sqlite", "--db-path",
@@ -15,8 +15,8 @@ over streamable HTTP. `list_tools` becomes `ToolSpec`s; each call goes through t
 (the same argument checks, timeout, output cut and ``Error:`` messages as Python tools).
 """
 
-from forge_agent.tools.mcp.client import MCPConnection, MCPStartError, tool_spec_of
-from forge_agent.tools.mcp.config import MCP_HOME, SERVER_LIMITS, MCPServerConfig
+from forge_agent.toolkit.mcp.client import MCPConnection, MCPStartError, tool_spec_of
+from forge_agent.toolkit.mcp.config import MCP_HOME, SERVER_LIMITS, MCPServerConfig
 
 __all__ = [
     "MCP_HOME",

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from forge_agent.sandbox.admission import room_mb
-from forge_agent.tools.mcp.client import MCPConnection
+from forge_agent.toolkit.mcp.client import MCPConnection
 
 __all__ = ["WARM_SERVERS", "ServerSet", "WarmServers"]
 

@@ -35,9 +35,9 @@ from mcp import ClientSession
 from mcp.shared.exceptions import McpError
 
 from forge_agent.errors import InfraError
-from forge_agent.tools.mcp.config import SERVER_LIMITS, MCPServerConfig
-from forge_agent.tools.mcp.transport import StderrTail, process_transport
-from forge_agent.tools.toolset import ToolError
+from forge_agent.toolkit.mcp.config import SERVER_LIMITS, MCPServerConfig
+from forge_agent.toolkit.mcp.transport import StderrTail, process_transport
+from forge_agent.toolkit.toolset import ToolError
 from forge_agent.types import ToolSpec
 
 __all__ = ["MCPConnection", "MCPStartError", "tool_spec_of"]
@@ -225,7 +225,7 @@ class MCPConnection:
 
     def begin_episode(self) -> None:
         """Count errors and restarts afresh: the connection serves a next episode (a server
-        kept warm across episodes, `forge_agent.tools.mcp.warm`)."""
+        kept warm across episodes, `forge_agent.toolkit.mcp.warm`)."""
         self.error_counts = collections.Counter()
         self.restarts = 0
 

@@ -6,7 +6,7 @@ as `ToolSet` tools. The tools the project ships (calculator, files, python, shel
 in the top-level `tools/` package; an env that serves MCP tools is
 `forge_agent.env.MCPToolEnv`.
 
-    from forge_agent.tools import ToolSet, tool
+    from forge_agent.toolkit import ToolSet, tool
 
     @tool
     def add(a: int, b: int) -> int:
@@ -16,7 +16,7 @@ in the top-level `tools/` package; an env that serves MCP tools is
     tools = ToolSet([add])
 """
 
-from forge_agent.tools.schema import ToolSchemaError, tool_spec, validate_arguments
-from forge_agent.tools.toolset import ToolError, ToolSet, tool
+from forge_agent.toolkit.schema import ToolSchemaError, tool_spec, validate_arguments
+from forge_agent.toolkit.toolset import ToolError, ToolSet, tool
 
 __all__ = ["ToolError", "ToolSchemaError", "ToolSet", "tool", "tool_spec", "validate_arguments"]
