@@ -31,12 +31,12 @@ import weakref
 from typing import Any
 
 from forge_agent.endpoint.server import EndpointServer
-from forge_agent.env.protocol import EnvFailure
+from forge_agent.env.protocol import EnvFailure, EpisodeEnv
 from forge_agent.env.registry import load_entry_point
 from forge_agent.env.resolved import ResolvedEnv
 from forge_agent.errors import InfraError
 from forge_agent.rollout.game import SOLO, Seat
-from forge_agent.rollout.runner import EpisodeEnv, RolloutRunner
+from forge_agent.rollout.runner import RolloutRunner
 from forge_agent.types import Message, Status, StepResult, ToolSpec
 
 

@@ -37,6 +37,9 @@ __all__ = [
     "AgentEnv",
     "Env",
     "EnvFailure",
+    "EnvSource",
+    "EpisodeEnv",
+    "LocalEnvs",
     "SeatEnv",
     "ToolEnv",
     "env_seats",
@@ -351,3 +354,32 @@ class ToolEnv(Env):
         sandbox, self.sandbox = self.sandbox, None
         if sandbox is not None and hasattr(sandbox, "close"):
             await maybe_await(sandbox.close())
+
+
+# ---------------------------------------------------------------------- an episode's env
+class EpisodeEnv(Protocol):
+    """One episode's env (an `AgentEnv` whose `close()` ends the episode)."""
+
+    async def reset(
+        self, task: dict[str, Any], seed: int | None = None
+    ) -> tuple[list[Message], list[ToolSpec]]: ...
+
+    async def step(self, assistant_message: Message) -> StepResult: ...
+
+    async def close(self) -> None: ...
+
+
+class EnvSource(Protocol):
+    """Where episodes get their env: an `EnvPool`, or `LocalEnvs` for in-process envs."""
+
+    async def acquire(self) -> EpisodeEnv: ...
+
+
+class LocalEnvs:
+    """Envs built in this process by `factory()`, one per episode (tests, benchmarks)."""
+
+    def __init__(self, factory: Callable[[], Any]) -> None:
+        self.factory = factory
+
+    async def acquire(self) -> EpisodeEnv:
+        return self.factory()

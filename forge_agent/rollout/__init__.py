@@ -24,9 +24,9 @@ __getattr__ = lazy_exports(
     __name__,
     {
         "ChatRenderer": "forge_agent.rollout.renderer",
-        "EnvSource": "forge_agent.rollout.runner",
+        "EnvSource": "forge_agent.env.protocol",
         "GenerateFn": "forge_agent.generator.config",
-        "LocalEnvs": "forge_agent.rollout.runner",
+        "LocalEnvs": "forge_agent.env.protocol",
         "RolloutRunner": "forge_agent.rollout.runner",
         "SessionRouter": "forge_agent.rollout.runner",
     },

@@ -23,44 +23,17 @@ import asyncio
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
-from typing import Any, Protocol
+from typing import Any
 
+from forge_agent.env.protocol import EnvSource
 from forge_agent.generator.config import GenerateFn, SamplingConfig
 from forge_agent.rollout.config import RolloutConfig
 from forge_agent.rollout.episode import Episode
 from forge_agent.rollout.game import SOLO, START_STATE, EpisodeContext, Seat, SoloGame
 from forge_agent.rollout.renderer import ChatRenderer
-from forge_agent.types import Group, Message, Status, StepResult, ToolSpec, Trajectory
+from forge_agent.types import Group, Status, Trajectory
 
 __all__ = ["START_STATE", "RolloutRunner", "SessionRouter"]
-
-
-class EpisodeEnv(Protocol):
-    """One episode's env (an `AgentEnv` whose `close()` ends the episode)."""
-
-    async def reset(
-        self, task: dict[str, Any], seed: int | None = None
-    ) -> tuple[list[Message], list[ToolSpec]]: ...
-
-    async def step(self, assistant_message: Message) -> StepResult: ...
-
-    async def close(self) -> None: ...
-
-
-class EnvSource(Protocol):
-    """Where episodes get their env: an `EnvPool`, or `LocalEnvs` for in-process envs."""
-
-    async def acquire(self) -> EpisodeEnv: ...
-
-
-class LocalEnvs:
-    """Envs built in this process by `factory()`, one per episode (tests, benchmarks)."""
-
-    def __init__(self, factory: Callable[[], Any]) -> None:
-        self.factory = factory
-
-    async def acquire(self) -> EpisodeEnv:
-        return self.factory()
 
 
 class RolloutRunner:

@@ -38,8 +38,8 @@ from forge_agent.run.setup_checks import check_env_seats
 from forge_agent.types import Trajectory
 
 if TYPE_CHECKING:
+    from forge_agent.env.protocol import EnvSource
     from forge_agent.generator.config import GenerateFn
-    from forge_agent.rollout.runner import EnvSource
     from forge_agent.run.services import Services
     from forge_agent.weights.protocol import WeightStore
 
