@@ -66,9 +66,11 @@ def untyped_parameters(folder: Path) -> list[str]:
 
 
 def test_the_run_layer_types_its_public_parameters(tmp_path: Path) -> None:
-    """No public signature in `forge_agent/run/` takes a plain `Any`: a value the run passes
-    has a type, or a named alias that says why it has none (`supervision.ActorMesh`)."""
+    """No public signature in `forge_agent/run/` or `forge_agent/hosts/` (the run's hosts,
+    split out of run/) takes a plain `Any`: a value the run passes has a type, or a named
+    alias that says why it has none (`supervision.ActorMesh`)."""
     assert untyped_parameters(REPO / "forge_agent" / "run") == []
+    assert untyped_parameters(REPO / "forge_agent" / "hosts") == []
     source = "from typing import Any\ndef f(x: Any, y: int) -> None: ...\ndef _g(z: Any): ...\n"
     (tmp_path / "m.py").write_text(source)
     assert [s.split(" ")[1] for s in untyped_parameters(tmp_path)] == ["f(x)"]
