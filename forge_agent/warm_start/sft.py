@@ -187,7 +187,7 @@ def policy_model(
     rollout: RolloutConfig,
     *,
     device: str = "auto",
-    autocast: bool = False,
+    autocast: str | None = None,
     tiny: bool = False,
 ) -> Path:
     """The policy folder a run starts from: `base` (the model, resolved by the driver) after
