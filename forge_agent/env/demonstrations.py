@@ -83,22 +83,36 @@ def as_conversation(item: Any, specs: Callable[[], list[ToolSpec]]) -> Conversat
 
 
 def env_demonstrations(
-    env: Any, n: int, seed: int, demo_fraction: float
+    env: Any, n: int, seed: int, demo_fraction: float, max_turns: int | None = None
 ) -> list[Conversation] | None:
-    """`n` demonstrations of the env instance `env` (None when it has no `demonstrations`)."""
+    """`n` demonstrations of the env instance `env` (None when it has no `demonstrations`).
+    `max_turns`: passed on to a hook that takes it (`demonstrations(n, seed, demo_fraction,
+    max_turns=None)`: it may stop a conversation after that many assistant turns, the first
+    turns of the whole one; a Gymnasium game's), else the conversations are whole."""
     hook = getattr(env, "demonstrations", None)
     if not callable(hook):
         return None
     specs = functools.cache(lambda: tool_specs_of(env))  # one lookup for every demonstration
-    convos = [as_conversation(item, specs) for item in hook(n, seed, demo_fraction)]
+    extra = {"max_turns": max_turns} if max_turns is not None and _takes_max_turns(hook) else {}
+    convos = [as_conversation(item, specs) for item in hook(n, seed, demo_fraction, **extra)]
     return [c for c in convos if not isinstance(c, str)]
 
 
+def _takes_max_turns(hook: Callable[..., Any]) -> bool:
+    import inspect
+
+    try:
+        return "max_turns" in inspect.signature(hook).parameters
+    except (TypeError, ValueError):  # a builtin or a C callable: no signature
+        return False
+
+
 def demonstrations_of(
-    env: ResolvedEnv, n: int, seed: int, demo_fraction: float
+    env: ResolvedEnv, n: int, seed: int, demo_fraction: float, max_turns: int | None = None
 ) -> list[Conversation] | None:
-    """`n` demonstrations of `env` (None when the env has no `demonstrations`)."""
-    return env_demonstrations(env.make(), n, seed, demo_fraction)
+    """`n` demonstrations of `env` (None when the env has no `demonstrations`; `max_turns`:
+    see `env_demonstrations`)."""
+    return env_demonstrations(env.make(), n, seed, demo_fraction, max_turns)
 
 
 def demonstrations_origin(env: ResolvedEnv) -> ResolvedEnv:

@@ -30,7 +30,7 @@ from forge_agent.env.config import EnvConfig
 from forge_agent.generator.config import GeneratorConfig
 from forge_agent.observability.config import MetricsConfig
 from forge_agent.rollout.config import RendererConfig, RolloutConfig
-from forge_agent.run.host_meshes import HostsConfig
+from forge_agent.run.host_meshes import HostsConfig, weight_store_problem
 from forge_agent.run.placement import PlacementConfig
 from forge_agent.run.supervision import SupervisionConfig
 from forge_agent.trainer.config import TrainerConfig, titan_degrees
@@ -261,6 +261,8 @@ class AgentConfig:
             "'auto' or 'cuda' when services.generator/trainer.with_gpus is set",
         )
         _check_colocation(self)
+        problem = weight_store_problem(self.hosts, self.weight_store.backend)
+        _check(problem is None, "weight_store.backend", self.weight_store.backend, problem or "")
         try:
             if self.trainer.backend == "titan":
                 titan_degrees(self.trainer.titan, self.services.trainer.procs)
