@@ -171,32 +171,34 @@ class GymnasiumAgentEnv(ToolEnv):
 
     def demonstrations(
         self, n: int, seed: int, demo_fraction: float, max_turns: int | None = None
-    ) -> list[tuple[list[Message], list[ToolSpec]]]:
+    ) -> list[dict[str, Any]]:
         """Games planned on the game's transition table, played through this env (its own
         replies), from start seeds `seed * n ...`: each move is the best-return move from where
         the game stands (`plan_values`), except that with probability `1 - demo_fraction` it is
         a random move that does not end the game (the plan goes on from there). Each game draws
         its random moves from its own start seed, so a game stopped after `max_turns` moves (the
         warm start passes one more than an episode's `rollout.max_turns`: moves past an episode
-        are never trained on) is the first moves of the whole game. [] for a game without a
-        deterministic table (Blackjack, slippery FrozenLake): the warm start then samples calls
-        from the tool's schema."""
+        are never trained on) is the first moves of the whole game. Each is given with its task
+        (`{"messages", "tools", "task"}`: the start seed), so `--check` replays it on the same
+        start. [] for a game without a deterministic table (Blackjack, slippery FrozenLake): the
+        warm start then samples calls from the tool's schema."""
         from forge_agent.env.demonstrations import run_sync
 
         return run_sync(self._play_demonstrations(n, seed, demo_fraction, max_turns))
 
     async def _play_demonstrations(
         self, n: int, seed: int, demo_fraction: float, max_turns: int | None
-    ) -> list[tuple[list[Message], list[ToolSpec]]]:
+    ) -> list[dict[str, Any]]:
         import json
         import random
 
-        convos: list[tuple[list[Message], list[ToolSpec]]] = []
+        convos: list[dict[str, Any]] = []
         moves = self.max_moves if max_turns is None else min(self.max_moves, max_turns)
         values = table = None  # one plan for every game: the table is the game's, not a start's
         try:
             for start in range(seed * n, seed * n + n):
-                messages, tools = await self.reset({"task_id": "demo", "seed": start}, start)
+                task = {"task_id": f"{self.gym_id}-seed{start}", "seed": start}
+                messages, tools = await self.reset(task, start)
                 if values is None:
                     table = _deterministic_table(self.gym_env)
                     values = plan_values(self.gym_env, self.max_moves)
@@ -216,7 +218,7 @@ class GymnasiumAgentEnv(ToolEnv):
                     )
                     if self.terminated or self.truncated:
                         break
-                convos.append((convo, tools))
+                convos.append({"messages": convo, "tools": tools, "task": task})
         finally:
             await self.close()
         return convos
