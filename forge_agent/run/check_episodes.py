@@ -55,7 +55,9 @@ from forge_agent.env.resolved import ResolvedEnv
 from forge_agent.rollout.engine import RolloutEngine
 from forge_agent.tools.toolset import ToolSet
 from forge_agent.types import Completion, Message, Status, ToolSpec, Trajectory
+from forge_agent.warm_start.config import DemoCap
 from forge_agent.warm_start.demos import assistant_tokens, demo_trajectory, demonstrations
+from forge_agent.warm_start.sft import played_turns
 
 if TYPE_CHECKING:
     from forge_agent.rollout.renderer import ChatRenderer
@@ -193,17 +195,20 @@ def checked_calls(task: dict[str, Any], caller: CheckCaller, traj: Trajectory) -
     return report
 
 
-def check_demonstrations(env: ResolvedEnv, renderer: ChatRenderer, n: int = 2) -> list[str]:
+def check_demonstrations(
+    env: ResolvedEnv, renderer: ChatRenderer, n: int = 2, cap: DemoCap | None = None
+) -> list[str]:
     """Problems rendering `n` of the warm start's demonstrations of `env` as the warm start
-    does (append-only, through `renderer`); [] when they render, or when the env has none."""
+    does (append-only, through `renderer`, cut to the run's episode limits `cap`); [] when
+    they render, or when the env has none."""
     try:
-        convos, tools = demonstrations(env, n, 1.0, 0)
+        convos, tools = demonstrations(env, n, 1.0, 0, played_turns(cap))
     except Exception:  # no demonstrations, or a broken hook: the setup check names that one
         return []
     problems = []
     for k, convo in enumerate(convos[:n]):
         try:
-            demo_trajectory(renderer, convo, tools, f"demonstration {k}")
+            demo_trajectory(renderer, convo, tools, f"demonstration {k}", cap)
         except (ValueError, StopIteration) as exc:
             problems.append(f"demonstration {k}: {exc}")
     return problems
@@ -476,5 +481,5 @@ def check_episodes(
 
     asyncio.run(play())
     if cfg.warm_start.enabled:
-        check.demo_problems = check_demonstrations(env, renderer)
+        check.demo_problems = check_demonstrations(env, renderer, cap=DemoCap.of(cfg.rollout))
     return check
