@@ -206,9 +206,7 @@ def test_check_plays_a_seated_game_with_every_seat_answering(renderer):
         ["env.id=textarena:ConnectFour-v0", "env.kwargs={board_only: true}"],
     )
     task = {"task_id": "c4", "seed": 0}
-    line, calls, demos = check_episodes(
-        cfg, ResolvedEnv.of(cfg.env), renderer, [task], []
-    ).lines()
+    line, calls, demos = check_episodes(cfg, ResolvedEnv.of(cfg.env), renderer, [task], []).lines()
     assert calls == "tool calls: not played by --check (a seated game)"
     assert demos == "demonstrations: not replayed by --check (a seated game)"
     # the scripted answer is no move: the game's invalid-move rule ends it, player_0 losing

@@ -243,6 +243,6 @@ __all__ = [
     "kubernetes_job",
     "release_job",
     "resolve_host_meshes",
-    "weight_store_problem",
     "slurm_job",
+    "weight_store_problem",
 ]

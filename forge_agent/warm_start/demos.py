@@ -49,11 +49,12 @@ def demo_trajectory(
     Rendered once, append-only, as a rollout's history is: the opening (the messages before
     the first assistant turn) as a full render, each assistant turn as the policy would sample
     it (`writer`, default `TurnWriter.for_opening`: not after the whole conversation so far),
-    each reply bridged on. `cap` (`DemoCap`): the run's episode limits; a demonstration that passes one
-    is cut there, ending with its last assistant turn that fits, and `info["demo_cut"]` names
-    what cut it ("rollout.max_turns=4", ...). `whole`: write each turn after the whole
-    conversation so far instead (`assistant_tokens`: quadratic in turns, the reference the
-    warm start checks `TurnWriter` against on each env's first demonstration)."""
+    each reply bridged on. `cap` (`DemoCap`): the run's episode limits; a demonstration that
+    passes one is cut there, ending with its last assistant turn that fits, and
+    `info["demo_cut"]` names what cut it ("rollout.max_turns=4", ...). `whole`: write each
+    turn after the whole conversation so far instead (`assistant_tokens`: quadratic in turns,
+    the reference the warm start checks `TurnWriter` against on each env's first
+    demonstration)."""
     cap = cap or DemoCap()
     first = next(i for i, m in enumerate(messages) if m["role"] == "assistant")
     opening = list(messages[:first])
@@ -76,7 +77,8 @@ def demo_trajectory(
     i, completion = first, turn(history.prompt, seen)
     while True:
         history.record_turn(completion, [0.0] * len(completion), [0] * len(completion))
-        j = next((k for k in range(i + 1, len(messages)) if messages[k]["role"] == "assistant"), None)
+        later = range(i + 1, len(messages))
+        j = next((k for k in later if messages[k]["role"] == "assistant"), None)
         if j is None:
             seen += messages[i + 1 :]
             break
@@ -94,8 +96,9 @@ def demo_trajectory(
             raise ValueError(f"could not bridge demonstration {task_id!r} append-only")
         said = [*seen, *replies, messages[j]]
         following = turn(bridged, said)
-        if cap.max_total_tokens is not None and len(bridged) + len(following) > cap.max_total_tokens:
-            cut.append(f"rollout.max_total_tokens={cap.max_total_tokens}")
+        budget = cap.max_total_tokens
+        if budget is not None and len(bridged) + len(following) > budget:
+            cut.append(f"rollout.max_total_tokens={budget}")
             break
         history.extend_to(bridged)
         seen, i, completion = said, j, following

@@ -208,13 +208,16 @@ class GymnasiumAgentEnv(ToolEnv):
                 convo, names = list(messages), self.action_names
                 for k in range(moves):
                     state = int(self._observation)
-                    move = best_move(self.gym_env, values, state, k, rng, demo_fraction, table=table)
+                    move = best_move(
+                        self.gym_env, values, state, k, rng, demo_fraction, table=table
+                    )
                     call = {"name": "act", "arguments": json.dumps({"action": names[move]})}
                     call = {"id": f"call_{k}", "type": "function", "function": call}
                     reply = self._act(names[move])
                     convo.append({"role": "assistant", "content": "", "tool_calls": [call]})
                     convo.append(
-                        {"role": "tool", "tool_call_id": call["id"], "name": "act", "content": reply}
+                        {"role": "tool", "tool_call_id": call["id"], "name": "act"}
+                        | {"content": reply}
                     )
                     if self.terminated or self.truncated:
                         break
