@@ -331,7 +331,9 @@ def test_a_deterministic_game_demonstrates_best_return_games_in_its_own_replies(
     env = make_env(f"gymnasium:{gym_id}", **kwargs)
     demos = env.demonstrations(6, 0, 1.0)
     assert len(demos) == 6 and demos == env.demonstrations(6, 0, 1.0)  # deterministic
-    for convo, tools in demos:
+    for demo in demos:
+        convo, tools = demo["messages"], demo["tools"]
+        assert demo["task"]["seed"] is not None  # its start: `--check` replays it there
         calls = [m for m in convo if m.get("tool_calls")]
         assert moves is None or len(calls) == moves  # a shortest path
         assert last_reward in convo[-1]["content"] + "\n" and "terminated" in convo[-1]["content"]
@@ -387,7 +389,7 @@ def test_a_compact_observation_is_one_line_of_the_game_s_state(gym_id, kwargs, f
 
 def test_a_compact_game_demonstrates_in_compact_replies() -> None:
     env = make_env("gymnasium:Taxi-v4", max_moves=30, observation="compact")
-    convo, _ = env.demonstrations(1, 0, 1.0)[0]
+    convo = env.demonstrations(1, 0, 1.0)[0]["messages"]
     assert convo[1]["content"].startswith("Taxi at (")
     assert "Passenger in the taxi." in "".join(m.get("content") or "" for m in convo)
     assert "Reward: 20\n" in convo[-1]["content"] + "\n"
@@ -414,5 +416,5 @@ def test_a_shipped_gymnasium_config_resolves_to_a_game_it_demonstrates_and_lets_
     env = ResolvedEnv.of(cfg.env).make()
     assert cfg.env.id.startswith("gymnasium:")
     assert env.max_moves == cfg.rollout.max_turns
-    convo, _ = env.demonstrations(1, 0, cfg.warm_start.demo_fraction)[0]
+    convo = env.demonstrations(1, 0, cfg.warm_start.demo_fraction)[0]["messages"]
     assert "game is over" in convo[-1]["content"]

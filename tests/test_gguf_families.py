@@ -115,10 +115,12 @@ def test_each_family_renders_tools_parses_its_call_and_bridges_the_reply_append_
     assert bridged is not None and bridged[: len(prompt) + len(completion)] == prompt + completion
     assert "42" in tokenizer.decode(bridged[len(prompt) + len(completion) :])
     # the warm start renders a whole demonstration the same way, one segment
-    demo = demo_trajectory(
-        renderer, [*convo, said, reply, {"role": "assistant", "content": "42"}], [CALC]
-    )
+    demo_convo = [*convo, said, reply, {"role": "assistant", "content": "42"}]
+    demo = demo_trajectory(renderer, demo_convo, [CALC])
     assert demo.segment_starts == [0] and sum(demo.loss_mask) > len(completion)
+    # rendered once (each turn after a short context), as rendered turn by turn after the
+    # whole conversation so far
+    assert demo.token_ids == demo_trajectory(renderer, demo_convo, [CALC], whole=True).token_ids
 
 
 @pytest.mark.parametrize("arch", ["llama", "gemma3"])

@@ -46,7 +46,7 @@ def test_multihop_needs_every_lookup_and_the_demonstration_earns_full_reward() -
 
 def test_multihop_demonstrations_mix_full_and_short_chains() -> None:
     demos = MultiHopEnv().demonstrations(200, seed=0, demo_fraction=0.5)
-    lookups = [sum(1 for m in d if m.get("tool_calls")) for d in demos]
+    lookups = [sum(1 for m in d["messages"] if m.get("tool_calls")) for d in demos]
     assert set(lookups) <= {1, 2, 3, 4} and 0.35 < lookups.count(4) / 200 < 0.75
 
 

@@ -1,5 +1,5 @@
 """`hosts.kind: slurm` on a real Slurm (Debian's slurm-wlm 22.05.8 and munge): one slurmctld and
-three compute nodes, each a slurmd in its own network namespace (`forge_agent.runtime.
+three compute nodes, each a slurmd in its own network namespace (`forge_agent.hosts.
 slurm_cluster`). The docs' example (docs/hosts.md: the trainer on one node, the generator on
 two) trains through Monarch's `SlurmJob` (via `forge_agent.hosts.slurm`) with the default
 weight store and with TorchStore; every run, finished, failed or interrupted, gives its job
@@ -132,13 +132,15 @@ def test_an_interrupted_run_gives_its_job_back(cluster, policy_model_path, tmp_p
 def test_a_kept_job_is_reused_by_the_next_run_and_a_failed_run_gives_it_back(
     cluster, policy_model_path, tmp_path
 ):
-    """Two runs that fail once their job is up (weight_store.backend=local cannot cross
-    hosts): the first keeps its job (`hosts.keep_allocation`); the second, from the same
-    folder, reuses it through Monarch's cache (no second sbatch) and cancels it."""
-    failing = "weight_store.backend=local"
+    """Two runs that fail once their job is up (a generator that asks for a GPU the nodes do
+    not have: the placement refuses it; a config error such as weight_store.backend=local
+    fails before any job, tests/test_config_before_resources.py): the first keeps its job
+    (`hosts.keep_allocation`); the second, from the same folder, reuses it through Monarch's
+    cache (no second sbatch) and cancels it."""
+    failing = "services.generator.with_gpus=true"
     kept = _agent(cluster, tmp_path, policy_model_path, failing, "hosts.keep_allocation=true")
     out, _ = kept.communicate(timeout=180)
-    assert kept.returncode != 0 and "weight_store.backend" in out, out[-3000:]
+    assert kept.returncode != 0 and "needs 1 more GPU(s)" in out, out[-3000:]
     try:
         assert cluster.jobs() == _submitted(tmp_path) != []
         assert (tmp_path / ".monarch" / "job_state.pkl").exists()  # Monarch's cache of it

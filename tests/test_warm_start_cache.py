@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import json
 import sys
 import textwrap
 
@@ -119,3 +120,53 @@ def test_a_warm_start_builds_only_the_demonstrations_its_steps_draw_and_says_so(
     assert warm_start_key(tiny_tokenizer.name_or_path, [env], cfg)["demos_built"] == 12
     whole = WarmStartConfig(steps=300, batch_size=32, num_demos=2000)  # the default: all
     assert "demos_built" not in warm_start_key(tiny_tokenizer.name_or_path, [env], whole)
+
+
+def _stand_in_warm_start(folder, episode_tokens: int) -> None:
+    """A stand-in for a cached warm start (no weights): what the cache lookup reads."""
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text("{}")
+    lengths = {"turn_tokens": 8, "episode_tokens": episode_tokens}
+    (folder / "demonstration_lengths.json").write_text(json.dumps(lengths))
+
+
+def test_a_run_whose_episode_limits_cut_nothing_uses_the_warm_start_cached_before_them(
+    tiny_model_path, tmp_path, capsys
+):
+    """Demonstrations are cut to the run's episode limits now; a warm start cached before,
+    whose demonstrations those limits cut nothing of, has the tokens a build would give and
+    is used (the default run's: its key is the one it had)."""
+    from forge_agent.warm_start.config import DemoCap
+
+    envs = [ResolvedEnv.of("calculator", kwargs={"difficulty": 1})]
+    cfg = WarmStartConfig(steps=1, batch_size=8)
+    cached = warm_start_dir(tiny_model_path, envs, cfg, tmp_path)
+    _stand_in_warm_start(cached, episode_tokens=120)
+    limits = DemoCap(max_total_tokens=512, max_turns=4, tool_output_tokens=64)
+    assert warm_start(tiny_model_path, envs, cfg, tmp_path, cap=limits) == cached
+    assert "using the cached warm start" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "limits",
+    [{"max_total_tokens": 100}, {"max_turns": 1}, {"tool_output_tokens": 1}],
+    ids=["tokens", "turns", "replies"],
+)
+def test_a_warm_start_cached_before_is_not_used_where_the_limits_would_cut_it(
+    tiny_model_path, tmp_path, limits
+):
+    from forge_agent.warm_start.cache_key import dir_of, warm_start_key
+    from forge_agent.warm_start.config import DemoCap
+    from forge_agent.warm_start.sft import cached_warm_start
+
+    envs = [ResolvedEnv.of("calculator", kwargs={"difficulty": 1})]
+    cfg = WarmStartConfig(steps=1, batch_size=8, demo_fraction=1.0)  # every one calls: 2 turns
+    _stand_in_warm_start(warm_start_dir(tiny_model_path, envs, cfg, tmp_path), 120)
+    cap = DemoCap(**limits)
+    key = warm_start_key(tiny_model_path, envs, cfg)
+    cut_key = {**key, "context": cap.key()}
+    assert cached_warm_start(tiny_model_path, envs, cfg, cap, (key, cut_key), tmp_path) is None
+    cut = dir_of(tiny_model_path, cut_key, tmp_path)  # one built with these limits: used
+    _stand_in_warm_start(cut, 100)
+    found = cached_warm_start(tiny_model_path, envs, cfg, cap, (key, cut_key), tmp_path)
+    assert found == (cut, cut_key)

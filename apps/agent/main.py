@@ -128,7 +128,7 @@ def _check(cfg: Any, report: Any, renderer: Any, lengths: str) -> int:
     ]:
         print(line, flush=True)
     train, held_out = report.train_tasks[:1], report.eval_tasks[:1]
-    check = check_episodes(cfg, report.env, renderer, train, held_out)
+    check = check_episodes(cfg, report.env, renderer, train, held_out, report.train_tasks[:2])
     for line in check.lines():
         print(line, flush=True)
     if not check.failed and not check.problems:

@@ -250,6 +250,8 @@ def _code_demo(prompt: list[Message], task: dict[str, Any], use_tool: bool) -> l
         "type": "function",
         "function": {"name": "python", "arguments": json.dumps({"code": check})},
     }
-    expected = repr(tests[0]["expected"]) if tests else ""
-    result = {"role": "tool", "tool_call_id": "call_0", "name": "python", "content": expected}
+    printed = f"{tests[0]['expected']}\n" if tests else ""  # what print() of the answer writes
+    # as the python tool replies (tools.python.format_run_result): --check replays it
+    reply = f"stdout:\n{printed.rstrip(chr(10))}\nexit code 0" if printed else "exit code 0"
+    result = {"role": "tool", "tool_call_id": "call_0", "name": "python", "content": reply}
     return [*prompt, {"role": "assistant", "content": "", "tool_calls": [call]}, result, answer]

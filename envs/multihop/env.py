@@ -142,16 +142,17 @@ class MultiHopEnv(ToolEnv):
         info = {"outcome": outcome, "lookups": len(self.visited), "expected": expected}
         return {"correct": float(outcome == "correct")}, info
 
-    def demonstrations(self, n: int, seed: int, demo_fraction: float) -> list[list[Message]]:
+    def demonstrations(self, n: int, seed: int, demo_fraction: float) -> list[dict[str, Any]]:
         """Solutions that look up the whole chain; a `1 - demo_fraction` share stops one or
         more lookups short and answers the code it has (wrong: RL has to find that following
-        every reference pays)."""
+        every reference pays). Each with its task (its records answer the lookups), so that
+        `--check` replays it through the env on that task."""
         rng = random.Random(f"multihop-demos-{seed}")
         out = []
         for task in generate_tasks(n, seed=seed + 7919, hops=self.hops, records=self.records):
             full = rng.random() < demo_fraction
             stop_after = None if full else rng.randint(1, self.hops)
-            out.append(demonstration(task, stop_after, self.notes))
+            out.append({"messages": demonstration(task, stop_after, self.notes), "task": task})
         return out
 
     def corpus(self) -> list[list[Message]]:

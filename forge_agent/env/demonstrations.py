@@ -20,9 +20,12 @@ from forge_agent.types import Message, ToolSpec
 
 __all__ = [
     "Conversation",
+    "Demonstration",
     "as_conversation",
+    "as_demonstration",
     "demonstrations_of",
     "demonstrations_origin",
+    "env_demonstration_items",
     "env_demonstrations",
     "final_answer",
     "run_sync",
@@ -73,32 +76,78 @@ async def _reset_and_close(env: Any, task: dict[str, Any]) -> Any:
         await maybe_await(env.close())
 
 
+Demonstration = tuple[Conversation, dict[str, Any] | None]
+"""A conversation and the task it was played on (None: the hook did not say; see
+`env_demonstrations`)."""
+
+
 def as_conversation(item: Any, specs: Callable[[], list[ToolSpec]]) -> Conversation | str:
     if isinstance(item, str):
         return item
+    if isinstance(item, dict):
+        tools = item.get("tools")
+        return list(item["messages"]), list(tools) if tools is not None else specs()
     if isinstance(item, tuple):
         messages, tools = item
         return list(messages), list(tools)
     return list(item), specs()
 
 
-def env_demonstrations(
-    env: Any, n: int, seed: int, demo_fraction: float
-) -> list[Conversation] | None:
-    """`n` demonstrations of the env instance `env` (None when it has no `demonstrations`)."""
+def as_demonstration(item: Any, specs: Callable[[], list[ToolSpec]]) -> Demonstration | str:
+    """One item of a `demonstrations()` hook: a conversation, and its task when it gives one
+    (`{"messages": ..., "task": ...}`)."""
+    convo = as_conversation(item, specs)
+    if isinstance(convo, str):
+        return convo
+    task = item.get("task") if isinstance(item, dict) else None
+    return convo, dict(task) if task is not None else None
+
+
+def env_demonstration_items(
+    env: Any, n: int, seed: int, demo_fraction: float, max_turns: int | None = None
+) -> list[Demonstration] | None:
+    """`n` demonstrations of the env instance `env`, each with the task it was played on when
+    the hook gives it (None when the env has no `demonstrations`; see `env_demonstrations`)."""
     hook = getattr(env, "demonstrations", None)
     if not callable(hook):
         return None
     specs = functools.cache(lambda: tool_specs_of(env))  # one lookup for every demonstration
-    convos = [as_conversation(item, specs) for item in hook(n, seed, demo_fraction)]
-    return [c for c in convos if not isinstance(c, str)]
+    extra = {"max_turns": max_turns} if max_turns is not None and _takes_max_turns(hook) else {}
+    items = [as_demonstration(item, specs) for item in hook(n, seed, demo_fraction, **extra)]
+    return [d for d in items if not isinstance(d, str)]
+
+
+def env_demonstrations(
+    env: Any, n: int, seed: int, demo_fraction: float, max_turns: int | None = None
+) -> list[Conversation] | None:
+    """`n` demonstrations of the env instance `env` (None when it has no `demonstrations`).
+
+    A hook gives each demonstration as its messages (the tools: the env's `get_tools()`), as
+    `(messages, tools)`, or as a dict `{"messages": ..., "tools": ... (optional), "task": ...
+    (optional)}`: the task a demonstration was played on lets `--check` replay it through the
+    env (reset on that task, each call stepped) and compare the env's replies with its own.
+    `max_turns`: passed on to a hook that takes it (`demonstrations(n, seed, demo_fraction,
+    max_turns=None)`: it may stop a conversation after that many assistant turns, the first
+    turns of the whole one; a Gymnasium game's), else the conversations are whole."""
+    items = env_demonstration_items(env, n, seed, demo_fraction, max_turns)
+    return None if items is None else [convo for convo, _ in items]
+
+
+def _takes_max_turns(hook: Callable[..., Any]) -> bool:
+    import inspect
+
+    try:
+        return "max_turns" in inspect.signature(hook).parameters
+    except (TypeError, ValueError):  # a builtin or a C callable: no signature
+        return False
 
 
 def demonstrations_of(
-    env: ResolvedEnv, n: int, seed: int, demo_fraction: float
+    env: ResolvedEnv, n: int, seed: int, demo_fraction: float, max_turns: int | None = None
 ) -> list[Conversation] | None:
-    """`n` demonstrations of `env` (None when the env has no `demonstrations`)."""
-    return env_demonstrations(env.make(), n, seed, demo_fraction)
+    """`n` demonstrations of `env` (None when the env has no `demonstrations`; `max_turns`:
+    see `env_demonstrations`)."""
+    return env_demonstrations(env.make(), n, seed, demo_fraction, max_turns)
 
 
 def demonstrations_origin(env: ResolvedEnv) -> ResolvedEnv:

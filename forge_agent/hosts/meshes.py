@@ -113,6 +113,39 @@ class HostsConfig:
     def is_local(self) -> bool:
         return self.kind == "local" or all(self.mesh_of(s) == LOCAL for s in SERVICES)
 
+    def host_count(self, mesh: str) -> int:
+        """How many hosts mesh `mesh` will have (1 for this host): its `addresses`, or
+        its `nodes` in a cluster job."""
+        if mesh == LOCAL:
+            return 1
+        if self.kind == "addresses":
+            return len(self.addresses.get(mesh, ()))
+        return int(self.nodes.get(mesh, 1))
+
+
+def weight_store_problem(hosts: HostsConfig, backend: str) -> str | None:
+    """What the run's placement would refuse of `weight_store.backend=backend` on `hosts`, known
+    from the config alone, so that it fails before a Slurm job is submitted or an actor starts
+    (the run's config checks it when it loads; `Placement.weight_store` builds the store by
+    the same rule): with the trainer and the generators on other hosts (or generators on
+    several), the weights cross hosts through the relay of Monarch stores ("monarch") or
+    TorchStore ("torchstore"), never an in-process store ("local"); a Kubernetes trainer
+    publishes no address for the relay. What is expected, or None when it places."""
+    trainer, gen = hosts.mesh_of("trainer"), hosts.mesh_of("generator")
+    if trainer == gen == LOCAL or (trainer == gen and hosts.host_count(gen) == 1):
+        return None
+    if backend == "torchstore":
+        return None
+    where = f"the trainer (hosts.services.trainer: {trainer}) and generators ({gen})"
+    if backend != "monarch":
+        return f"'monarch' or 'torchstore' when {where} are on other hosts"
+    if hosts.kind == "kubernetes" and trainer != LOCAL:
+        return (
+            f"'torchstore' when {where} are on other hosts and the trainer's mesh comes from a "
+            "Kubernetes job, whose hosts publish no address for the cross-host relay"
+        )
+    return None
+
 
 class HostMeshes(dict):
     """Monarch `HostMesh`es by name, and the cluster job they came from (`job`, None for
@@ -213,4 +246,5 @@ __all__ = [
     "release_job",
     "resolve_host_meshes",
     "slurm_job",
+    "weight_store_problem",
 ]

@@ -28,6 +28,16 @@ new training segment every turn), or when the episode ends in a failure; a tool 
 the sampled arguments with an error is reported, not failed (its reply is an observation).
 A demonstration that cannot be rendered append-only fails the check (the warm start would
 stop on it).
+
+Two of the env's own `demonstrations()` are also replayed through the env, in the same env
+worker (`replay_demonstrations`): reset on the demonstration's task, each of its assistant
+turns stepped, and the env's replies compared with the demonstration's. A reply that differs,
+a step that raises, or an episode the env ends before the demonstration does fails the check:
+the warm start would teach replies the env never gives. A demonstration that carries no task
+(the hook gives no `{"messages": ..., "task": ...}`) is replayed on two training tasks: where
+the env answers both alike (its tools do not depend on the task: the calculator's) it is
+checked against that; where they differ (a lookup in the task's own records) it is not
+checked, and its line says so.
 """
 
 from __future__ import annotations
@@ -37,7 +47,7 @@ import random
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from forge_agent.env.demonstrations import sampled_call
+from forge_agent.env.demonstrations import Demonstration, env_demonstration_items, sampled_call
 from forge_agent.env.pool import EnvPool
 from forge_agent.env.protocol import env_seats
 from forge_agent.env.registry import is_agent_program
@@ -45,7 +55,9 @@ from forge_agent.env.resolved import ResolvedEnv
 from forge_agent.rollout.runner import RolloutRunner
 from forge_agent.toolkit.toolset import ToolSet
 from forge_agent.types import Completion, Message, Status, ToolSpec, Trajectory
+from forge_agent.warm_start.config import DemoCap
 from forge_agent.warm_start.demos import assistant_tokens, demo_trajectory, demonstrations
+from forge_agent.warm_start.sft import played_turns
 
 if TYPE_CHECKING:
     from forge_agent.rollout.renderer import ChatRenderer
@@ -53,12 +65,15 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CHECK_ANSWER",
+    "REPLAYED_DEMONSTRATIONS",
     "CheckAnswer",
     "CheckCaller",
     "CheckedEpisode",
     "EpisodeCheck",
+    "ReplayedDemonstration",
     "check_demonstrations",
     "check_episodes",
+    "replay_demonstrations",
 ]
 
 CHECK_ANSWER = "I do not know."
@@ -180,20 +195,168 @@ def checked_calls(task: dict[str, Any], caller: CheckCaller, traj: Trajectory) -
     return report
 
 
-def check_demonstrations(env: ResolvedEnv, renderer: ChatRenderer, n: int = 2) -> list[str]:
+def check_demonstrations(
+    env: ResolvedEnv, renderer: ChatRenderer, n: int = 2, cap: DemoCap | None = None
+) -> list[str]:
     """Problems rendering `n` of the warm start's demonstrations of `env` as the warm start
-    does (append-only, through `renderer`); [] when they render, or when the env has none."""
+    does (append-only, through `renderer`, cut to the run's episode limits `cap`); [] when
+    they render, or when the env has none."""
     try:
-        convos, tools = demonstrations(env, n, 1.0, 0)
+        convos, tools = demonstrations(env, n, 1.0, 0, played_turns(cap))
     except Exception:  # no demonstrations, or a broken hook: the setup check names that one
         return []
     problems = []
     for k, convo in enumerate(convos[:n]):
         try:
-            demo_trajectory(renderer, convo, tools, f"demonstration {k}")
+            demo_trajectory(renderer, convo, tools, f"demonstration {k}", cap)
         except (ValueError, StopIteration) as exc:
             problems.append(f"demonstration {k}: {exc}")
     return problems
+
+
+REPLAYED_DEMONSTRATIONS = 2
+"""The env's own demonstrations `--check` replays through the env."""
+
+
+@dataclass
+class ReplayedDemonstration:
+    """How one of the env's demonstrations replayed through the env: on which task(s), what
+    the env did differently (`problem`: fails the check) or why it was not checked (`note`)."""
+
+    index: int
+    where: str
+    turns: int = 0
+    reward: float | None = None
+    problem: str = ""
+    note: str = ""
+
+    def line(self) -> str:
+        head = f"demonstration {self.index} ({self.where})"
+        if self.problem:
+            return f"{head}: {self.problem}"
+        if self.note:
+            return f"{head}: not checked: {self.note}"
+        reward = "" if self.reward is None else f", reward {self.reward:g}"
+        return (
+            f"{head}: replayed through the env, {self.turns} turn(s), each reply the env's "
+            f"own{reward}"
+        )
+
+
+@dataclass
+class _Replay:
+    """What the env replied to a demonstration's assistant turns: per turn the contents of the
+    messages it sent back, its reward once done, or the error a reset or step raised."""
+
+    replies: list[list[str]] = field(default_factory=list)
+    done_after: int | None = None
+    reward: float | None = None
+    error: str = ""
+
+
+async def _replay(pool: EnvPool, task: dict[str, Any], messages: list[Message]) -> _Replay:
+    """Reset an env of `pool` on `task` and step each assistant turn of `messages`."""
+    out, reset = _Replay(), False
+    lease = await pool.acquire()
+    try:
+        await lease.reset(task, 0)
+        reset = True
+        turns = [m for m in messages if m.get("role") == "assistant"]
+        for k, turn in enumerate(turns):
+            result = await lease.step(dict(turn))
+            out.replies.append([str(m.get("content") or "") for m in result.messages])
+            if result.done:
+                out.done_after = k + 1
+                out.reward = float(sum(result.rewards.values()))
+                break
+    except Exception as exc:  # the demonstration's turn made the env fail: say which
+        where = f"turn {len(out.replies) + 1}" if reset else "reset"
+        out.error = f"the env raised on its {where}: {type(exc).__name__}: {exc}"[:300]
+    finally:
+        await lease.close()
+    return out
+
+
+def _demonstrated_replies(messages: list[Message]) -> list[list[str]]:
+    """Per assistant turn of `messages`, the contents of the messages after it (until the
+    next assistant turn): the replies the demonstration says the env gave."""
+    out: list[list[str]] = []
+    for m in messages:
+        if m.get("role") == "assistant":
+            out.append([])
+        elif out:
+            out[-1].append(str(m.get("content") or ""))
+    return out
+
+
+def _difference(demo: list[Message], replay: _Replay) -> str:
+    """What of `replay` differs from the demonstration `demo` ("" when nothing does)."""
+    if replay.error:
+        return replay.error
+    said = _demonstrated_replies(demo)
+    for k, (theirs, ours) in enumerate(zip(said, replay.replies, strict=False)):
+        if theirs != ours:
+            return (
+                f"turn {k + 1}'s reply differs from the env's: {_short(theirs)} in the "
+                f"demonstration, {_short(ours)} from the env (the warm start would teach a "
+                "reply the env never gives)"
+            )
+    if replay.done_after is not None and replay.done_after < len(said):
+        return (
+            f"the env ended the episode after turn {replay.done_after} of the demonstration's "
+            f"{len(said)}"
+        )
+    return ""
+
+
+def _short(contents: list[str]) -> str:
+    text = " | ".join(contents)
+    return repr(text if len(text) <= 80 else text[:77] + "...")
+
+
+async def replay_demonstrations(
+    pool: EnvPool, items: list[Demonstration], tasks: list[dict[str, Any]]
+) -> list[ReplayedDemonstration]:
+    """Each demonstration of `items` replayed through an env of `pool` (see the module's
+    docstring): on its own task, or, when it carries none, on the first two of `tasks`; those
+    are checked only where the env answers every such demonstration alike on both (a tool
+    that answers from the task's own data, a table or a database, answers each task its own
+    way, and a demonstration of another task cannot be checked against it)."""
+    out: list[ReplayedDemonstration] = []
+    taskless: list[tuple[ReplayedDemonstration, list[Message], list[_Replay]]] = []
+    ids = [str(t.get("task_id", "?")) for t in tasks[:2]]
+    for k, ((messages, _), task) in enumerate(items):
+        if task is not None:
+            replay = await _replay(pool, task, messages)
+            report = ReplayedDemonstration(
+                k, f"task {task.get('task_id', '?')}, its own", len(replay.replies), replay.reward
+            )
+            report.problem = _difference(messages, replay)
+        elif not tasks:
+            report = ReplayedDemonstration(k, "carries no task", note="no training task to run")
+        else:
+            replays = [await _replay(pool, t, messages) for t in tasks[:2]]
+            report = ReplayedDemonstration(k, "carries no task", len(replays[0].replies))
+            taskless.append((report, messages, replays))
+        out.append(report)
+    per_task = any(
+        (r[0].replies, r[0].error) != (r[-1].replies, r[-1].error) for _, _, r in taskless
+    )
+    for report, messages, replays in taskless:
+        if per_task:
+            report.note = (
+                f"the env's replies differ between training tasks {ids[0]} and {ids[1]} (its "
+                "tools answer per task); give each demonstration its task (demonstrations() "
+                'may give {"messages": ..., "task": ...}) to check it'
+            )
+        elif len(replays) == 2:
+            report.where += f": replayed on training tasks {ids[0]} and {ids[1]}, answered alike"
+            report.problem = _difference(messages, replays[0])
+        else:  # one task: a difference cannot be told from the task's doing
+            report.where += f": replayed on training task {ids[0]} only"
+            if difference := _difference(messages, replays[0]):
+                report.note = f"{difference}; with one training task, not told from the task's"
+    return out
 
 
 def env_tools(env: ResolvedEnv) -> list[ToolSpec] | None:
@@ -226,6 +389,8 @@ class EpisodeCheck:
     calls: CheckedCalls | None = None
     calls_not_played: str = ""
     demo_problems: list[str] = field(default_factory=list)
+    replayed: list[ReplayedDemonstration] = field(default_factory=list)
+    replay_not_played: str = ""
 
     @property
     def failed(self) -> list[CheckedEpisode]:
@@ -236,7 +401,8 @@ class EpisodeCheck:
     def problems(self) -> list[str]:
         """What failed besides the episodes: the calling episode's and the demonstrations'."""
         calls = self.calls.problems if self.calls is not None else []
-        return [*calls, *self.demo_problems]
+        replayed = [f"{r.line()}" for r in self.replayed if r.problem]
+        return [*calls, *self.demo_problems, *replayed]
 
     def lines(self) -> list[str]:
         """One console line per episode (or the reason none was played)."""
@@ -246,6 +412,7 @@ class EpisodeCheck:
         lines += self.calls.lines() if self.calls is not None else [self.calls_not_played]
         if self.demo_problems:
             lines += [f"warm start: {p}" for p in self.demo_problems]
+        lines += [r.line() for r in self.replayed] or [self.replay_not_played]
         return [line for line in lines if line]
 
 
@@ -255,11 +422,14 @@ def check_episodes(
     renderer: ChatRenderer,
     train: list[dict[str, Any]],
     held_out: list[dict[str, Any]],
+    replay_tasks: list[dict[str, Any]] | None = None,
 ) -> EpisodeCheck:
     """Each task of `train` and of `held_out` played once by `CheckAnswer` through the run's
     episode loop (`RolloutRunner.run_episode`), in an env worker built from `env` (`cfg.env`
     as `check_setup` resolved it); `renderer`: the policy's. A seated game has every seat
-    played by the scripted policy; the report is the first seat's."""
+    played by the scripted policy; the report is the first seat's. Then the calling episode,
+    and `REPLAYED_DEMONSTRATIONS` of the env's demonstrations replayed through the env (those
+    without a task on the first two of `replay_tasks`, default `train`)."""
 
     if is_agent_program(cfg.env.id):
         return EpisodeCheck(
@@ -277,6 +447,19 @@ def check_episodes(
         )
     elif not tools:
         check.calls_not_played = "tool calls: none (the env offers no tools)"
+    items = None
+    if players is not None:
+        check.replay_not_played = "demonstrations: not replayed by --check (a seated game)"
+    else:
+        try:
+            items = env_demonstration_items(env.make(), REPLAYED_DEMONSTRATIONS, 0, 1.0)
+        except Exception:  # a broken hook: the setup check names it (demonstration_source)
+            items = None
+        if not items:
+            check.replay_not_played = (
+                "demonstrations: none of the env's own to replay (the warm start samples "
+                "calls from its tool schemas, or has none)"
+            )
 
     async def play() -> None:
         async with EnvPool(env, size=1) as pool:
@@ -292,8 +475,11 @@ def check_episodes(
                 calling = RolloutRunner(caller, pool, renderer, cfg.rollout)
                 (traj,) = await calling.run_episode(train[0], 0)
                 check.calls = checked_calls(train[0], caller, traj)
+            if items:
+                tasks = train if replay_tasks is None else replay_tasks
+                check.replayed = await replay_demonstrations(pool, items, tasks)
 
     asyncio.run(play())
     if cfg.warm_start.enabled:
-        check.demo_problems = check_demonstrations(env, renderer)
+        check.demo_problems = check_demonstrations(env, renderer, cap=DemoCap.of(cfg.rollout))
     return check

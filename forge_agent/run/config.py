@@ -28,7 +28,7 @@ from forge_agent import typed_config
 from forge_agent.algorithms.config import AdvantageConfig, LossConfig
 from forge_agent.env.config import EnvConfig
 from forge_agent.generator.config import GeneratorConfig
-from forge_agent.hosts.meshes import HostsConfig
+from forge_agent.hosts.meshes import HostsConfig, weight_store_problem
 from forge_agent.hosts.placement import PlacementConfig
 from forge_agent.observability.config import MetricsConfig
 from forge_agent.rollout.config import RendererConfig, RolloutConfig
@@ -303,6 +303,8 @@ class AgentConfig:
             "'auto' or 'cuda' when services.generator/trainer.with_gpus is set",
         )
         _check_colocation(self)
+        problem = weight_store_problem(self.hosts, self.weight_store.backend)
+        _check(problem is None, "weight_store.backend", self.weight_store.backend, problem or "")
         try:
             if self.trainer.backend == "titan":
                 titan_degrees(self.trainer.titan, self.services.trainer.procs)

@@ -74,14 +74,17 @@ class Controller:
         from forge_agent.run.setup_checks import check_colocation_device, check_run_choices
 
         cfg = self.cfg
-        # first: it picks Monarch's transport. A Slurm job's wait for its nodes blocks this
-        # thread: a signal then raises there, and the job is cancelled even while it queues
-        with python_handlers():
-            meshes = self.host_meshes = await resolve_host_meshes(cfg.hosts)
-        self.out = outputs.prepare_output_dir(cfg.output_dir, cfg.checkpoint.resume, cfg)
+        # what the config and the env decide fails before any host is asked for (a Slurm job
+        # submitted, then waited for in its queue, to say the config was wrong)
         self.env = env = ResolvedEnv.of(cfg.env)  # the one lookup of env.id: an unknown id fails
         check_run_choices(cfg, env)  # a curriculum or credit the env cannot follow fails here
         check_colocation_device(cfg.services.colocate)  # this machine: sleep mode needs CUDA
+        # the first Monarch call: it picks Monarch's transport. A Slurm job's wait for its nodes
+        # blocks this thread: a signal then raises there, and the job is cancelled even while
+        # it queues
+        with python_handlers():
+            meshes = self.host_meshes = await resolve_host_meshes(cfg.hosts)
+        self.out = outputs.prepare_output_dir(cfg.output_dir, cfg.checkpoint.resume, cfg)
         self.tasks = Curriculum(env)  # so do a bad env, dataset or task
         self.eval_tasks = eval_tasks(env, cfg.eval.num_tasks) if cfg.eval.every else []
         with python_handlers():  # the warm start blocks this thread for minutes

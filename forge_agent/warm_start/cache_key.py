@@ -143,7 +143,9 @@ def describe_key(key: dict[str, Any]) -> str:
         else:
             envs.append(env_id)
     settings = ", ".join(f"{k}={v}" for k, v in key["warm_start"].items() if k != "enabled")
+    context = key.get("context") or {}
+    cut = ", ".join(f"rollout.{k}={v}" for k, v in context.items() if v is not None)
     return (
         f"model {key['model']} (tokenizer {key['tokenizer']}), env {'; '.join(envs)}, "
-        f"warm_start {settings}"
+        f"warm_start {settings}" + (f", demonstrations cut to {cut}" if cut else "")
     )

@@ -4,11 +4,12 @@ what it demonstrates (`WarmEnvs`); light to import (no torch, no renderer)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from typing import Any
 
 from forge_agent.env.resolved import ResolvedEnv
 
-__all__ = ["WarmEnvs", "WarmStartConfig"]
+__all__ = ["DemoCap", "WarmEnvs", "WarmStartConfig"]
 
 
 @dataclass
@@ -44,3 +45,37 @@ class WarmStartConfig:
 WarmEnvs = Sequence[ResolvedEnv | list[ResolvedEnv]]
 """What a warm start demonstrates: envs, each alone or as a list (a ladder's levels, keyed
 together under the env's id)."""
+
+
+@dataclass(frozen=True)
+class DemoCap:
+    """The run's episode limits, which a demonstration is cut to (`warm_start.demos`): at most
+    `max_turns` assistant turns, each tool or env reply cut to `tool_output_tokens` as the
+    rollout cuts it, and no turn kept that ends past `max_total_tokens` (the first turn always
+    is). None: no such limit. A Gymnasium game's demonstration is a whole game (CliffWalking:
+    ~50 moves, ~7,000 tokens); an episode of the run is not, and what lies past its end is never
+    played."""
+
+    max_total_tokens: int | None = None
+    max_turns: int | None = None
+    tool_output_tokens: int | None = None
+
+    @classmethod
+    def of(cls, rollout: Any) -> DemoCap:
+        """The limits of a run's `rollout` section (a `RolloutConfig`); with a context strategy
+        other than `keep` an episode is compacted, not cut, at `max_total_tokens`, so the token
+        limit is not applied."""
+        keep = rollout.context.strategy == "keep"
+        return cls(
+            rollout.max_total_tokens if keep else None,
+            rollout.max_turns,
+            rollout.tool_output_tokens,
+        )
+
+    def key(self) -> dict[str, int | None]:
+        """The limits as they enter a warm start's cache key."""
+        return asdict(self)
+
+    def describe(self) -> str:
+        """The limits as config keys, e.g. "rollout.max_turns=4, rollout.max_total_tokens=512"."""
+        return ", ".join(f"rollout.{k}={v}" for k, v in asdict(self).items() if v is not None)

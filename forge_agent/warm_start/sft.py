@@ -19,6 +19,7 @@ import random
 import shutil
 import time
 from pathlib import Path
+from typing import Any
 
 from forge_agent.env.resolved import ResolvedEnv
 from forge_agent.rollout.config import RolloutConfig
@@ -30,9 +31,11 @@ from forge_agent.warm_start.cache_key import (
     dir_of,
     warm_start_key,
 )
-from forge_agent.warm_start.config import WarmEnvs, WarmStartConfig
+from forge_agent.warm_start.config import DemoCap, WarmEnvs, WarmStartConfig
 from forge_agent.warm_start.demos import (
     DEMO_LENGTHS_FILE,
+    TurnWriter,
+    cap_cuts,
     demo_fit_warnings,
     demo_lengths,
     demo_trajectory,
@@ -52,12 +55,17 @@ def warm_start(
     cache_dir: str | Path | None = None,
     device: str = "auto",
     autocast: str | None = None,
+    cap: DemoCap | None = None,
 ) -> Path:
     """SFT `model_path` on demonstrations of `envs` (resolved envs, or lists of them such as a
     ladder's levels; demonstrations split evenly over every env and kwargs);
     returns the new model folder. `autocast`: the trainer's mixed precision (`trainer.autocast`).
+    `cap`: the run's episode limits, which each demonstration is cut to (`DemoCap`).
 
-    The result is cached under a key of the inputs, so a second run reuses it.
+    The result is cached under a key of the inputs, so a second run reuses it. Demonstrations
+    that no limit of `cap` cut are keyed as they were before the cap existed (a cached warm
+    start stays valid where the cap changes none of its tokens: `cached_warm_start`); cut ones
+    add the cap to the key (`"context"`).
     """
     from forge_agent.models.tiny import default_cache_dir, load_tokenizer
     from forge_agent.trainer.core import Trainer, TrainerConfig
@@ -66,13 +74,19 @@ def warm_start(
     key = warm_start_key(model_path, envs, cfg)
     if autocast is not None:
         key["autocast"] = autocast
-    out = dir_of(model_path, key, cache_dir or default_cache_dir())
-    if (out / "config.json").exists():
-        print(f"[warm start] using the cached warm start {out}, keyed on {describe_key(key)}")
+    cache = Path(cache_dir or default_cache_dir())
+    cut_key = {**key, "context": cap.key()} if cap is not None else key
+    cached = cached_warm_start(model_path, envs, cfg, cap, (key, cut_key), cache)
+    if cached is not None:
+        out, used = cached
+        print(f"[warm start] using the cached warm start {out}, keyed on {describe_key(used)}")
         return out
 
     tokenizer = load_tokenizer(model_path)
-    demos = demonstration_trajectories(ChatRenderer(tokenizer), envs, cfg)
+    demos = demonstration_trajectories(ChatRenderer(tokenizer), envs, cfg, cap)
+    if any(d.info.get("demo_cut") for d in demos):
+        key = cut_key
+    out = dir_of(model_path, key, cache)
     # Short rows: on CPU, sdpa pays for the dense block-diagonal mask of a packed row
     # quadratically, so rows of a few episodes beat long rows (apps/bench/train_step.py).
     trainer = Trainer(
@@ -103,8 +117,15 @@ def warm_start(
                 f" | {rate:.2f} steps/s | eta {(cfg.steps - step) / rate:.0f}s",
                 flush=True,
             )
+    return _save(out, trainer.model, tokenizer, demos, key)
+
+
+def _save(out: Path, model: Any, tokenizer: Any, demos: list[Trajectory], key: dict) -> Path:
+    """The warm-started `model` and its `tokenizer` written to `out` (through a temporary
+    folder renamed into place: a concurrent run that got there first wins), with the
+    demonstrations' lengths and the cache key it was made under."""
     tmp = out.with_name(out.name + f".tmp{time.time_ns()}")
-    trainer.model.save_pretrained(tmp, safe_serialization=True)
+    model.save_pretrained(tmp, safe_serialization=True)
     tokenizer.save_pretrained(tmp)
     (tmp / DEMO_LENGTHS_FILE).write_text(json.dumps(demo_lengths(demos)))
     (tmp / KEY_FILE).write_text(json.dumps(key, indent=1, sort_keys=True))
@@ -118,15 +139,65 @@ def warm_start(
     return out
 
 
+def cached_warm_start(
+    model_path: Path,
+    envs: WarmEnvs,
+    cfg: WarmStartConfig,
+    cap: DemoCap | None,
+    keys: tuple[dict[str, Any], dict[str, Any]],
+    cache: Path,
+) -> tuple[Path, dict[str, Any]] | None:
+    """The cached warm start a run with `cap` may use, and its key: the one keyed with the
+    cap (`keys[1]`: its demonstrations were cut to it), else the one keyed without
+    (`keys[0]`: demonstrations no cap cut) when `cap` would cut none of its demonstrations
+    either: its longest episode (its `demonstration_lengths.json`) fits
+    `max_total_tokens`, and its conversations (generated again: no rendering) fit
+    `max_turns` and `tool_output_tokens` (`cap_cuts`). None: nothing cached fits."""
+    whole, cut = (dir_of(model_path, k, cache) for k in keys)
+    if cap is not None and (cut / "config.json").exists():
+        return cut, keys[1]
+    if not (whole / "config.json").exists():
+        return None
+    if cap is None:
+        return whole, keys[0]
+    lengths_file = whole / DEMO_LENGTHS_FILE
+    if not lengths_file.exists():
+        return None  # a warm start from before the lengths were recorded: unknown, built again
+    lengths = json.loads(lengths_file.read_text())
+    if cap.max_total_tokens is not None and lengths["episode_tokens"] > cap.max_total_tokens:
+        return None
+    from forge_agent.models.tiny import load_tokenizer
+
+    renderer = ChatRenderer(load_tokenizer(model_path))
+    for env, n in demo_sources(envs, cfg):
+        convos, _ = demonstrations(env, n, cfg.demo_fraction, cfg.seed)
+        if any(cap_cuts(cap, renderer, convo) for convo in convos):
+            return None
+    return whole, keys[0]
+
+
+def demo_sources(envs: WarmEnvs, cfg: WarmStartConfig) -> list[tuple[ResolvedEnv, int]]:
+    """Each env (and kwargs) of `envs` a warm start demonstrates, and how many demonstrations
+    of it it builds (`demos_needed`, split evenly)."""
+    sources = [env for item in envs for env in (item if isinstance(item, list) else [item])]
+    n = max(1, demos_needed(cfg) // len(sources))
+    return [(env, n) for env in sources]
+
+
 def demonstration_trajectories(
-    renderer: ChatRenderer, envs: WarmEnvs, cfg: WarmStartConfig
+    renderer: ChatRenderer, envs: WarmEnvs, cfg: WarmStartConfig, cap: DemoCap | None = None
 ) -> list[Trajectory]:
     """`cfg.num_demos` demonstrations split evenly over every env and kwargs of `envs`, as
-    trajectories; those of one env and kwargs form one group, so the trainer computes their
-    common prompt (the system prompt and tool specs) once per packed row (`share_prefix`)."""
-    sources = [env for item in envs for env in (item if isinstance(item, list) else [item])]
-    total = demos_needed(cfg)
-    n = max(1, total // len(sources))
+    trajectories cut to `cap` (the run's episode limits, `DemoCap`); those of one env and
+    kwargs form one group, so the trainer computes their common prompt (the system prompt and
+    tool specs) once per packed row (`share_prefix`).
+
+    Each demonstration is rendered once, append-only (`demo_trajectory`); each env's first is
+    also rendered turn by turn after its whole conversation (the slow reference), and where the
+    two differ (a chat template that writes a turn differently after more context) that env's
+    demonstrations are all rendered the slow way, said on the console."""
+    planned = demo_sources(envs, cfg)
+    sources, n = [env for env, _ in planned], planned[0][1]
     print(
         f"[warm start] preparing {n * len(sources)} demonstrations ({cfg.steps} steps x "
         f"{cfg.batch_size} draw at most {cfg.steps * cfg.batch_size} of warm_start.num_demos="
@@ -136,9 +207,19 @@ def demonstration_trajectories(
     started, done, every = time.monotonic(), 0, max(1, n * len(sources) // 10)
     demos = []
     for k, env in enumerate(sources):
-        convos, tools = demonstrations(env, n, cfg.demo_fraction, cfg.seed)
+        convos, tools = demonstrations(env, n, cfg.demo_fraction, cfg.seed, played_turns(cap))
+        whole, writer = False, TurnWriter.shared(renderer)
         for i, convo in enumerate(convos):
-            demo = demo_trajectory(renderer, convo, tools, f"{env.id}-{k}-{i}")
+            demo = demo_trajectory(renderer, convo, tools, f"{env.id}-{k}-{i}", cap, whole, writer)
+            if i == 0 and not _renders_alike(renderer, convo, tools, demo, cap):
+                print(
+                    f"[warm start] {env.id}: the chat template writes a turn differently after "
+                    "the whole conversation than after its opening; rendering each of its "
+                    "demonstrations whole, turn by turn (slower)",
+                    flush=True,
+                )
+                whole = True
+                demo = demo_trajectory(renderer, convo, tools, demo.task_id, cap, whole)
             demo.group_id = f"{env.id}-{k}"
             demos.append(demo)
             done += 1
@@ -154,7 +235,41 @@ def demonstration_trajectories(
         f"[warm start] prepared {len(demos)} demonstrations in {time.monotonic() - started:.1f}s",
         flush=True,
     )
+    cut = [d for d in demos if d.info.get("demo_cut")]
+    if cut:
+        limits = ", ".join(dict.fromkeys(c for d in cut for c in d.info["demo_cut"].split(", ")))
+        print(
+            f"[warm start] {len(cut)} of {len(demos)} demonstrations cut to the run's episode "
+            f"limits ({limits}): an episode of the run never gets past them, so they teach "
+            "nothing there",
+            flush=True,
+        )
     return demos
+
+
+def _renders_alike(
+    renderer: ChatRenderer,
+    convo: list[Any],
+    tools: list[Any],
+    demo: Trajectory,
+    cap: DemoCap | None,
+) -> bool:
+    """Whether `demo` (rendered once, append-only) has the tokens of `convo` rendered turn by
+    turn after its whole conversation so far (`demo_trajectory(whole=True)`); True when that
+    reference cannot render it (a template that drops earlier turns' thinking is not
+    prefix-stable: the append-only render is the one a rollout gives)."""
+    try:
+        reference = demo_trajectory(renderer, convo, tools, demo.task_id, cap, whole=True)
+    except ValueError:
+        return True
+    return reference.token_ids == demo.token_ids and reference.loss_mask == demo.loss_mask
+
+
+def played_turns(cap: DemoCap | None) -> int | None:
+    """The assistant turns a demonstration is asked for at most (`env_demonstrations`): one
+    more than `cap.max_turns`, so that a conversation longer than an episode shows as one
+    (cut, and keyed so); None: whole conversations."""
+    return None if cap is None or cap.max_turns is None else cap.max_turns + 1
 
 
 def demos_needed(cfg: WarmStartConfig) -> int:
@@ -219,7 +334,9 @@ def policy_model(
             "the call format with calls sampled from its tool schemas",
             flush=True,
         )
-    policy = warm_start(base, [levels or env], ws, device=device, autocast=autocast)
+    policy = warm_start(
+        base, [levels or env], ws, device=device, autocast=autocast, cap=DemoCap.of(rollout)
+    )
     if tiny:
         refresh_chat_template(policy)  # warm starts cached before a template fix
     for warning in demo_fit_warnings(policy, rollout):

@@ -170,42 +170,60 @@ class GymnasiumAgentEnv(ToolEnv):
         return str(observation)
 
     def demonstrations(
-        self, n: int, seed: int, demo_fraction: float
-    ) -> list[tuple[list[Message], list[ToolSpec]]]:
+        self, n: int, seed: int, demo_fraction: float, max_turns: int | None = None
+    ) -> list[dict[str, Any]]:
         """Games planned on the game's transition table, played through this env (its own
         replies), from start seeds `seed * n ...`: each move is the best-return move from where
         the game stands (`plan_values`), except that with probability `1 - demo_fraction` it is
-        a random move that does not end the game (the plan goes on from there). [] for a game
-        without a deterministic table (Blackjack, slippery FrozenLake): the warm start then
-        samples calls from the tool's schema."""
+        a random move that does not end the game (the plan goes on from there). Each game draws
+        its random moves from its own start seed, so a game stopped after `max_turns` moves (the
+        warm start passes one more than an episode's `rollout.max_turns`: moves past an episode
+        are never trained on) is the first moves of the whole game. Each is given with its task
+        (`{"messages", "tools", "task"}`: the start seed), so `--check` replays it on the same
+        start. [] for a game without a deterministic table (Blackjack, slippery FrozenLake): the
+        warm start then samples calls from the tool's schema."""
+        from forge_agent.env.demonstrations import run_sync
+
+        return run_sync(self._play_demonstrations(n, seed, demo_fraction, max_turns))
+
+    async def _play_demonstrations(
+        self, n: int, seed: int, demo_fraction: float, max_turns: int | None
+    ) -> list[dict[str, Any]]:
         import json
         import random
 
-        from forge_agent.env.demonstrations import run_sync
-
-        convos: list[tuple[list[Message], list[ToolSpec]]] = []
-        rng = random.Random(f"{self.gym_id}-demos-{seed}")
-        for start in range(seed * n, seed * n + n):
-            messages, tools = run_sync(self.reset({"task_id": "demo", "seed": start}, start))
-            values = plan_values(self.gym_env, self.max_moves)
-            if values is None:
-                break
-            convo, names = list(messages), self.action_names
-            for k in range(self.max_moves):
-                move = best_move(
-                    self.gym_env, values, int(self._observation), k, rng, demo_fraction
-                )
-                call = {"name": "act", "arguments": json.dumps({"action": names[move]})}
-                call = {"id": f"call_{k}", "type": "function", "function": call}
-                reply = self._act(names[move])
-                convo.append({"role": "assistant", "content": "", "tool_calls": [call]})
-                convo.append(
-                    {"role": "tool", "tool_call_id": call["id"], "name": "act", "content": reply}
-                )
-                if self.terminated or self.truncated:
-                    break
-            convos.append((convo, tools))
-        run_sync(self.close())
+        convos: list[dict[str, Any]] = []
+        moves = self.max_moves if max_turns is None else min(self.max_moves, max_turns)
+        values = table = None  # one plan for every game: the table is the game's, not a start's
+        try:
+            for start in range(seed * n, seed * n + n):
+                task = {"task_id": f"{self.gym_id}-seed{start}", "seed": start}
+                messages, tools = await self.reset(task, start)
+                if values is None:
+                    table = _deterministic_table(self.gym_env)
+                    values = plan_values(self.gym_env, self.max_moves)
+                    if values is None:
+                        break
+                rng = random.Random(f"{self.gym_id}-demos-{seed}-{start}")
+                convo, names = list(messages), self.action_names
+                for k in range(moves):
+                    state = int(self._observation)
+                    move = best_move(
+                        self.gym_env, values, state, k, rng, demo_fraction, table=table
+                    )
+                    call = {"name": "act", "arguments": json.dumps({"action": names[move]})}
+                    call = {"id": f"call_{k}", "type": "function", "function": call}
+                    reply = self._act(names[move])
+                    convo.append({"role": "assistant", "content": "", "tool_calls": [call]})
+                    convo.append(
+                        {"role": "tool", "tool_call_id": call["id"], "name": "act"}
+                        | {"content": reply}
+                    )
+                    if self.terminated or self.truncated:
+                        break
+                convos.append({"messages": convo, "tools": tools, "task": task})
+        finally:
+            await self.close()
         return convos
 
     def state_key(self) -> str:
@@ -428,6 +446,9 @@ def plan_values(
                 for s, moves in table.items()
             }
         )
+        if values[-1] == last:  # a fixed point: every longer horizon has these values
+            values += [last] * (horizon + 1 - len(values))
+            break
     return values
 
 
@@ -439,10 +460,12 @@ def best_move(
     rng: Any,
     demo_fraction: float,
     gamma: float = 0.99,
+    table: dict | None = None,
 ) -> int:
     """The best-return move from `state` after `moved` moves of `len(values) - 1` (a random
-    move that does not end the game instead, with probability `1 - demo_fraction`)."""
-    table = _deterministic_table(gym_env)
+    move that does not end the game instead, with probability `1 - demo_fraction`). `table`:
+    the game's `_deterministic_table` (looked up when None)."""
+    table = table if table is not None else _deterministic_table(gym_env)
     assert table is not None
     left = values[max(0, len(values) - 2 - moved)]
     moves = table[state]
