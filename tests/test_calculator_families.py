@@ -14,6 +14,7 @@ from envs.calculator import CalculatorEnv
 from envs.calculator.families import (
     FAMILIES,
     NEEDLESS_CALL_REWARD,
+    SANDBOX_LIMITS,
     demonstration,
     generate_family_tasks,
     make_sandbox,
@@ -126,6 +127,7 @@ def test_every_program_template_prints_its_answer_in_the_sandbox_held_out_ones_t
     ]
     kinds = ("mul_add", "mul_sub", "add_mul", "share", "sub_sub", "add_add")
     assert {t["template"] for t in tasks} == {f"{k}/{i}" for k in kinds for i in range(4)}
+    assert SANDBOX_LIMITS.memory_mb + SANDBOX_LIMITS.workspace_mb <= 160  # 64 episodes fit
     with make_sandbox("program") as session:
         for task in tasks:
             (call,) = task["calls"]

@@ -391,8 +391,12 @@ def family_tools(family: str, get_task: Callable[[], dict[str, Any]]) -> list[Ca
     return [calculator_without_example, price, order]
 
 
-SANDBOX_LIMITS = Limits(wall_s=10, cpu_s=10, memory_mb=512)
-"""Each `python` run of the `program` family (code_exec's tool limits)."""
+SANDBOX_LIMITS = Limits(wall_s=10, cpu_s=10, memory_mb=128, workspace_mb=8)
+"""Each `program` episode's sandbox: a session reserves `memory_mb + workspace_mb` of the
+host-wide sandbox budget while it lives (`forge_agent.sandbox.admission`, 80% of memory: 19.3 GB
+on a 24 GiB host). The defaults (512 + 256 MB) let ~25 of a run's 64 concurrent eval episodes
+in; the first run's step-0 eval had 30 of 64 refused (infra). 136 MB lets 64 in at 8.7 GB; a
+program of a few assignments and a print needs less than 64 MB."""
 
 
 def make_sandbox(family: str, backend: Sandbox | None = None) -> SandboxSession | None:
