@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 
 import pytest
 
@@ -13,14 +14,17 @@ from envs.calculator import CalculatorEnv
 from envs.calculator.families import (
     FAMILIES,
     NEEDLESS_CALL_REWARD,
+    SANDBOX_LIMITS,
     demonstration,
     generate_family_tasks,
+    make_sandbox,
     templates,
 )
 from forge_agent.evaluation import EvalReport, evaluate, kind_drop_warnings, kind_regressions
 from forge_agent.toolkit import tool_spec
 from forge_agent.types import Completion, Group, Status, Trajectory
 from tools.calculator import calculator, calculator_without_example
+from tools.python import python, python_without_example
 
 
 def _call(name: str, **arguments) -> dict:
@@ -74,8 +78,9 @@ def test_every_demonstration_replays_through_the_env_to_full_reward(family):
     """Correct demonstrations only: no guesses whatever `demo_fraction` says; the tool
     replies written in them are the env's own."""
     env = CalculatorEnv(family=family)
-    demos = env.demonstrations(60, seed=1, demo_fraction=0.0)
-    tasks = generate_family_tasks(family, "train", 60, seed=1 + 7919)
+    n = 24 if family == "program" else 60  # a sandbox session an episode: ~0.1 s each
+    demos = env.demonstrations(n, seed=1, demo_fraction=0.0)
+    tasks = generate_family_tasks(family, "train", n, seed=1 + 7919)
     assert [convo[1]["content"] for convo in demos] == [t["prompt"] for t in tasks]
     for task, convo in zip(tasks, demos, strict=True):
         got, want, result = asyncio.run(_replay(env, task, convo))
@@ -112,6 +117,54 @@ def test_a_dependent_chain_needs_each_reply_read():
     assert got == want and result.rewards == {"correct": 1.0}
 
 
+def test_every_program_template_prints_its_answer_in_the_sandbox_held_out_ones_too():
+    """The `program` family's calls, train and held-out phrasings alike, name the numbers in
+    the words' order and print the task's answer when the sandbox runs them."""
+    tasks = [
+        t
+        for split in ("train", "eval")
+        for t in generate_family_tasks("program", split, 150, seed=2)
+    ]
+    kinds = ("mul_add", "mul_sub", "add_mul", "share", "sub_sub", "add_add")
+    assert {t["template"] for t in tasks} == {f"{k}/{i}" for k in kinds for i in range(4)}
+    assert SANDBOX_LIMITS.memory_mb + SANDBOX_LIMITS.workspace_mb <= 160  # 64 episodes fit
+    with make_sandbox("program") as session:
+        for task in tasks:
+            (call,) = task["calls"]
+            code = call["arguments"]["code"]
+            numbers = [line.split(" = ")[1] for line in code.splitlines()[:-1]]
+            assert numbers == re.findall(r"\d+", task["prompt"]), (task["prompt"], code)
+            reply = python_without_example(code, sandbox=session)
+            assert reply == f"stdout:\n{task['answer']}\nexit code 0", (code, reply)
+
+
+def test_a_program_is_judged_by_the_answer_it_leads_to_and_its_errors_are_read():
+    """A program in a training phrasing's shape on the held-out `mul_add` phrasing ("There are
+    C on a shelf. Adds A bags of B each": C + A * B) prints another number: reward 0; a
+    program that raises shows its traceback and the episode goes on."""
+    task = next(
+        t for t in generate_family_tasks("program", "eval", 60, 3) if t["kind"] == "mul_add"
+    )
+    c, a, b = map(int, re.findall(r"\d+", task["prompt"]))
+    env = CalculatorEnv(family="program")
+    copied = [
+        _call("python", code=f"x = {c}\ny = {a}\nz = {b}\nprint(x * y + z)"),
+        {"role": "assistant", "content": str(c * a + b)},
+    ]
+    got, _, result = asyncio.run(_replay(env, task, copied))
+    assert got == [f"stdout:\n{c * a + b}\nexit code 0"] and c * a + b != int(task["answer"])
+    assert result.rewards == {"correct": 0.0} and result.info["used_tool"]
+    broken = [
+        _call("python", code="print(bags * per_bag)"),
+        _call("python", code=f"print({c} + {a} * {b})"),
+        {"role": "assistant", "content": task["answer"]},
+    ]
+    got, _, result = asyncio.run(_replay(env, task, broken))
+    assert "NameError: name 'bags' is not defined" in got[0] and "exit code 1" in got[0]
+    assert got[1] == f"stdout:\n{task['answer']}\nexit code 0"
+    assert result.rewards == {"correct": 1.0}
+
+
 def test_the_lookup_tools_name_what_they_do_not_know():
     task = generate_family_tasks("dependent", "train", 1, 0)[0]
     env = CalculatorEnv(family="dependent")
@@ -144,7 +197,11 @@ def test_the_families_calculator_shows_no_example_to_copy():
     for family in FAMILIES:
         env = CalculatorEnv(family=family)
         env.task = generate_family_tasks(family, "train", 1, 0)[0]
-        assert calculator_without_example in env.get_tools()
+        want = python_without_example if family == "program" else calculator_without_example
+        assert want in env.get_tools()
+    code = tool_spec(python_without_example)["function"]  # nor the program-of-thought's python
+    assert code["name"] == "python" and "sum(range" in json.dumps(tool_spec(python))
+    assert "sum(range" not in json.dumps(code) and "for example" not in json.dumps(code)
 
 
 def test_a_family_refuses_the_default_tasks_own_knobs():
@@ -237,3 +294,49 @@ def test_evaluate_reports_the_kinds_its_tasks_name(tiny_tokenizer):
     rewards = {kind: r.reward for kind, r in report.per_kind.items()}
     assert rewards == {"arith": 1.0, "reply": NEEDLESS_CALL_REWARD, "fact": 0.0}
     assert all(r.tool_call_rate == 1.0 and r.episodes == 2 for r in report.per_kind.values())
+
+
+class _Programmer:
+    """Writes the program of the task its prompt names (`tasks`, by prompt), then answers
+    the number the tool's reply printed."""
+
+    def __init__(self, tokenizer, tasks) -> None:
+        self.tokenizer, self.code = tokenizer, {t["prompt"]: t["calls"][0] for t in tasks}
+
+    async def __call__(self, prompt_ids, sampling, session) -> Completion:
+        text = self.tokenizer.decode(prompt_ids)
+        printed = re.findall(r"stdout:\n(\d+)\nexit code 0", text)
+        if printed:
+            out = printed[-1]
+        else:
+            (call,) = [c for p, c in self.code.items() if p in text]
+            out = f"<tool_call>\n{json.dumps(call)}\n</tool_call>"
+        ids = self.tokenizer.encode(out + "<|im_end|>", add_special_tokens=False)
+        return Completion(ids, [-0.1] * len(ids), "stop", policy_version=1)
+
+
+def test_plumbing_the_program_config_plays_its_held_out_tasks_through_the_sandbox(tiny_tokenizer):
+    """`apps/agent/smollm2_program.yaml`'s env (by id and kwargs), its rollout budgets and the
+    evaluator: a policy that writes each held-out task's program through the env's sandboxed
+    `python` and answers what it printed scores 1.0 on every kind, within the config's turns
+    and tokens (the tiny tokenizer's count; the learning run is docs/real_model.md's)."""
+    from forge_agent.env.registry import make_env
+    from forge_agent.rollout import ChatRenderer, LocalEnvs, RolloutRunner
+    from forge_agent.run.config import load_config
+
+    cfg = load_config("apps/agent/smollm2_program.yaml")
+    assert (cfg.env.id, cfg.env.kwargs, cfg.model.name) == (
+        "calculator",
+        {"family": "program"},
+        "smollm2-135m",
+    )
+    tasks = make_env(cfg.env.id, **cfg.env.kwargs).tasks("eval", 12, seed=0)
+    runner = RolloutRunner(
+        _Programmer(tiny_tokenizer, tasks),
+        LocalEnvs(lambda: make_env(cfg.env.id, **cfg.env.kwargs)),
+        ChatRenderer(tiny_tokenizer),
+        cfg.rollout,
+    )
+    report = asyncio.run(evaluate(runner, tasks, k=1))
+    assert report.per_kind and {t["kind"] for t in tasks} == set(report.per_kind)
+    assert all(r.reward == 1.0 and r.tool_call_rate == 1.0 for r in report.per_kind.values())

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from forge_agent.sandbox import RunResult, SandboxSession
 
-__all__ = ["format_run_result", "python"]
+__all__ = ["format_run_result", "python", "python_without_example"]
 
 
 def python(code: str, *, sandbox: SandboxSession) -> str:
@@ -19,6 +19,28 @@ def python(code: str, *, sandbox: SandboxSession) -> str:
     if not isinstance(code, str) or not code.strip():
         return "Error: code must be a non-empty string of Python source"
     return format_run_result(sandbox.run(code=code))
+
+
+def _python_without_example(code: str, *, sandbox: SandboxSession) -> str:
+    """Run a Python 3 program in a sandbox and return what it printed and its exit status.
+
+    The program runs in the episode's workspace directory (files persist between calls, no
+    network). Use print() to see values.
+
+    Args:
+        code: The complete Python source to run.
+    """
+    return python(code, sandbox=sandbox)
+
+
+_python_without_example.__name__ = "python"
+_python_without_example.__qualname__ = "python"
+
+python_without_example = _python_without_example
+"""`python` whose argument description shows no example program, as
+`tools.calculator.calculator_without_example` (issue 59: a real model copied a tool
+description's example as its call). The calculator's program-of-thought family offers it;
+`python` keeps its example (code_exec's recorded runs and the tiny model's tokenizer)."""
 
 
 def format_run_result(result: RunResult) -> str:

@@ -9,6 +9,7 @@ wrong. Rewards: `{"correct": 1.0 or 0.0}`; info: `outcome` ("correct" | "wrong" 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
 import re
@@ -17,6 +18,7 @@ from typing import Any
 from envs.calculator import families
 from envs.calculator.tasks import DIFFICULTIES, generate_tasks
 from forge_agent.env import Split, ToolEnv, holdout
+from forge_agent.sandbox import make_sandbox
 from forge_agent.types import Message
 from tools.calculator import calculator, logging_calculator
 
@@ -54,9 +56,11 @@ class CalculatorEnv(ToolEnv):
         tool: False offers no tool (and says so in the system prompt): the model alone on the
             same tasks, the reference line a tool-use result is read against.
         family: None (the difficulty's tasks), or a task family where copying the prompt is
-            not enough (`envs.calculator.families`: "word_problems", "dependent", "mixed"):
-            its tasks, held out by template, its tools and system prompt, and correct
-            demonstrations only. `difficulty` and `tool_log_chars` do not apply to a family.
+            not enough (`envs.calculator.families`: "word_problems", "dependent", "mixed",
+            "program"): its tasks, held out by template, its tools and system prompt, and
+            correct demonstrations only. `difficulty` and `tool_log_chars` do not apply to a
+            family. "program" runs the model's `python` calls in a bubblewrap sandbox, one
+            session an episode.
     """
 
     tools = (calculator,)
@@ -90,6 +94,7 @@ class CalculatorEnv(ToolEnv):
                 raise ValueError("family does not take tool_log_chars or tool=false")
             self.system_prompt = families.system_prompt(family)
         self.family = family
+        self._sandbox_backend: Any = None
 
     def get_tools(self) -> list[Any]:
         """The class's `tools` (a subclass may set its own), the logging calculator, or none
@@ -99,6 +104,20 @@ class CalculatorEnv(ToolEnv):
         if self.family is not None:
             return families.family_tools(self.family, lambda: self.task)
         return [self.tool] if self.tool_log_chars else super().get_tools()
+
+    def make_sandbox(self) -> Any:
+        """The episode's sandbox session: only the `program` family runs code."""
+        if self.family != "program":
+            return None
+        if self._sandbox_backend is None:
+            self._sandbox_backend = make_sandbox("bwrap")
+        return families.make_sandbox(self.family, self._sandbox_backend)
+
+    async def close(self) -> None:
+        await super().close()
+        backend, self._sandbox_backend = self._sandbox_backend, None
+        if backend is not None:
+            backend.close()
 
     def default_task(self, seed: int) -> dict[str, Any]:
         if self.family is not None:
@@ -121,7 +140,11 @@ class CalculatorEnv(ToolEnv):
         that needs no tool the direct answer."""
         if self.family is not None:
             made = families.generate_family_tasks(self.family, "train", n, seed + 7919)
-            return [families.demonstration(task) for task in made]
+            with contextlib.ExitStack() as stack:  # one sandbox session for all (`program`)
+                session = families.make_sandbox(self.family)
+                if session is not None:
+                    stack.enter_context(session)
+                return [families.demonstration(task, session) for task in made]
         rng = random.Random(seed)
         convos = []
         for task in generate_tasks(n, seed=seed + 7919, difficulty=self.difficulty):
@@ -149,7 +172,10 @@ class CalculatorEnv(ToolEnv):
         calls = sum(self.toolset.call_counts.values())
         info = {
             "outcome": outcome,
-            "used_tool": self.toolset.call_counts.get("calculator", 0) > 0,
+            "used_tool": self.toolset.call_counts.get(
+                "python" if self.family == "program" else "calculator", 0
+            )
+            > 0,
             "answer": given,
             "expected": expected,
         }

@@ -12,6 +12,11 @@ policy never saw in the warm start or in RL (and their generator seeds differ to
   `order(customer)` look up the task's own table. `price` (2 dependent calls: price, then the
   calculator on it), `order` (a chain of 3: the order names the item and how many, the price of
   that item, the calculator), `two_prices` (3 calls: two prices, then one expression of both).
+- `program`: program-of-thought on the word problems (the same kinds, phrasings and held-out
+  split): the tool is `python`, run in a bubblewrap sandbox (`forge_agent.sandbox`), and the
+  call is a short program that names each number of the problem in the words' order, then
+  prints the computation over the names (`boxes = 37`, `per_box = 12`, `more = 5`,
+  `print(boxes * per_box + more)`); the answer is what it printed.
 - `mixed`: `arith` tasks need the calculator; `reply` ("Reply with 417.") and `fact` ("How
   many legs does a spider have?") need no tool, and the right move is to answer. A correct
   answer after a call such a task did not need earns half (`needless_call` in info).
@@ -22,14 +27,18 @@ Demonstrations are correct ones only (no guesses): each task carries the calls t
 
 from __future__ import annotations
 
+import functools
 import json
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from forge_agent.sandbox import Limits, Sandbox, SandboxSession
+from forge_agent.sandbox import make_sandbox as new_sandbox
 from forge_agent.types import Message
 from tools.calculator import calculator_without_example, evaluate
+from tools.python import python_without_example
 
 __all__ = [
     "FAMILIES",
@@ -37,11 +46,13 @@ __all__ = [
     "demonstration",
     "family_tools",
     "generate_family_tasks",
+    "make_sandbox",
+    "program",
     "system_prompt",
     "templates",
 ]
 
-FAMILIES = ("word_problems", "dependent", "mixed")
+FAMILIES = ("word_problems", "dependent", "mixed", "program")
 
 _NAMES = ("Ana", "Ben", "Cleo", "Dev", "Eli", "Fay", "Gus", "Hana", "Ivo", "Jun")
 _ITEMS = ("apples", "pens", "books", "coins", "stamps", "marbles", "cards", "eggs")
@@ -53,6 +64,9 @@ SYSTEM_PROMPTS = {
     "dependent": "Answer the question. Prices are only visible through the price tool and "
     "orders only through the order tool; read each reply, compute with the calculator tool, "
     "then reply with only the final answer as an integer.",
+    "program": "Solve the word problem. Call the python tool with a short program that names "
+    "each number of the problem and prints the answer, then reply with only the final answer "
+    "as an integer.",
     "mixed": "Answer the question. Call the calculator tool only for arithmetic; answer any "
     "other question directly. Reply with only the final answer as an integer.",
 }
@@ -127,6 +141,60 @@ def _word_task(template: Template, rng: random.Random) -> dict[str, Any]:
         "prompt": template.text.format(**fields),
         "expression": expression,
         "calls": [{"name": "calculator", "arguments": {"expression": expression}}],
+    }
+
+
+# ------------------------------------------------------------------------- program-of-thought
+# The word problems' templates, each with a name for each of its numbers (in `_WORD`'s order):
+# a program names the numbers in the order the words give them, then prints the computation.
+# fmt: off
+_PROGRAM_NAMES = (
+    {"a": "boxes", "b": "per_box", "c": "more"},
+    {"a": "rows", "b": "per_row", "c": "extra"},
+    {"b": "per_day", "a": "days", "c": "weekend"},
+    {"c": "on_shelf", "a": "bags", "b": "per_bag"},
+    {"a": "boxes", "b": "per_box", "c": "given"},
+    {"a": "trays", "b": "per_tray", "c": "sold"},
+    {"b": "per_minute", "a": "minutes", "c": "jammed"},
+    {"b": "per_week", "a": "weeks", "c": "spent"},
+    {"a": "red", "b": "blue", "c": "per_pack"},
+    {"a": "boys", "b": "girls", "c": "per_child"},
+    {"a": "morning", "b": "evening", "c": "per_trip"},
+    {"c": "tables", "a": "forks", "b": "spoons"},
+    {"t": "total", "b": "friends"},
+    {"t": "eggs", "b": "per_carton"},
+    {"t": "length", "b": "pieces"},
+    {"t": "total", "b": "bags"},
+    {"a": "start", "b": "given", "c": "lost"},
+    {"a": "liters", "b": "leaked", "c": "used"},
+    {"a": "books", "b": "monday", "c": "tuesday"},
+    {"b": "food", "c": "ticket", "a": "dollars"},
+    {"a": "morning", "b": "noon", "c": "evening"},
+    {"a": "monday", "b": "tuesday", "c": "wednesday"},
+    {"a": "first", "b": "second", "c": "third"},
+    {"a": "collected", "b": "found", "c": "gift"},
+)
+# fmt: on
+_NAMES_OF = dict(zip(_WORD, _PROGRAM_NAMES, strict=True))
+
+
+def program(template: Template, fields: dict[str, Any]) -> str:
+    """The program that solves `template`'s problem with these `fields`: one assignment a
+    number, in the order the words give them, then `print` of the computation over the names
+    (integer division for `share`, so it prints an integer)."""
+    names = _NAMES_OF[template]
+    order = sorted(names, key=lambda field: template.text.index("{" + field + "}"))
+    lines = [f"{names[field]} = {fields[field]}" for field in order]
+    computation = template.expression.format(**names).replace(" / ", " // ")
+    return "\n".join([*lines, f"print({computation})"])
+
+
+def _program_task(template: Template, rng: random.Random) -> dict[str, Any]:
+    fields = _word_fields(template.kind, rng)
+    return {
+        "prompt": template.text.format(**fields),
+        "expression": template.expression.format(**fields),  # the answer's value
+        "calls": [{"name": "python", "arguments": {"code": program(template, fields)}}],
     }
 
 
@@ -229,6 +297,7 @@ _FAMILY_TEMPLATES: dict[str, tuple[tuple[Template, ...], Callable[..., dict[str,
     "word_problems": (_WORD, _word_task),
     "dependent": (_DEPENDENT, _dependent_task),
     "mixed": (_MIXED, _mixed_task),
+    "program": (_WORD, _program_task),
 }
 
 
@@ -287,8 +356,11 @@ def system_prompt(family: str) -> str:
 
 def family_tools(family: str, get_task: Callable[[], dict[str, Any]]) -> list[Callable[..., str]]:
     """The tools of `family`'s episodes; `get_task()` is the episode's task (the lookups read
-    its tables). The calculator is the one without an example in its description."""
+    its tables). The calculator is the one without an example in its description; `program`'s
+    tool is `python` without one (it runs in the episode's sandbox: `make_sandbox`)."""
     _check_family(family)
+    if family == "program":
+        return [python_without_example]
     if family != "dependent":
         return [calculator_without_example]
 
@@ -319,10 +391,43 @@ def family_tools(family: str, get_task: Callable[[], dict[str, Any]]) -> list[Ca
     return [calculator_without_example, price, order]
 
 
-def demonstration(task: dict[str, Any]) -> list[Message]:
+SANDBOX_LIMITS = Limits(wall_s=10, cpu_s=10, memory_mb=128, workspace_mb=8)
+"""Each `program` episode's sandbox: a session reserves `memory_mb + workspace_mb` of the
+host-wide sandbox budget while it lives (`forge_agent.sandbox.admission`, 80% of memory: 19.3 GB
+on a 24 GiB host). The defaults (512 + 256 MB) let ~25 of a run's 64 concurrent eval episodes
+in; the first run's step-0 eval had 30 of 64 refused (infra). 136 MB lets 64 in at 8.7 GB; a
+program of a few assignments and a print needs less than 64 MB."""
+
+
+def make_sandbox(family: str, backend: Sandbox | None = None) -> SandboxSession | None:
+    """An episode's sandbox session of `family` (a bubblewrap one unless `backend` is given),
+    or None: only `program` runs code."""
+    _check_family(family)
+    if family != "program":
+        return None
+    return (backend or _backend()).session(SANDBOX_LIMITS)
+
+
+_BACKEND: list[Sandbox] = []
+
+
+def _backend() -> Sandbox:
+    if not _BACKEND:
+        _BACKEND.append(new_sandbox("bwrap"))
+    return _BACKEND[0]
+
+
+def demonstration(task: dict[str, Any], sandbox: SandboxSession | None = None) -> list[Message]:
     """A correct conversation for `task`: its calls, one a turn, each answered by the tool
-    the env offers (`family_tools`), then the answer; a no-tool task answers at once."""
-    tools = {fn.__name__: fn for fn in family_tools(task["family"], lambda: task)}
+    the env offers (`family_tools`; `program`'s code runs in `sandbox`, or in a session of
+    its own), then the answer; a no-tool task answers at once."""
+    if task["family"] == "program" and sandbox is None:
+        with make_sandbox("program") as session:
+            return demonstration(task, session)
+    tools = {
+        fn.__name__: functools.partial(fn, sandbox=sandbox) if fn is python_without_example else fn
+        for fn in family_tools(task["family"], lambda: task)
+    }
     convo: list[Message] = [
         {"role": "system", "content": system_prompt(task["family"])},
         {"role": "user", "content": task["prompt"]},
@@ -342,7 +447,8 @@ def demonstration(task: dict[str, Any]) -> list[Message]:
         convo.append(
             {"role": "tool", "tool_call_id": call_id, "name": call["name"], "content": reply}
         )
-    if task["calls"]:  # the last call's reply is the answer
-        assert reply == str(task["answer"]), (task, reply)
+    if task["calls"]:  # the last call's reply is the answer (what a program printed)
+        printed = f"stdout:\n{task['answer']}\nexit code 0"
+        assert reply in (str(task["answer"]), printed), (task, reply)
     convo.append({"role": "assistant", "content": str(task["answer"])})
     return convo
