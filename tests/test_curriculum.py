@@ -247,9 +247,9 @@ def test_the_warm_start_of_a_ladder_demonstrates_every_level(
     asked = []
     real = ws.demonstrations
 
-    def recording(env, n, demo_fraction, seed):
+    def recording(env, n, demo_fraction, seed, *limits):
         asked.append((env.id, dict(env.kwargs), n))
-        return real(env, n, demo_fraction, seed)
+        return real(env, n, demo_fraction, seed, *limits)
 
     monkeypatch.setattr(ws, "demonstrations", recording)
     monkeypatch.setattr(forge_agent.models.tiny, "default_cache_dir", lambda: tmp_path)
