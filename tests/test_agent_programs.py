@@ -130,7 +130,7 @@ def test_a_program_that_raises_on_the_policys_answer_is_the_policys_failure(
 def test_programs_share_one_loopback_http_client_per_loop_until_one_closes_it():
     """Episodes in one env worker reuse the loopback HTTP client (kept-alive connections); a
     program that closes its openai client gets a fresh one next episode, not a dead one."""
-    from forge_agent.endpoint.agents import loopback_http_client, program_client
+    from forge_agent.env.adapters.agent_program import loopback_http_client, program_client
 
     async def episodes():
         shared = loopback_http_client()
@@ -150,7 +150,7 @@ def test_programs_share_one_loopback_http_client_per_loop_until_one_closes_it():
 def test_an_env_workers_loop_closes_its_loopback_http_client_with_it():
     """`AgentProgramEnv.close_shared` (the env worker awaits it before closing a loop) closes
     the loop's loopback client, so no aiohttp session is collected unclosed at exit."""
-    from forge_agent.endpoint.agents import AgentProgramEnv, loopback_http_client
+    from forge_agent.env.adapters.agent_program import AgentProgramEnv, loopback_http_client
 
     async def closing() -> None:
         shared = loopback_http_client()

@@ -116,7 +116,7 @@ RESOLVES_IDS = {
     "env/demonstrations.py": "demonstrations_origin: the env an env's hook names",
     "env/adapters/agent_gym.py": "GymnasiumAgentEnv(env_id): a user names the env to wrap",
     "env/adapters/openenv.py": "serve_openenv(env_id): the env a server serves",
-    "endpoint/agents.py": "an agent program's tasks_from, resolved once",
+    "env/adapters/agent_program.py": "an agent program's tasks_from, resolved once",
     "models/tiny.py": "the tokenizer corpus envs of the model's recipe",
     "run/controller.py": "the driver's setup: the run's env",
     "run/setup_checks.py": "check_setup: the config's env",

@@ -155,7 +155,9 @@ def env_spec(env_id: str) -> EnvSpec:
         )
     if is_agent_program(env_id):  # an agent program on the openai client (docs/agents.md)
         program = env_id.removeprefix(AGENT_PREFIX)
-        return EnvSpec(env_id, "forge_agent.endpoint.agents:AgentProgramEnv", {"program": program})
+        return EnvSpec(
+            env_id, "forge_agent.env.adapters.agent_program:AgentProgramEnv", {"program": program}
+        )
     prefix, _, name = env_id.partition(":")
     if prefix in ECOSYSTEMS:
         entry_point, argument = ECOSYSTEMS[prefix]
