@@ -22,6 +22,10 @@ Message = dict[str, Any]
 ToolSpec = dict[str, Any]
 """A tool's schema in the OpenAI function-calling shape: {"type": "function", "function": {...}}."""
 
+ActorMesh = Any
+"""A Monarch actor mesh (what `ProcMesh.spawn` returns). Its endpoints are looked up by name
+at run time, so Monarch 0.7 exports no type to annotate it with; this alias names the role."""
+
 
 class Status(enum.StrEnum):
     """How an episode ended.

@@ -16,7 +16,7 @@ LAYERS: list[set[str]] = [
     {"run"},  # the run: config, driver, services, recovery
     {"hosts"},  # where the run's processes live: host meshes, placement, Slurm, host process
     {"warm_start", "evaluation", "endpoint"},  # programs over the engines
-    {"rollout"},  # episodes: rendering, the engine
+    {"rollout"},  # episodes: rendering, the rollout runner
     {"generator", "models"},  # the policy's sampler and the models
     {"env"},  # environments, their tasks and the env pool
     {"trainer", "toolkit"},  # the trainer; the tool machinery: schemas, ToolSet, MCP clients

@@ -30,8 +30,11 @@ import time
 from typing import Any
 
 from forge_agent.endpoint.server import EndpointServer
-from forge_agent.env.protocol import EpisodeEnv
+from forge_agent.env.protocol import EnvSource, EpisodeEnv
+from forge_agent.generator.config import GenerateFn
+from forge_agent.rollout.config import RolloutConfig
 from forge_agent.rollout.game import SOLO, Seat
+from forge_agent.rollout.renderer import ChatRenderer
 from forge_agent.rollout.runner import RolloutRunner
 from forge_agent.types import Status
 
@@ -40,7 +43,7 @@ class AgentRolloutRunner(RolloutRunner):
     """A `RolloutRunner` whose episodes are agent programs talking to `server`; groups,
     concurrency limits, traces and statuses are the rollout runner's."""
 
-    def __init__(self, server: EndpointServer, envs: Any, **kwargs: Any) -> None:
+    def __init__(self, server: EndpointServer, envs: EnvSource, **kwargs: Any) -> None:
         endpoint = server.endpoint
         super().__init__(endpoint.generate, envs, endpoint.renderer, **kwargs)
         self.server = server
@@ -100,7 +103,11 @@ def _status_of(exc: BaseException) -> Status:
 
 
 async def start_agent_runners(
-    generate: Any, envs: Any, renderer: Any, max_model_len: int, configs: list[Any]
+    generate: GenerateFn,
+    envs: EnvSource,
+    renderer: ChatRenderer,
+    max_model_len: int,
+    configs: list[RolloutConfig],
 ) -> tuple[EndpointServer, list[AgentRolloutRunner]]:
     """An endpoint on loopback over `generate` and one agent runner per rollout config (the
     controller's hook for `env.id=agent:...`)."""

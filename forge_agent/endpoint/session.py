@@ -164,7 +164,7 @@ class Session:
         return traj
 
 
-def normalize_message(message: Any) -> Message:
+def normalize_message(message: object) -> Message:
     """A message as plain data in one canonical shape, for rendering and comparison:
     content as a string (text parts joined, None -> ""), tool call arguments as compact JSON
     when they parse, and no fields the chat template does not read."""

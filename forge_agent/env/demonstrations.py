@@ -10,13 +10,17 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import functools
+import random
 from collections.abc import Callable, Coroutine
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from forge_agent.env.protocol import maybe_await
 from forge_agent.env.resolved import ResolvedEnv
 from forge_agent.toolkit.toolset import ToolSet
 from forge_agent.types import Message, ToolSpec
+
+if TYPE_CHECKING:
+    from forge_agent.env.protocol import EpisodeEnv
 
 __all__ = [
     "Conversation",
@@ -49,7 +53,7 @@ def run_sync(coro: Coroutine[Any, Any, T]) -> T:
         return pool.submit(asyncio.run, coro).result()
 
 
-def tool_specs_of(env: Any) -> list[ToolSpec]:
+def tool_specs_of(env: EpisodeEnv) -> list[ToolSpec]:
     """The tool schemas of `env`'s demonstrations: its `get_tools()`, or, for tools built from
     the episode's task (`get_tools` reads `self.task`, which no task has set yet), the tools a
     reset on the env's `default_task(0)` offers."""
@@ -81,7 +85,7 @@ Demonstration = tuple[Conversation, dict[str, Any] | None]
 `env_demonstrations`)."""
 
 
-def as_conversation(item: Any, specs: Callable[[], list[ToolSpec]]) -> Conversation | str:
+def as_conversation(item: object, specs: Callable[[], list[ToolSpec]]) -> Conversation | str:
     if isinstance(item, str):
         return item
     if isinstance(item, dict):
@@ -93,7 +97,7 @@ def as_conversation(item: Any, specs: Callable[[], list[ToolSpec]]) -> Conversat
     return list(item), specs()
 
 
-def as_demonstration(item: Any, specs: Callable[[], list[ToolSpec]]) -> Demonstration | str:
+def as_demonstration(item: object, specs: Callable[[], list[ToolSpec]]) -> Demonstration | str:
     """One item of a `demonstrations()` hook: a conversation, and its task when it gives one
     (`{"messages": ..., "task": ...}`)."""
     convo = as_conversation(item, specs)
@@ -104,7 +108,7 @@ def as_demonstration(item: Any, specs: Callable[[], list[ToolSpec]]) -> Demonstr
 
 
 def env_demonstration_items(
-    env: Any, n: int, seed: int, demo_fraction: float, max_turns: int | None = None
+    env: EpisodeEnv, n: int, seed: int, demo_fraction: float, max_turns: int | None = None
 ) -> list[Demonstration] | None:
     """`n` demonstrations of the env instance `env`, each with the task it was played on when
     the hook gives it (None when the env has no `demonstrations`; see `env_demonstrations`)."""
@@ -118,7 +122,7 @@ def env_demonstration_items(
 
 
 def env_demonstrations(
-    env: Any, n: int, seed: int, demo_fraction: float, max_turns: int | None = None
+    env: EpisodeEnv, n: int, seed: int, demo_fraction: float, max_turns: int | None = None
 ) -> list[Conversation] | None:
     """`n` demonstrations of the env instance `env` (None when it has no `demonstrations`).
 
@@ -169,7 +173,7 @@ SCHEMA_DEMO_MAX_CALLS = 3
 """Tool calls per schema demonstration, at most (1 to this many, then a final answer)."""
 
 
-def sampled_call(tool: ToolSpec, convo: list[Message], rng: Any, call_id: str) -> dict:
+def sampled_call(tool: ToolSpec, convo: list[Message], rng: random.Random, call_id: str) -> dict:
     """A well-formed call of `tool` with arguments sampled from its JSON schema: an enum
     value, a small number, a boolean, or one to three words of `convo`'s messages for a
     string; every required argument, each optional one with chance 0.3. `rng` is a
@@ -213,7 +217,7 @@ def _sample_value(spec: dict[str, Any], words: list[str], rng: Any) -> Any:
     return " ".join(rng.choice(words) for _ in range(rng.randint(1, 3)))
 
 
-def final_answer(convo: list[Message], rng: Any) -> str:
+def final_answer(convo: list[Message], rng: random.Random) -> str:
     """A short answer: a word of the last tool output (the call format is what is taught)."""
     last = next((m for m in reversed(convo) if m.get("role") == "tool"), None)
     words = str((last or {}).get("content") or "done").split()

@@ -251,7 +251,7 @@ class SeatEnv(Env):
         raise NotImplementedError(f"{type(self).__name__} must implement step(assistant_message)")
 
 
-def env_seats(env_class: Any) -> tuple[str, ...]:
+def env_seats(env_class: type) -> tuple[str, ...]:
     """The seats an env class declares (`SeatEnv.seats`); () for a one-seat env."""
     return tuple(getattr(env_class, "seats", ()) or ())
 

@@ -24,7 +24,7 @@ from monarch.actor.concurrent import concurrent_endpoint
 from forge_agent.env.pool import EnvLease, EnvPool
 from forge_agent.env.protocol import EnvFailure
 from forge_agent.env.resolved import ResolvedEnv
-from forge_agent.types import Message, StepResult, ToolSpec
+from forge_agent.types import ActorMesh, Message, StepResult, ToolSpec
 
 
 class EnvPoolActor(Actor):
@@ -104,7 +104,7 @@ def _raised(value: Any) -> Any:
 class RemoteEnvLease:
     """One episode's env on the pool actor's host (the `EpisodeEnv` protocol)."""
 
-    def __init__(self, actor: Any, lease_id: int) -> None:
+    def __init__(self, actor: ActorMesh, lease_id: int) -> None:
         self.actor, self.lease_id = actor, lease_id
         self._closed = False
 
@@ -125,12 +125,12 @@ class RemoteEnvLease:
 class RemoteEnvs:
     """An `EnvSource` whose envs live in an `EnvPoolActor` (possibly on another host)."""
 
-    def __init__(self, actor: Any, size: int, where: dict[str, Any]) -> None:
+    def __init__(self, actor: ActorMesh, size: int, where: dict[str, Any]) -> None:
         self.actor, self.size, self.where = actor, size, where
         self.num_workers = int(where.get("num_workers", size))
 
     @classmethod
-    async def start(cls, actor: Any) -> RemoteEnvs:
+    async def start(cls, actor: ActorMesh) -> RemoteEnvs:
         where = await actor.describe.call_one()
         return cls(actor, where["size"], where)
 

@@ -37,10 +37,13 @@ import sys
 import threading
 import time
 import traceback
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from forge_agent.env.protocol import EnvFailure, step_failure
 from forge_agent.types import Status
+
+if TYPE_CHECKING:
+    from forge_agent.env.registry import EnvSpec
 
 _HEADER = struct.Struct(">I")
 _EXIT = ("exit",)
@@ -95,7 +98,7 @@ class _Replies:
 class _Slot:
     """One env instance; its requests run in order and each is answered on `replies`."""
 
-    def __init__(self, spec: Any, kwargs: dict[str, Any], replies: _Replies) -> None:
+    def __init__(self, spec: EnvSpec, kwargs: dict[str, Any], replies: _Replies) -> None:
         self.spec, self.kwargs, self.replies = spec, kwargs, replies
         self.env: Any = None
 
@@ -152,7 +155,7 @@ class _ThreadSlot(_Slot):
     """A slot served by a thread of its own with its own event loop: an env with blocking
     sync methods holds up only its own episode."""
 
-    def __init__(self, spec: Any, kwargs: dict[str, Any], replies: _Replies) -> None:
+    def __init__(self, spec: EnvSpec, kwargs: dict[str, Any], replies: _Replies) -> None:
         super().__init__(spec, kwargs, replies)
         self.requests: queue.SimpleQueue[tuple[Any, ...]] = queue.SimpleQueue()
         self.thread = threading.Thread(target=self._serve, daemon=True)
@@ -187,7 +190,7 @@ class _LoopSlot(_Slot):
 
     def __init__(
         self,
-        spec: Any,
+        spec: EnvSpec,
         kwargs: dict[str, Any],
         replies: _Replies,
         loop: asyncio.AbstractEventLoop,
@@ -223,7 +226,7 @@ class _SharedLoop:
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()
 
-    def close(self, spec: Any, timeout_s: float) -> None:
+    def close(self, spec: EnvSpec, timeout_s: float) -> None:
         """Stop the loop, release what the env's instances shared on it and close it (call
         once its slots have finished)."""
         self.loop.call_soon_threadsafe(self.loop.stop)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import itertools
 import shutil
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -17,6 +17,11 @@ from forge_agent.generator.engine_args import GeneratorError
 from forge_agent.generator.weight_files import write_adapter
 from forge_agent.trainer.config import LoraConfig
 from forge_agent.trainer.lora import split_adapters
+
+if TYPE_CHECKING:
+    from vllm.v1.engine.async_llm import AsyncLLM
+
+    from forge_agent.generator.inproc import InprocLLM
 
 __all__ = ["ServedAdapters"]
 
@@ -47,7 +52,7 @@ class ServedAdapters:
         return adapters
 
     async def load(
-        self, llm: Any, adapters: dict[str, dict[str, torch.Tensor]], version: int
+        self, llm: AsyncLLM | InprocLLM, adapters: dict[str, dict[str, torch.Tensor]], version: int
     ) -> dict[str, float]:
         """Serve `adapters` as `version` on vLLM's `llm` (nothing may run on the old ones:
         the caller drained or aborted them); the reload's tensors and seconds."""

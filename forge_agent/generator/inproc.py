@@ -31,7 +31,12 @@ import concurrent.futures
 import copy
 import threading
 from collections.abc import AsyncIterator, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from vllm import SamplingParams
+    from vllm.inputs import PromptType
+    from vllm.lora.request import LoRARequest
 
 _DONE = object()  # a stream's end marker
 
@@ -115,7 +120,11 @@ class InprocLLM:
 
     # ------------------------------------------------------------------ AsyncLLM's calls
     async def generate(
-        self, prompt: Any, params: Any, request_id: str, lora_request: Any = None
+        self,
+        prompt: PromptType,
+        params: SamplingParams,
+        request_id: str,
+        lora_request: LoRARequest | None = None,
     ) -> AsyncIterator[Any]:
         """The request's outputs as they grow (each cumulative), the last one finished."""
         loop = asyncio.get_running_loop()
@@ -161,13 +170,17 @@ class InprocLLM:
         await self._call(lambda: self._abort(ids))
 
     async def collective_rpc(
-        self, method: str, timeout: float | None = None, args: tuple = (), kwargs: Any = None
+        self,
+        method: str,
+        timeout: float | None = None,
+        args: tuple = (),
+        kwargs: dict[str, Any] | None = None,
     ) -> list[Any]:
         return await self._call(
             lambda: self._engine.collective_rpc(method, timeout, tuple(args), kwargs)
         )
 
-    async def add_lora(self, lora_request: Any) -> bool:
+    async def add_lora(self, lora_request: LoRARequest) -> bool:
         return await self._call(lambda: self._engine.add_lora(lora_request))
 
     async def remove_lora(self, lora_id: int) -> bool:

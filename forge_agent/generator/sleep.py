@@ -17,7 +17,12 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from vllm.v1.engine.async_llm import AsyncLLM
+
+    from forge_agent.generator.inproc import InprocLLM
 
 COLOCATE_MODES = ("off", "sleep", "standin")
 """`services.colocate`: off (own devices), sleep (one GPU, vLLM's sleep mode), standin (CPU:
@@ -35,7 +40,7 @@ class Sleeper(Protocol):
 class VLLMSleep:
     """vLLM's sleep mode on a running `AsyncLLM` (started with `enable_sleep_mode=True`)."""
 
-    def __init__(self, llm: Any) -> None:
+    def __init__(self, llm: AsyncLLM | InprocLLM) -> None:
         if not hasattr(llm, "sleep"):  # the in-process engine core (`generator.inproc`)
             raise ValueError(
                 "services.colocate=sleep needs vLLM's AsyncLLM with its engine core in a process "
@@ -90,7 +95,7 @@ def sleep_engine_args(mode: str, engine_fields: set[str]) -> dict[str, Any]:
     return {"enable_sleep_mode": True}
 
 
-def make_sleeper(mode: str, llm: Any) -> Sleeper | None:
+def make_sleeper(mode: str, llm: AsyncLLM | InprocLLM) -> Sleeper | None:
     """The sleeper of `services.colocate` `mode` for the started engine `llm` (None: off)."""
     if mode not in COLOCATE_MODES:
         raise ValueError(f"services.colocate={mode!r}; expected one of {COLOCATE_MODES}")

@@ -27,7 +27,7 @@ import itertools
 import logging
 import os
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -52,6 +52,10 @@ from forge_agent.trainer.config import LoraConfig
 from forge_agent.types import Completion
 from forge_agent.weights.device_slots import DeviceView
 from forge_agent.weights.layout import tied_names
+
+if TYPE_CHECKING:
+    from forge_agent.weights.device_slots import DeviceView
+    from forge_agent.weights.layout import SharedView
 
 logger = logging.getLogger(__name__)
 
@@ -339,7 +343,7 @@ class VLLMEngine:
 
     async def update_weights_shared(
         self,
-        view: Any,
+        view: SharedView | DeviceView,
         abort_in_flight: bool = False,
         resume_in_flight: bool = False,
         rollback: bool = False,

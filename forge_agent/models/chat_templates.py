@@ -15,7 +15,10 @@ project (vLLM's server, TRL) speaks the same turns the policy was trained on.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 __all__ = ["TEMPLATES", "ChatTemplate", "shipped_template"]
 
@@ -75,7 +78,9 @@ TEMPLATES = {
 """The shipped templates, by chat family, in the order a vocabulary is matched against them."""
 
 
-def shipped_template(tokenizer: Any, architecture: str | None = None) -> ChatTemplate | None:
+def shipped_template(
+    tokenizer: PreTrainedTokenizerBase, architecture: str | None = None
+) -> ChatTemplate | None:
     """The shipped template for `tokenizer`: the first family whose tokens its vocabulary has
     (each as one token); else Mistral's for a `mistral` architecture (an old Mistral
     vocabulary writes `[INST]` as plain text); None when neither."""

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -117,18 +117,18 @@ class PhaseClock:
         }
 
     # ------------------------------------------------------------------ wrappers
-    def timed_generate(self, generate: Any) -> Any:
+    def timed_generate(self, generate: Callable[..., Awaitable[object]]) -> Any:
         """`generate` (a `GenerateFn`) with its requests charged to "generate"."""
         return _TimedGenerate(self, generate)
 
-    def timed_envs(self, envs: Any) -> Any:
+    def timed_envs(self, envs: object) -> Any:
         """An env source (`EnvSource`: `acquire()`) whose episodes' `reset`/`step` calls are
         charged to "env"; other attributes pass through."""
         return _TimedEnvs(self, envs)
 
 
 class _TimedGenerate:
-    def __init__(self, clock: PhaseClock, generate: Any) -> None:
+    def __init__(self, clock: PhaseClock, generate: Callable[..., Awaitable[object]]) -> None:
         self.clock, self.generate = clock, generate
 
     async def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -140,7 +140,7 @@ class _TimedGenerate:
 
 
 class _TimedEnv:
-    def __init__(self, clock: PhaseClock, env: Any) -> None:
+    def __init__(self, clock: PhaseClock, env: object) -> None:
         self.clock, self.env = clock, env
 
     async def reset(self, *args: Any, **kwargs: Any) -> Any:
@@ -156,7 +156,7 @@ class _TimedEnv:
 
 
 class _TimedEnvs:
-    def __init__(self, clock: PhaseClock, envs: Any) -> None:
+    def __init__(self, clock: PhaseClock, envs: object) -> None:
         self.clock, self.envs = clock, envs
 
     async def acquire(self) -> Any:

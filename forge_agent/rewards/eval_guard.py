@@ -25,8 +25,11 @@ from __future__ import annotations
 
 import ast
 import builtins
+import os
 import sys
 import types
+from collections.abc import Mapping
+from types import CodeType
 from typing import Any
 
 __all__ = ["SAFE_BUILTINS", "check_expression", "install"]
@@ -140,7 +143,12 @@ def install() -> None:
     real_eval, real_compile = builtins.eval, _REAL_COMPILE
     compiled: dict[int, tuple[Any, ast.AST]] = {}  # id(code) -> (code, its tree) of `compile`
 
-    def eval(source: Any, globals: Any = None, locals: Any = None, /) -> Any:
+    def eval(
+        source: str | bytes | CodeType,
+        globals: dict[str, Any] | None = None,
+        locals: Mapping[str, object] | None = None,
+        /,
+    ) -> Any:
         tree = _tree(source, "eval")
         if tree is None and id(source) in compiled and compiled[id(source)][0] is source:
             tree = compiled[id(source)][1]  # compiled here: its names resolve only now
@@ -151,7 +159,13 @@ def install() -> None:
             globals, locals = frame.f_globals, frame.f_locals
         return real_eval(source, globals, locals)
 
-    def compile(source: Any, filename: Any, mode: str, *args: Any, **kwargs: Any) -> Any:
+    def compile(
+        source: str | bytes | ast.AST,
+        filename: str | bytes | os.PathLike,
+        mode: str,
+        *args: Any,
+        **kwargs: Any,
+    ) -> Any:
         tree = _tree(source, "exec" if mode == "exec" else "eval")
         code = real_compile(source, filename, mode, *args, **kwargs)
         if tree is not None and mode == "eval":

@@ -123,8 +123,8 @@ class JudgeServer:
     def submit(
         self,
         ref: ScorerRef,
-        answer: Any,
-        entry: Any,
+        answer: object,
+        entry: dict[str, Any],
         limits: Limits = JUDGE_LIMITS,
         build_only: bool = False,
     ) -> concurrent.futures.Future[dict[str, Any]]:
@@ -154,27 +154,29 @@ class JudgeServer:
         return future
 
     async def score(
-        self, ref: ScorerRef, answer: Any, entry: Any, limits: Limits = JUDGE_LIMITS
+        self, ref: ScorerRef, answer: object, entry: dict[str, Any], limits: Limits = JUDGE_LIMITS
     ) -> float:
         """The verdict of `ref` on `answer`; raises `JudgeError`, `JudgeTimeout` (the
         policy's) or `JudgeServerError` (infra)."""
         return verdict(await self._reply(ref, answer, entry, limits), ref)
 
     async def value(
-        self, ref: ScorerRef, answer: Any, entry: Any, limits: Limits = JUDGE_LIMITS
+        self, ref: ScorerRef, answer: object, entry: dict[str, Any], limits: Limits = JUDGE_LIMITS
     ) -> Any:
         """What `ref` computes from `answer`, as JSON data (a split scorer's sandboxed side:
         the caller compares it with the key); raises as `score` does, but for the number."""
         return _value(await self._reply(ref, answer, entry, limits), ref)
 
     async def score_metrics(
-        self, ref: ScorerRef, answer: Any, entry: Any, limits: Limits = JUDGE_LIMITS
+        self, ref: ScorerRef, answer: object, entry: dict[str, Any], limits: Limits = JUDGE_LIMITS
     ) -> dict[str, float]:
         """The verdict of a scorer that gives named numbers (a rubric's metrics); raises as
         `score` does."""
         return metrics_verdict(await self._reply(ref, answer, entry, limits), ref)
 
-    async def _reply(self, ref: ScorerRef, answer: Any, entry: Any, limits: Limits) -> dict:
+    async def _reply(
+        self, ref: ScorerRef, answer: object, entry: dict[str, Any], limits: Limits
+    ) -> dict:
         future = self.submit(ref, answer, entry, limits)
         try:
             reply = await asyncio.wait_for(

@@ -58,7 +58,7 @@ class Probe:
         return last
 
     @staticmethod
-    def truth(value: Any) -> Any:
+    def truth(value: object) -> Any:
         """The truth of a value, computed where it lives (objects define their own); None when
         it has none (it raises)."""
         try:
@@ -67,7 +67,7 @@ class Probe:
             return None
 
     @staticmethod
-    def kind(value: Any) -> list[str]:
+    def kind(value: object) -> list[str]:
         """The class names of a value's type and its bases (for isinstance and raises)."""
         try:
             return [str(c.__name__) for c in type(value).__mro__][:64]
@@ -78,7 +78,7 @@ class Probe:
         records, self.records = self.records, []
         return records
 
-    def encode(self, value: Any, depth: int = 0) -> list[Any]:
+    def encode(self, value: object, depth: int = 0) -> list[Any]:
         try:
             return self._encode(value, depth)
         except (Budget, RecursionError):

@@ -41,7 +41,7 @@ class RegexOverrun(Exception):
     """A task's regular expression ran past `REGEX_TIMEOUT_S` on a value of the graded code."""
 
 
-def search(pattern: Any, text: str) -> bool:
+def search(pattern: object, text: str) -> bool:
     """Whether `pattern` (a task's literal) matches somewhere in `text` (the graded code's
     value), with a time bound: the `regex` package (Python's `re` syntax) stops the match at
     `REGEX_TIMEOUT_S` and the check fails (`RegexOverrun`), so catastrophic backtracking on
@@ -73,7 +73,7 @@ def _same(a: Any, b: Any) -> bool:
     return type(a) is type(b) and a == b
 
 
-def decode(e: Any) -> Any:
+def decode(e: object) -> Any:
     """The plain value of one tagged encoding (`probe_runtime.Probe.encode`). Raises
     ValueError for anything the probe never writes."""
     if not isinstance(e, list) or not e or not isinstance(e[0], str):
@@ -161,7 +161,7 @@ class _Raised(Exception):
     """A probed expression raised where the check wanted what it returns."""
 
 
-def evaluate(tree: tuple, values: Any) -> Any:
+def evaluate(tree: tuple, values: Outcomes | Sequence[object]) -> Any:
     """The value of a check's tree over the decoded outcomes of its probed expressions (an
     `Outcomes`, or a plain sequence of values)."""
     if not isinstance(values, Outcomes):
@@ -237,7 +237,7 @@ def _arithmetic(tree: tuple, values: Sequence[Any]) -> Any:
     return _CALLS[tree[1]](*args, **kwargs)
 
 
-def fired(records: Any) -> dict[int, int]:
+def fired(records: object) -> dict[int, int]:
     """How many times each check fired in a run's records (check id -> count)."""
     counts: dict[int, int] = {}
     for record in records if isinstance(records, list) else []:
@@ -249,8 +249,8 @@ def fired(records: Any) -> dict[int, int]:
 def judge_test(
     split: SplitTests,
     functions: Sequence[str],
-    end: Any,
-    records: Any,
+    end: object,
+    records: object,
     expected: Mapping[int, int] | None = None,
 ) -> tuple[str, bool]:
     """(outcome, forged) of one test from what its probe reported: `end` is how its body ended

@@ -136,7 +136,7 @@ MAX_FOLDED = 1 << 20
 """The longest a string, bytes, list or tuple the host builds by `+` or `*` may be."""
 
 
-def fold(op: str, a: Any, b: Any) -> Any:
+def fold(op: str, a: object, b: object) -> Any:
     """`a + b` or `a * b` where one is a string, bytes, list or tuple, bounded by `MAX_FOLDED`
     (the host's own arithmetic on values it holds; numbers are not folded here). Raises
     TypeError for any other operands, ValueError past the bound."""

@@ -117,7 +117,7 @@ def _exact_or_partial(partial: float) -> Callable[[Any, str, Entry], float]:
     """``outside`` of the tasks that pay 1.0 for the key's text and `partial` for a Python
     value that prints as the key (binary_matrix, string_insertion)."""
 
-    def outside(value: Any, answer: str, entry: Entry) -> float:
+    def outside(value: object, answer: str, entry: Entry) -> float:
         if answer == entry["answer"]:
             return 1.0
         return partial if _text(value) == fingerprint(entry["answer"]) else 0.0
@@ -313,7 +313,7 @@ def _strict(
     answer breaks the task's `rule`, even where reasoning-gym's scorer pays it, else what
     `outside` gives."""
 
-    def strict(value: Any, answer: str, entry: Entry) -> float:
+    def strict(value: object, answer: str, entry: Entry) -> float:
         verdict = outside(value, answer, entry)
         return verdict if rule(answer, entry) else min(verdict, refused)
 

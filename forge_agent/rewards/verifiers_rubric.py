@@ -19,9 +19,12 @@ import copy
 import signal
 import threading
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from forge_agent.rewards.judge import ScorerRef, judge_server
+
+if TYPE_CHECKING:
+    import verifiers as vf
 
 __all__ = [
     "asks_a_model",
@@ -36,7 +39,7 @@ __all__ = [
 _NOT_DATA = ("client", "usage_tracker", "usage")  # the policy's client, live counters
 
 
-def asks_a_model(rubric: Any) -> bool:
+def asks_a_model(rubric: vf.Rubric) -> bool:
     """The rubric (or one of its members) is verifiers' `JudgeRubric`: it calls a model."""
     import verifiers as vf
 
@@ -73,7 +76,7 @@ def scorer(module: str, env_args: dict[str, Any]) -> Callable[[dict, list[str]],
 
 
 async def sandboxed_scores(
-    module: str, env_args: dict[str, Any], state: Any, failed: set[str]
+    module: str, env_args: dict[str, Any], state: vf.State, failed: set[str]
 ) -> tuple[dict[str, float], float, dict[str, float]]:
     """(metrics, reward, metrics without the failed calls) of a finished rollout, from its
     rubric in the judge's sandbox; raises as `JudgeServer.score` does."""
@@ -102,7 +105,7 @@ def without_calls(messages: list[Any], failed: set[str]) -> list[Any]:
     return out
 
 
-async def capped_metrics(rubric: Any, state: Any, failed: set[str]) -> dict[str, float]:
+async def capped_metrics(rubric: vf.Rubric, state: vf.State, failed: set[str]) -> dict[str, float]:
     """The rubric's scores of the rollout with its failed calls taken out (completion and each
     trajectory step's completion); `VerifiersEnv` pays the lower of these and the real ones."""
     stripped = copy.copy(state)
@@ -130,7 +133,7 @@ def signal_handlers_kept() -> Iterator[None]:
     in a process). Its teardown still runs at exit (it registers an `atexit` hook too).
     """
 
-    def keep(signum: int, handler: Any) -> Any:
+    def keep(signum: int, handler: signal.Handlers | Callable | int | None) -> object:
         return signal.getsignal(signum)
 
     with _SIGNAL_LOCK:

@@ -4,7 +4,7 @@ context every episode of a runner shares (`forge_agent.rollout.episode` plays it
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from forge_agent.generator.config import GenerateFn
 from forge_agent.rollout.config import RolloutConfig
@@ -20,6 +20,9 @@ from forge_agent.types import (
     ToolSpec,
     Trajectory,
 )
+
+if TYPE_CHECKING:
+    from forge_agent.env.protocol import EpisodeEnv
 
 START_STATE = "<start>"
 """`Trajectory.turn_states[0]`: the state an episode starts from, the same for a whole group."""
@@ -85,7 +88,7 @@ class SoloGame:
     """A one-seat env (`reset` -> messages and tools, `step` -> `StepResult`) as a game of one
     seat, `SOLO`, so that single-agent episodes run the one loop."""
 
-    def __init__(self, env: Any) -> None:
+    def __init__(self, env: EpisodeEnv) -> None:
         self.env = env
 
     @property

@@ -20,12 +20,18 @@ from __future__ import annotations
 
 import asyncio
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
 
 from forge_agent.env.protocol import EnvFailure, maybe_await
 from forge_agent.env.registry import load_entry_point
 from forge_agent.types import Message, Status, ToolSpec
+
+if TYPE_CHECKING:
+    from forge_agent.rollout.renderer import ChatRenderer
+    from forge_agent.weights.protocol import WeightStore
 
 __all__ = [
     "POLICY",
@@ -59,7 +65,7 @@ class PlayerSpec:
     text: str = ""
 
 
-def parse_player(seat: str, spec: Any) -> PlayerSpec:
+def parse_player(seat: str, spec: object) -> PlayerSpec:
     """The `PlayerSpec` of `env.seats[seat]`; a ValueError naming the seat and the spec."""
     text = str(spec).strip() if spec is not None else ""
     where = f"env.seats.{seat}={spec!r}"
@@ -127,9 +133,9 @@ def check_seats(
 def build_players(
     specs: dict[str, PlayerSpec],
     *,
-    store: Any = None,
-    model_path: Any = None,
-    renderer: Any = None,
+    store: WeightStore | None = None,
+    model_path: str | Path | None = None,
+    renderer: ChatRenderer | None = None,
     timeout_s: float = 30.0,
     max_new_tokens: int = 48,
     temperature: float = 1.0,
@@ -158,7 +164,7 @@ def build_players(
 class ScriptedPlayer:
     """A Python function answers the seat: `fn(messages, tools) -> str | Message`."""
 
-    def __init__(self, function: Any, seat: str = "") -> None:
+    def __init__(self, function: Callable[..., object], seat: str = "") -> None:
         self.fn = load_entry_point(function)
         self.label = function if isinstance(function, str) else getattr(function, "__name__", "?")
         self.seat = seat
@@ -231,9 +237,9 @@ class SnapshotPlayer:
 
     def __init__(
         self,
-        store: Any,
-        model_path: Any,
-        renderer: Any,
+        store: WeightStore,
+        model_path: str | Path,
+        renderer: ChatRenderer,
         offset: int,
         league: bool = False,
         seat: str = "",

@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from forge_agent.errors import SetupError
 from forge_agent.rollout.config import RendererConfig
 from forge_agent.rollout.text_tools import FAMILIES, TextToolRenderer, family_of
 from forge_agent.toolkit.schema import loads_strict
 from forge_agent.types import Message, ToolSpec
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 KINDS = ("auto", "qwen3", *FAMILIES, "llama3", "default")
 """The values of `renderer.kind`."""
@@ -29,7 +32,7 @@ class RendererError(SetupError, ValueError):
     is missing and the `renderer.kind` that fixes it."""
 
 
-def auto_kind(tokenizer: Any) -> str | None:
+def auto_kind(tokenizer: PreTrainedTokenizerBase) -> str | None:
     """The renderer kind `auto` picks for `tokenizer`: qwen3 (Qwen's tool tokens), a text-tool
     family (`text_tools.FAMILIES`: ChatML, Gemma, Phi-3), llama3, default (the tokenizer's own
     chat template); None when it has neither turn tokens the project knows nor a template."""
@@ -46,7 +49,9 @@ def auto_kind(tokenizer: Any) -> str | None:
 class ChatRenderer:
     """Messages to token ids and back, for one tokenizer."""
 
-    def __init__(self, tokenizer: Any, config: RendererConfig | None = None) -> None:
+    def __init__(
+        self, tokenizer: PreTrainedTokenizerBase, config: RendererConfig | None = None
+    ) -> None:
         import renderers
 
         self.config = config or RendererConfig()

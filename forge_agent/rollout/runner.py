@@ -25,7 +25,7 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from typing import Any
 
-from forge_agent.env.protocol import EnvSource
+from forge_agent.env.protocol import EnvSource, EpisodeEnv
 from forge_agent.generator.config import GenerateFn, SamplingConfig
 from forge_agent.rollout.config import RolloutConfig
 from forge_agent.rollout.episode import Episode
@@ -108,7 +108,7 @@ class RolloutRunner:
                 traj.status, traj.info["error"] = Status.ENV_ERROR, error
                 return [self._finish(traj)]
 
-        async def body(env: Any) -> None:
+        async def body(env: EpisodeEnv) -> None:
             await self._play(env, seats, task, seed, sampling_seed)
 
         await self._with_env(trajs, body)

@@ -44,11 +44,14 @@ import contextlib
 import json
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from renderers import ParsedResponse, ParsedToolCall, ToolCallParseStatus
 
 from forge_agent.types import Message, ToolSpec
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 __all__ = [
     "FAMILIES",
@@ -118,7 +121,7 @@ FAMILIES = {
 """The chat families this renderer writes, by `renderer.kind`."""
 
 
-def family_of(tokenizer: Any) -> str | None:
+def family_of(tokenizer: PreTrainedTokenizerBase) -> str | None:
     """The first family in `FAMILIES` whose turn tokens `tokenizer` has as single tokens."""
     vocab = tokenizer.get_vocab() if hasattr(tokenizer, "get_vocab") else {}
     for name, family in FAMILIES.items():
@@ -137,7 +140,9 @@ class _Rendered:
 class TextToolRenderer:
     """Messages <-> token ids in one `ChatFamily`, with Hermes-style tool calls as text."""
 
-    def __init__(self, tokenizer: Any, family: str | ChatFamily = "chatml") -> None:
+    def __init__(
+        self, tokenizer: PreTrainedTokenizerBase, family: str | ChatFamily = "chatml"
+    ) -> None:
         self.family = FAMILIES[family] if isinstance(family, str) else family
         vocab = tokenizer.get_vocab() if hasattr(tokenizer, "get_vocab") else {}
         missing = [t for t in self.family.markers() if t not in vocab]

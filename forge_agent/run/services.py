@@ -36,7 +36,8 @@ from typing import TYPE_CHECKING, Any, Literal
 from forge_agent.env.resolved import ResolvedEnv
 from forge_agent.rewards.build import build_rubric
 from forge_agent.run.config import ServiceSpecs
-from forge_agent.run.supervision import ActorMesh, Service, ServiceRestarted, install_fault_hook
+from forge_agent.run.supervision import Service, ServiceRestarted, install_fault_hook
+from forge_agent.types import ActorMesh
 
 if TYPE_CHECKING:
     from forge_agent.hosts.meshes import HostMeshes

@@ -36,9 +36,6 @@ from forge_agent.typed_config import check_field as _check
 if TYPE_CHECKING:
     from monarch.actor import MeshFailure, ProcMesh
 
-ActorMesh = Any
-"""A Monarch actor mesh (what `ProcMesh.spawn` returns). Its endpoints are looked up by name
-at run time, so Monarch 0.7 exports no type to annotate it with; this alias names the role."""
 
 logger = logging.getLogger(__name__)
 

@@ -40,7 +40,7 @@ import shutil
 import subprocess
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from forge_agent.sandbox import janitor
 from forge_agent.sandbox.admission import Reservation, reserve_for
@@ -69,6 +69,9 @@ from forge_agent.sandbox.docker_channel import (
 from forge_agent.sandbox.docker_local import DEFAULT_IMAGE
 from forge_agent.sandbox.seccomp import docker_profile
 from forge_agent.sandbox.supervisor_host import hardening_problem
+
+if TYPE_CHECKING:
+    from docker.models.containers import Container
 
 __all__ = ["DockerSandbox", "DockerSession"]
 
@@ -424,7 +427,7 @@ class ContainerProcess(subprocess.Popen):  # type: ignore[type-arg]
     """The ``docker start -ai`` client of a spawned container; `kill()` also removes the
     container (killing the client alone would leave it running)."""
 
-    def __init__(self, container: Any, args: list[str], **kwargs: Any) -> None:
+    def __init__(self, container: Container, args: list[str], **kwargs: Any) -> None:
         self.container = container
         super().__init__(args, **kwargs)
 

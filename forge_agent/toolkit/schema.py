@@ -269,7 +269,7 @@ def _parse_docstring(doc: str) -> tuple[str, dict[str, str]]:
 # --------------------------------------------------------------------------------------------
 
 
-def validate_arguments(arguments: Any, parameters: dict[str, Any]) -> list[str]:
+def validate_arguments(arguments: object, parameters: dict[str, Any]) -> list[str]:
     """Check decoded tool arguments against a parameters schema; return the problems found.
 
     Booleans are not integers here (JSON true is not 1) and integral floats are not integers.
@@ -364,7 +364,7 @@ def _schema_name(schema: dict[str, Any]) -> str:
     return f"{article} {kind}" if kind != "null" else "null"
 
 
-def describe_value(value: Any) -> str:
+def describe_value(value: object) -> str:
     """The JSON kind of ``value`` and its short text, e.g. ``integer 3``, for error messages."""
     kind = {
         bool: "boolean",
@@ -378,7 +378,7 @@ def describe_value(value: Any) -> str:
     return f"{kind} {short_text(value)}" if value is not None else "null"
 
 
-def short_text(value: Any, limit: int = 60) -> str:
+def short_text(value: object, limit: int = 60) -> str:
     """``value`` as JSON (or its repr), cut to ``limit`` characters, for error messages."""
     try:
         text = json.dumps(value)

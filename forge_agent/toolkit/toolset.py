@@ -17,7 +17,7 @@ import inspect
 import json
 import threading
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from forge_agent.toolkit.schema import (
     SANDBOX_PARAM,
@@ -30,6 +30,9 @@ from forge_agent.toolkit.schema import (
     validate_arguments,
 )
 from forge_agent.types import Message, ToolSpec
+
+if TYPE_CHECKING:
+    from forge_agent.sandbox.base import SandboxSession
 
 __all__ = ["ToolError", "ToolSet", "tool", "tool_spec", "validate_arguments"]
 
@@ -98,7 +101,7 @@ class ToolSet:
     def __init__(
         self,
         tools: Iterable[Callable[..., Any]],
-        sandbox: Any = None,
+        sandbox: SandboxSession | None = None,
         timeout_s: float = 30.0,
         max_output_chars: int = 8_000,
         max_argument_chars: int = 100_000,
@@ -165,7 +168,7 @@ class ToolSet:
             )
         return messages
 
-    async def call(self, tool_call: Any) -> Message:
+    async def call(self, tool_call: dict[str, Any]) -> Message:
         """Run one OpenAI-style tool call and return its tool message; never raises.
 
         Accepts `{"id", "type": "function", "function": {"name", "arguments"}}` where
@@ -296,7 +299,7 @@ class ToolSet:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Any] = loop.create_future()
 
-        def settle(ok: bool, value: Any) -> None:
+        def settle(ok: bool, value: object) -> None:
             if future.done():
                 return
             if ok:
@@ -304,7 +307,7 @@ class ToolSet:
             else:
                 future.set_exception(value)
 
-        def deliver(ok: bool, value: Any) -> None:
+        def deliver(ok: bool, value: object) -> None:
             # A tool that outlived its timeout may finish after the caller's loop closed.
             with contextlib.suppress(RuntimeError):
                 loop.call_soon_threadsafe(settle, ok, value)

@@ -13,7 +13,7 @@ weight-store client);
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from monarch.actor import Actor, endpoint
@@ -22,6 +22,9 @@ from forge_agent.memory import trim_heap
 from forge_agent.trainer.config import TrainerConfig, titan_degrees
 from forge_agent.trainer.core import Trainer
 from forge_agent.types import Trajectory
+
+if TYPE_CHECKING:
+    from forge_agent.weights.protocol import WeightStore
 
 
 class TrainerActor(Actor):
@@ -32,7 +35,7 @@ class TrainerActor(Actor):
         self,
         cfg: TrainerConfig,
         model: str,
-        weight_store: Any = None,
+        weight_store: WeightStore | None = None,
         *,
         device: str = "auto",
         dtype: str = "auto",
@@ -105,7 +108,7 @@ class TrainerActor(Actor):
         return t.policy_version
 
     @endpoint
-    async def save_checkpoint(self, path: str, data_position: Any = None) -> str:
+    async def save_checkpoint(self, path: str, data_position: object = None) -> str:
         return str(self._t().save_checkpoint(path, data_position))
 
     @endpoint

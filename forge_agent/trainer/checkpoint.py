@@ -23,10 +23,13 @@ import random
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 _TRAINER_FILE = "trainer.pt"
 _DONE = "COMPLETE"
@@ -111,8 +114,8 @@ def save_checkpoint(
     *,
     step: int,
     policy_version: int,
-    data_position: Any = None,
-    tokenizer: Any = None,
+    data_position: object = None,
+    tokenizer: PreTrainedTokenizerBase | None = None,
 ) -> Path:
     """Write a checkpoint folder (see the module docstring); returns its path."""
     path = Path(path)

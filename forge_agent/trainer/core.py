@@ -22,7 +22,7 @@ import time
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 from torch import nn
@@ -32,6 +32,9 @@ from forge_agent.trainer.config import TrainerConfig
 from forge_agent.trainer.logprobs import hf_logits, hf_logprobs_at, logprobs_from_logits
 from forge_agent.trainer.packing import MicroBatch, pack_trajectories, pad_rows, unit_lengths
 from forge_agent.types import Trajectory
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 
 def _resolve_device(name: str) -> torch.device:
@@ -98,7 +101,7 @@ class Trainer:
         device: str = "auto",
         dtype: str = "auto",
         seed: int = 0,
-        tokenizer: Any = None,
+        tokenizer: PreTrainedTokenizerBase | None = None,
         ref_model: nn.Module | None = None,
     ) -> None:
         """`model`: a Hugging Face folder (or hub id) for AutoModelForCausalLM, or a module.
@@ -460,7 +463,7 @@ class Trainer:
 
         return adapter_tensors(self._full_state_dict(), self.cfg.lora.adapters)
 
-    def save_checkpoint(self, path: str | Path, data_position: Any = None) -> Path:
+    def save_checkpoint(self, path: str | Path, data_position: object = None) -> Path:
         """Save policy (HF folder), optimizer, step, version, RNG and data position."""
         return self._write_checkpoint(path, self.model, self.optimizer, data_position)
 

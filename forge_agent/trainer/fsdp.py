@@ -56,7 +56,7 @@ class FSDPTrainer(Trainer):
     _head_at_targets = False  # the sharded model runs as one module
     _can_share_prefix = False  # not measured with sharded models
 
-    def __init__(self, cfg: TrainerConfig, model: Any, **kwargs: Any) -> None:
+    def __init__(self, cfg: TrainerConfig, model: str | Path | nn.Module, **kwargs: Any) -> None:
         if not dist.is_initialized():
             dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
         self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
@@ -138,7 +138,7 @@ class FSDPTrainer(Trainer):
         options = StateDictOptions(full_state_dict=True, cpu_offload=True)
         return get_optimizer_state_dict(self.model, self.optimizer, options=options)
 
-    def save_checkpoint(self, path: str | Path, data_position: Any = None) -> Path:
+    def save_checkpoint(self, path: str | Path, data_position: object = None) -> Path:
         """Rank 0 writes the full weights (HF folder) and the full optimizer state; the other
         ranks take part in the gathers. Returns when every rank is done."""
         path = Path(path)

@@ -28,7 +28,7 @@ import tempfile
 from collections.abc import Sequence
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -47,10 +47,15 @@ from forge_agent.trainer.core import Trainer, TrainerConfig
 from forge_agent.trainer.packing import MicroBatch
 from forge_agent.types import Trajectory
 
+if TYPE_CHECKING:
+    from transformers import PretrainedConfig
+
 _INIT = {"weight": partial(nn.init.normal_, std=0.02)}
 
 
-def titan_qwen3_config(hf_config: Any, attn_backend: str = "flex") -> Qwen3Model.Config:
+def titan_qwen3_config(
+    hf_config: PretrainedConfig, attn_backend: str = "flex"
+) -> Qwen3Model.Config:
     """A torchtitan dense Qwen3 config with the shape of a transformers `Qwen3Config`."""
     d, hd = hf_config.hidden_size, hf_config.head_dim
     eps = hf_config.rms_norm_eps
@@ -133,7 +138,11 @@ class TitanTrainer(Trainer):
     _can_share_prefix = False  # torchtitan builds its own attention masks
 
     def __init__(
-        self, cfg: TrainerConfig, model: Any, tensor_parallel_degree: int = 1, **kwargs: Any
+        self,
+        cfg: TrainerConfig,
+        model: str | Path | nn.Module,
+        tensor_parallel_degree: int = 1,
+        **kwargs: Any,
     ):
         self.rank = int(os.environ.get("RANK", "0"))
         self.world_size = int(os.environ.get("WORLD_SIZE", "1"))
@@ -217,7 +226,7 @@ class TitanTrainer(Trainer):
         model.load_state_dict({k: v.cpu() for k, v in self.state_dict().items()}, strict=False)
         return model
 
-    def save_checkpoint(self, path: str | Path, data_position: Any = None) -> Path:
+    def save_checkpoint(self, path: str | Path, data_position: object = None) -> Path:
         """HF policy folder (converted) + this rank's torchtitan optimizer state."""
         path = Path(path)
         hf = self.hf_model()  # every rank: gathering the sharded weights is a collective

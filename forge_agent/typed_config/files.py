@@ -61,7 +61,7 @@ def _yaml_error(path: Path, err: yaml.YAMLError) -> str:
 
 
 def load_yaml(
-    path: str | Path, schema: Any, _seen: tuple[Path, ...] = (), search: Sequence[Path] = ()
+    path: str | Path, schema: type, _seen: tuple[Path, ...] = (), search: Sequence[Path] = ()
 ) -> dict:
     """Read a YAML config, resolving ``defaults:`` (a file name or list, relative to ``path``,
     else found by name in the folders of ``search``: the shipped configs).
@@ -108,7 +108,7 @@ def _find_defaults(path: Path, name: str, search: Sequence[Path]) -> Path:
     raise ConfigError(f"{path.name}: 'defaults: {name}': no such config file (looked for {looked})")
 
 
-def apply_override(data: dict[str, Any], override: str, schema: Any) -> dict[str, Any]:
+def apply_override(data: dict[str, Any], override: str, schema: type) -> dict[str, Any]:
     """Apply one ``a.b.c=value`` override to ``data`` in place (value parsed as YAML).
 
     Keys are checked against the schema down to the first free-form mapping; inside one
@@ -183,7 +183,7 @@ def load_config(
     return from_dict(schema, data)
 
 
-def dump_yaml(cfg: Any, path: str | Path) -> Path:
+def dump_yaml(cfg: object, path: str | Path) -> Path:
     """Write the config as YAML (every key, in schema order); ``load_config`` reads it back."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -215,7 +215,7 @@ def parse_cli(argv: Sequence[str], schema: type[T], search: Sequence[Path] = ())
     return load_config(path, overrides, schema, search)
 
 
-def describe_keys(cfg: Any, width: int = 100, indent: str = "  ") -> list[str]:
+def describe_keys(cfg: object, width: int = 100, indent: str = "  ") -> list[str]:
     """Every key of a config instance and its value, grouped by section, for ``--help``:
 
         training: steps=40 groups_per_step=8 group_size=8 ...
@@ -225,14 +225,14 @@ def describe_keys(cfg: Any, width: int = 100, indent: str = "  ") -> list[str]:
     """
     import textwrap
 
-    def show(value: Any) -> str:
+    def show(value: object) -> str:
         text = yaml.safe_dump(value, default_flow_style=True, width=10_000).strip()
         return text.removesuffix("\n...").removesuffix("...").strip()
 
     lines: list[str] = []
     top: list[str] = []
 
-    def walk(obj: Any, where: str) -> None:
+    def walk(obj: object, where: str) -> None:
         scalars, sections = [], []
         for f in dataclasses.fields(obj):
             if not f.init:

@@ -41,12 +41,12 @@ class ConfigError(SetupError, ValueError):
 class FieldError(ConfigError):
     """A range check failed in a section's ``__post_init__``; ``from_dict`` adds the key's path."""
 
-    def __init__(self, key: str, value: Any, expected: str) -> None:
+    def __init__(self, key: str, value: object, expected: str) -> None:
         self.key, self.value, self.expected = key, value, expected
         super().__init__(f"{key}={value!r} is invalid: expected {expected}")
 
 
-def check_field(ok: bool, key: str, value: Any, expected: str) -> None:
+def check_field(ok: bool, key: str, value: object, expected: str) -> None:
     """Raise a ``FieldError`` for ``key`` unless ``ok``; for a section's ``__post_init__``."""
     if not ok:
         raise FieldError(key, value, expected)
@@ -62,7 +62,7 @@ def join_key(where: str, key: str | int) -> str:
     return f"{where}.{key}" if where else key
 
 
-def type_name(tp: Any) -> str:
+def type_name(tp: object) -> str:
     origin = typing.get_origin(tp)
     if tp is Any:
         return "any value"
@@ -102,7 +102,7 @@ def _bad_value(where: str, value: Any, tp: Any) -> ConfigError:
     )
 
 
-def optional_section(tp: Any) -> Any:
+def optional_section(tp: object) -> Any:
     """``X`` for an optional section ``X | None`` (X a dataclass: null turns it off, keys set
     it up from X's defaults); ``tp`` otherwise."""
     if typing.get_origin(tp) in (typing.Union, types.UnionType):
@@ -233,7 +233,7 @@ def _default_of(f: dataclasses.Field) -> Any:
     return None
 
 
-def check_renamed(schema: Any, keys: Sequence[str]) -> None:
+def check_renamed(schema: type, keys: Sequence[str]) -> None:
     """A key the schema renamed (its ``RENAMED`` class attribute: old dotted key -> new) fails
     naming where it went, not only as unknown."""
     renamed = getattr(schema, "RENAMED", {})
@@ -262,10 +262,10 @@ def from_dict(cls: type[T], data: Mapping[str, Any] | None, where: str = "") -> 
     return _coerce(cls, {} if data is None else data, where)
 
 
-def to_dict(cfg: Any) -> dict[str, Any]:
+def to_dict(cfg: object) -> dict[str, Any]:
     """The config as plain nested dicts and lists (YAML- and JSON-ready)."""
 
-    def plain(value: Any) -> Any:
+    def plain(value: object) -> Any:
         if isinstance(value, dict):
             return {k: plain(v) for k, v in value.items()}
         if isinstance(value, list | tuple):

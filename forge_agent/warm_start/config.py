@@ -5,9 +5,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from forge_agent.env.resolved import ResolvedEnv
+
+if TYPE_CHECKING:
+    from forge_agent.rollout.config import RolloutConfig
 
 __all__ = ["DemoCap", "WarmEnvs", "WarmStartConfig"]
 
@@ -61,7 +64,7 @@ class DemoCap:
     tool_output_tokens: int | None = None
 
     @classmethod
-    def of(cls, rollout: Any) -> DemoCap:
+    def of(cls, rollout: RolloutConfig) -> DemoCap:
         """The limits of a run's `rollout` section (a `RolloutConfig`); with a context strategy
         other than `keep` an episode is compacted, not cut, at `max_total_tokens`, so the token
         limit is not applied."""

@@ -22,7 +22,7 @@ import logging
 import os
 import pickle
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -162,7 +162,7 @@ def open_slot(handle: bytes) -> torch.Tensor:
     return open_cuda_handle(*rest)
 
 
-def open_cuda_handle(rebuild: Any, args: tuple) -> torch.Tensor:
+def open_cuda_handle(rebuild: Callable[..., torch.Tensor], args: tuple) -> torch.Tensor:
     """A tensor shared by CUDA IPC (`torch.multiprocessing.reductions.reduce_tensor`'s
     `(rebuild, args)`), opened on this process's current device: the one GPU both processes
     see, whatever index each gives it."""

@@ -15,11 +15,12 @@ import uuid
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 from monarch.actor import Actor, endpoint
 
+from forge_agent.types import ActorMesh
 from forge_agent.weights.config import OnFull
 from forge_agent.weights.device_slots import (
     DeviceSlots,
@@ -42,6 +43,9 @@ from forge_agent.weights.protocol import (
     materialize,
     wait_for_room,
 )
+
+if TYPE_CHECKING:
+    from monarch.actor import ProcMesh
 
 __all__ = ["MonarchWeightStore", "WeightStoreActor"]
 
@@ -202,7 +206,7 @@ class MonarchWeightStore(VersionedPuts):
 
     def __init__(
         self,
-        actor: Any,
+        actor: ActorMesh,
         transport: Literal["auto", "shm", "message", "device"] = "auto",
         max_versions: int | None = 2,
         on_full: OnFull = "evict",
@@ -217,7 +221,7 @@ class MonarchWeightStore(VersionedPuts):
 
     @classmethod
     async def spawn(
-        cls, procs: Any, name: str = "weight_store", **kwargs: Any
+        cls, procs: ProcMesh, name: str = "weight_store", **kwargs: Any
     ) -> MonarchWeightStore:
         """Spawn a `WeightStoreActor` on `procs` (a one-proc mesh) and return its client."""
         actor_kwargs = {k: kwargs[k] for k in ("max_versions", "on_full") if k in kwargs}

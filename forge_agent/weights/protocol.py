@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Coroutine, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from typing import Any, Protocol
 
 import torch
@@ -55,7 +55,10 @@ def check_version(version: int) -> None:
 
 
 async def wait_for_room(
-    versions: Any, max_versions: int | None, deadline: float, what: str
+    versions: Callable[[], Awaitable[list[int]]],
+    max_versions: int | None,
+    deadline: float,
+    what: str,
 ) -> None:
     """Poll `versions()` until the store has room for one more version or `deadline` passes."""
     if max_versions is None:

@@ -30,6 +30,7 @@ from typing import Any, Literal
 import torch
 from monarch.actor import Actor, endpoint
 
+from forge_agent.types import ActorMesh
 from forge_agent.weights.layout import SharedView, StateDict, TensorMeta, layout
 from forge_agent.weights.monarch_store import MonarchWeightStore
 from forge_agent.weights.protocol import WeightStoreError, WeightStoreTimeoutError
@@ -161,8 +162,8 @@ class CrossHostWeightStore:
         self,
         home: MonarchWeightStore,
         hosts: dict[str, MonarchWeightStore],
-        sender: Any,
-        receivers: list[Any],
+        sender: ActorMesh,
+        receivers: list[ActorMesh],
         put_timeout_s: float = 300.0,
     ) -> None:
         self.home, self.hosts = home, hosts

@@ -29,12 +29,15 @@ Capacity: `max_versions` versions. When full, `on_full="evict"` drops the oldest
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from forge_agent.weights.config import WeightStoreConfig
 from forge_agent.weights.local_store import LocalWeightStore
 from forge_agent.weights.monarch_store import MonarchWeightStore, WeightStoreActor
 from forge_agent.weights.protocol import WeightStore, WeightStoreError, WeightStoreTimeoutError
+
+if TYPE_CHECKING:
+    from monarch.actor import ProcMesh
 
 __all__ = [
     "LocalWeightStore",
@@ -49,7 +52,7 @@ __all__ = [
 
 
 async def make_weight_store(
-    cfg: WeightStoreConfig, procs: Any = None, transport: str = "auto"
+    cfg: WeightStoreConfig, procs: ProcMesh | None = None, transport: str = "auto"
 ) -> WeightStore:
     """Build the weight store ``cfg.backend`` names (``procs``: a one-proc mesh for "monarch",
     where "torchstore" puts its storage volume too; a new proc of this host when None;

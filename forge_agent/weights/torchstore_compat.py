@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import os
 from importlib import metadata
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 KNOWN_VERSIONS: dict[str, tuple[str, ...]] = {"torchstore": ("0.1.2",), "torchmonarch": ("0.7.0",)}
 
@@ -84,6 +84,9 @@ from torchstore.controller import Controller, StorageInfo  # noqa: E402
 from torchstore.strategy import TorchStoreStrategy  # noqa: E402
 from torchstore.transport.pipe import Request  # noqa: E402
 
+if TYPE_CHECKING:
+    from monarch.actor import ProcMesh
+
 
 def _body(name: str) -> Any:
     """The function TorchStore's `Controller` declared as endpoint `name` (Monarch 0.7 keeps
@@ -116,7 +119,7 @@ class AsyncController(Controller):
         _body("notify_delete")(self, key, storage_volume_id)
 
 
-async def initialize(store_name: str, mesh: Any = None) -> None:
+async def initialize(store_name: str, mesh: ProcMesh | None = None) -> None:
     """`torchstore.initialize` (one storage volume, on `mesh`'s one proc, or on a new proc of
     this host when None) with `AsyncController` as the store's controller."""
     await get_or_spawn_controller(store_name, AsyncController)

@@ -22,7 +22,7 @@ import importlib
 import time
 import uuid
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -33,6 +33,9 @@ from forge_agent.weights.protocol import (
     WeightStoreError,
     wait_for_room,
 )
+
+if TYPE_CHECKING:
+    from monarch.actor import ProcMesh
 
 MAPPING = "MAPPING"  # the key TorchStore's put_state_dict writes last
 
@@ -74,7 +77,7 @@ class TorchStoreWeightStore(VersionedPuts):
         self.store_name = store_name or f"forge-weights-{uuid.uuid4().hex[:8]}"
         self.max_versions, self.on_full, self.put_timeout_s = max_versions, on_full, put_timeout_s
 
-    async def initialize(self, mesh: Any = None) -> None:
+    async def initialize(self, mesh: ProcMesh | None = None) -> None:
         """Start TorchStore's controller and one storage volume, on `mesh` (a one-proc mesh)
         or, when None, on a new proc of this host."""
         await _api()[1].initialize(self.store_name, mesh=mesh)

@@ -77,7 +77,7 @@ class AgentProgramEnv:
         up every other episode of its worker."""
         return not blocking
 
-    def tasks(self, split: Any, n: int, seed: int) -> list[dict[str, Any]]:
+    def tasks(self, split: str, n: int, seed: int) -> list[dict[str, Any]]:
         """The tasks of the `tasks_from` env (the program's own task source)."""
         if not self.tasks_from:
             raise ValueError(

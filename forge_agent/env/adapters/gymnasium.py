@@ -10,6 +10,7 @@ The other way round (an agent env as a `gymnasium.Env`) is `forge_agent.env.adap
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable
 from typing import Any, ClassVar, Literal
 
@@ -160,7 +161,7 @@ class GymnasiumAgentEnv(ToolEnv):
             self.gym_env = gymnasium.make(self.gym_id, **kwargs)
         return self.gym_env
 
-    def render_observation(self, observation: Any) -> str:
+    def render_observation(self, observation: object) -> str:
         """The observation as text for the model."""
         assert self.gym_env is not None
         if self._render is not None:
@@ -190,7 +191,6 @@ class GymnasiumAgentEnv(ToolEnv):
         self, n: int, seed: int, demo_fraction: float, max_turns: int | None
     ) -> list[dict[str, Any]]:
         import json
-        import random
 
         convos: list[dict[str, Any]] = []
         moves = self.max_moves if max_turns is None else min(self.max_moves, max_turns)
@@ -457,7 +457,7 @@ def best_move(
     values: list[dict[int, float]],
     state: int,
     moved: int,
-    rng: Any,
+    rng: random.Random,
     demo_fraction: float,
     gamma: float = 0.99,
     table: dict | None = None,

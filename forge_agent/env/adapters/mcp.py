@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Hashable, Sequence
-from typing import Any, ClassVar
+from collections.abc import Awaitable, Callable, Hashable, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from forge_agent.env import ToolEnv, maybe_await
 from forge_agent.toolkit.mcp.client import MCPConnection
 from forge_agent.toolkit.mcp.config import MCPServerConfig
 from forge_agent.toolkit.mcp.warm import WARM_SERVERS, ServerSet
 from forge_agent.types import Message, StepResult, ToolSpec
+
+if TYPE_CHECKING:
+    from forge_agent.sandbox.base import SandboxSession
 
 __all__ = ["MCPToolEnv"]
 
@@ -43,7 +46,7 @@ class MCPToolEnv(ToolEnv):
         """The MCP servers of this episode (default: the class's `mcp_servers`)."""
         return list(self.mcp_servers)
 
-    def prepare_workspace(self, sandbox: Any) -> Any:
+    def prepare_workspace(self, sandbox: SandboxSession) -> Awaitable[None] | None:
         """Write the episode's files into the (new or emptied) sandbox workspace, before its
         servers start or, with `reuse_servers`, before they serve this episode. May be async."""
         return None

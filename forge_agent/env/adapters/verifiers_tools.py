@@ -31,12 +31,15 @@ import os
 import subprocess
 import sys
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from forge_agent.errors import InfraError
 from forge_agent.rewards.verifiers_rubric import signal_handlers_kept
 from forge_agent.sandbox.base import Limits
 from forge_agent.toolkit.schema import loads_strict, signature_text, validate_arguments
+
+if TYPE_CHECKING:
+    import verifiers as vf
 
 __all__ = ["TOOL_LIMITS", "ToolCallFailed", "ToolGuard"]
 
@@ -64,7 +67,9 @@ class ToolGuard:
         timeout_s: wall-clock bound of one call.
     """
 
-    def __init__(self, vf_env: Any, module: str, env_args: dict[str, Any], timeout_s: float):
+    def __init__(
+        self, vf_env: vf.Environment, module: str, env_args: dict[str, Any], timeout_s: float
+    ):
         from verifiers.legacy.envs.tool_env import ToolEnv
 
         self.module, self.env_args, self.timeout_s = module, env_args, timeout_s
@@ -111,7 +116,7 @@ class ToolGuard:
             raise ToolCallFailed(f"Error: tool {tool_name!r} failed: {reply.get('error')}")
         return ToolMessage(role="tool", content=reply["value"], tool_call_id=tool_call_id)
 
-    def check(self, name: str, args: Any) -> None:
+    def check(self, name: str, args: object) -> None:
         """Raise `ToolCallFailed` naming the tool and argument when the call does not fit."""
         if name not in self.specs:
             known = ", ".join(self.specs) or "none"

@@ -28,7 +28,7 @@ import json
 import subprocess
 import threading
 from collections.abc import Callable, Coroutine
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import mcp.types
 from mcp import ClientSession
@@ -39,6 +39,9 @@ from forge_agent.toolkit.mcp.config import SERVER_LIMITS, MCPServerConfig
 from forge_agent.toolkit.mcp.transport import StderrTail, process_transport
 from forge_agent.toolkit.toolset import ToolError
 from forge_agent.types import ToolSpec
+
+if TYPE_CHECKING:
+    from forge_agent.sandbox.base import SandboxSession
 
 __all__ = ["MCPConnection", "MCPStartError", "tool_spec_of"]
 
@@ -99,7 +102,7 @@ class MCPConnection:
         remote_tools: the server's tools as listed (after the `config.tools` filter).
     """
 
-    def __init__(self, config: MCPServerConfig, sandbox: Any = None) -> None:
+    def __init__(self, config: MCPServerConfig, sandbox: SandboxSession | None = None) -> None:
         if config.stdio and (sandbox is None or not hasattr(sandbox, "spawn")):
             raise ValueError(
                 f"MCP server {config.name!r} is a stdio server: it needs the episode's sandbox "
