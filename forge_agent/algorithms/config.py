@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from forge_agent.typed_config import check_field
+
 Metrics = dict[str, float]
 
 RatioLevel = Literal["token", "sequence"]
@@ -85,8 +87,6 @@ class LossConfig:
     horizon: int | None = None
 
     def __post_init__(self) -> None:
-        from forge_agent.typed_config import check_field
-
         check_field(self.name in PRESETS, "name", self.name, f"one of {sorted(PRESETS)}")
         for key, value in {**_BASE, **PRESETS[self.name]}.items():
             if getattr(self, key) is None:
@@ -157,8 +157,6 @@ class AdvantageConfig:
     omega: float = 1.0  # gigpo: weight of the step-level advantage
 
     def __post_init__(self) -> None:
-        from forge_agent.typed_config import check_field
-
         check_field(self.eps >= 0.0, "eps", self.eps, "a float >= 0")
         check_field(self.min_group_size >= 1, "min_group_size", self.min_group_size, "an int >= 1")
         check_field(0.0 < self.gamma <= 1.0, "gamma", self.gamma, "a discount in (0, 1]")

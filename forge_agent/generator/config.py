@@ -7,6 +7,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypedDict
 
+from forge_agent.typed_config import check_field
 from forge_agent.types import Completion
 
 if TYPE_CHECKING:
@@ -61,8 +62,6 @@ class GeneratorConfig:
     engine_kwargs: dict[str, Any] = field(default_factory=dict)  # passed to AsyncEngineArgs
 
     def __post_init__(self) -> None:
-        from forge_agent.typed_config import check_field
-
         check_field(self.max_model_len >= 16, "max_model_len", self.max_model_len, "an int >= 16")
         check_field(
             0.0 < self.gpu_memory_utilization <= 1.0,

@@ -41,6 +41,8 @@ from forge_agent.generator.engine_args import (
     engine_usage_context,
     scoped_environ,
 )
+from forge_agent.generator.inproc import InprocLLM
+from forge_agent.generator.reaper import watch_engine
 from forge_agent.generator.sleep import EventLog, make_sleeper, sleep_engine_args
 from forge_agent.generator.weight_files import (
     check_shapes,
@@ -122,8 +124,6 @@ class VLLMEngine:
         kwargs.update(sleep_engine_args(self.colocate, fields))
         self._output_kind = RequestOutputKind[self.config.resolved_output_kind().upper()]
         if self.config.resolved_engine_core() == "inproc":
-            from forge_agent.generator.inproc import InprocLLM
-
             self._llm = InprocLLM(kwargs)
         else:
             with scoped_environ(engine_process_environ(self.config)):  # its engine-core process
@@ -131,7 +131,6 @@ class VLLMEngine:
                 self._llm = AsyncLLM.from_engine_args(
                     AsyncEngineArgs(**kwargs), usage_context=usage
                 )
-        from forge_agent.generator.reaper import watch_engine
 
         self._reaper = watch_engine()  # engine processes die with this process, even on SIGKILL
         self._sleeper = make_sleeper(self.colocate, self._llm)

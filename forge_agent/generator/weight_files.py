@@ -12,7 +12,9 @@ from pathlib import Path
 
 import torch
 
+from forge_agent.generator.engine_args import GeneratorError
 from forge_agent.trainer.config import LoraConfig
+from forge_agent.trainer.lora import peft_config
 
 
 def write_shared(state_dict: dict[str, torch.Tensor], version: int) -> Path:
@@ -31,8 +33,6 @@ def write_adapter(
 ) -> Path:
     """Adapter `name`'s peft folder (config + safetensors) in shared memory, for vLLM to load."""
     from safetensors.torch import save_file
-
-    from forge_agent.trainer.lora import peft_config
 
     root = Path("/dev/shm") if Path("/dev/shm").is_dir() else Path(tempfile.gettempdir())
     prefix = f"forge-lora-{os.getpid()}-{version}-{name}-"
@@ -64,8 +64,6 @@ def expected_shapes(model: str) -> dict[str, tuple[int, ...]]:
 def check_shapes(shapes: dict[str, tuple[int, ...]], expected: dict[str, tuple[int, ...]]):
     """A `GeneratorError` naming the first difference between a state dict's tensor names and
     shapes (`shapes`) and a checkpoint's (`expected`; empty: nothing to check)."""
-    from forge_agent.generator.engine_args import GeneratorError
-
     if not expected:
         return
     missing = sorted(set(expected) - set(shapes))
@@ -90,8 +88,6 @@ def cuda_ipc_payload(state_dict: dict[str, torch.Tensor]) -> bytes:
     import pickle
 
     from torch.multiprocessing.reductions import reduce_tensor
-
-    from forge_agent.generator.engine_args import GeneratorError
 
     off = sorted(k for k, v in state_dict.items() if not v.is_cuda or not v.is_contiguous())
     if off:

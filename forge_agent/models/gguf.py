@@ -35,6 +35,7 @@ from pathlib import Path
 
 from forge_agent.errors import SetupError
 from forge_agent.models.chat_templates import shipped_template
+from forge_agent.models.tiny import default_cache_dir
 
 __all__ = [
     "PACKAGED",
@@ -112,8 +113,6 @@ def packaged_gguf(name: str, key: str = "model.name", cache_dir: str | Path | No
 def _assembled(name: str, model: PackagedModel, key: str, cache_dir: str | Path | None) -> Path:
     """The file of a chunked packaged model, assembled on first use."""
     if cache_dir is None:
-        from forge_agent.models.tiny import default_cache_dir
-
         cache_dir = default_cache_dir()
     target = Path(cache_dir) / "gguf-files" / model.file
     module, _, function = str(model.assembled_by).partition(":")

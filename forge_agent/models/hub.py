@@ -18,6 +18,8 @@ import struct
 from pathlib import Path
 
 from forge_agent.errors import SetupError
+from forge_agent.models import gguf
+from forge_agent.models.tiny import default_cache_dir
 
 __all__ = ["ModelNotFoundError", "parameter_count", "resolve_model"]
 
@@ -53,11 +55,7 @@ def resolve_model(name: str | Path, key: str = "model.name", dtype: str = "float
     folder" for a path, the cache and the download command for a hub name; ``GGUFError`` for
     a GGUF model that is missing or cannot be converted.
     """
-    from forge_agent.models import gguf
-
     if str(name) in gguf.PACKAGED or str(name).endswith(".gguf"):
-        from forge_agent.models.tiny import default_cache_dir
-
         packaged = str(name) in gguf.PACKAGED
         file = gguf.packaged_gguf(str(name), key, default_cache_dir()) if packaged else Path(name)
         label = str(name) if packaged else None

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from forge_agent.typed_config import check_field
+
 __all__ = ["MetricsConfig"]
 
 
@@ -19,7 +21,5 @@ class MetricsConfig:
     traces_last: int = 64  # episodes kept in traces.jsonl and shown by traces.html
 
     def __post_init__(self) -> None:
-        from forge_agent.typed_config import check_field
-
         check_field(self.plot_every >= 0, "plot_every", self.plot_every, "an int >= 0 (0 = off)")
         check_field(self.traces_last >= 0, "traces_last", self.traces_last, "an int >= 0")

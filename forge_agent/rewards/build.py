@@ -9,6 +9,16 @@ import importlib
 from collections.abc import Callable
 from typing import Any
 
+from forge_agent.rewards import (
+    RewardComponent,
+    Rubric,
+    env_outcome,
+    length_penalty,
+    program_reward,
+    thinking_format,
+    tool_use,
+)
+
 AGENT_REWARD = "agent_reward"
 """The rubric component that runs an agent program's own reward (`env.id=agent:...`)."""
 
@@ -31,16 +41,6 @@ def build_rubric(
     the policy's failure (raise `forge_agent.errors.InfraError` for a failure the policy cannot
     cause, e.g. a judge model that is down).
     """
-    from forge_agent.rewards import (
-        RewardComponent,
-        Rubric,
-        env_outcome,
-        length_penalty,
-        program_reward,
-        thinking_format,
-        tool_use,
-    )
-
     builtins: dict[str, Callable[[], Any]] = {
         "tool_use": tool_use,
         "length_penalty": lambda: length_penalty(max_total_tokens, max_total_tokens // 4),

@@ -65,6 +65,7 @@ from typing import Any
 from forge_agent.errors import InfraError, PolicyTimeout
 from forge_agent.rewards import eval_guard
 from forge_agent.sandbox.base import Limits, SandboxError
+from forge_agent.sandbox.forked import ForkedCall
 
 __all__ = [
     "JUDGE_LIMITS",
@@ -411,8 +412,6 @@ def serve() -> None:
     """Answer requests on stdin, each call in its own forked sandbox, side by side; replies
     (JSON lines) on stdout as each call ends. Ends when stdin does (the env worker ended; not
     PR_SET_PDEATHSIG, which fires when the *thread* that started the server ends)."""
-    from forge_agent.sandbox.forked import ForkedCall
-
     out_fd = os.dup(1)
     os.dup2(2, 1)  # what importing scorers prints goes to stderr, not into the replies
     scorers: dict[bytes, Scorer] = {}

@@ -53,6 +53,7 @@ from forge_agent.env.protocol import env_seats
 from forge_agent.env.registry import is_agent_program
 from forge_agent.env.resolved import ResolvedEnv
 from forge_agent.rollout.runner import RolloutRunner
+from forge_agent.run.setup_checks import build_env
 from forge_agent.toolkit.toolset import ToolSet
 from forge_agent.types import Completion, Message, Status, ToolSpec, Trajectory
 from forge_agent.warm_start.config import DemoCap
@@ -362,8 +363,6 @@ async def replay_demonstrations(
 def env_tools(env: ResolvedEnv) -> list[ToolSpec] | None:
     """The tool specs of `env` before a reset (its Python tools); None when it has them only
     after one (an MCP server's, a Gymnasium game's)."""
-    from forge_agent.run.setup_checks import build_env
-
     get_tools = getattr(build_env(env), "get_tools", None)
     try:
         return ToolSet(get_tools()).specs if callable(get_tools) else None

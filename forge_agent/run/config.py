@@ -30,6 +30,7 @@ from forge_agent.env.config import EnvConfig
 from forge_agent.generator.config import GeneratorConfig
 from forge_agent.hosts.meshes import HostsConfig, weight_store_problem
 from forge_agent.hosts.placement import PlacementConfig
+from forge_agent.models.tiny import TinyModelConfig
 from forge_agent.observability.config import MetricsConfig
 from forge_agent.rollout.config import RendererConfig, RolloutConfig
 from forge_agent.run.stop_causes import StopFacts
@@ -99,8 +100,6 @@ class ModelConfig:
 
     def tiny_config(self) -> Any:
         """The ``forge_agent.models.tiny.TinyModelConfig`` that ``tiny`` describes."""
-        from forge_agent.models.tiny import TinyModelConfig
-
         return from_dict(TinyModelConfig, self.tiny, "model.tiny")
 
 

@@ -27,24 +27,28 @@ from forge_agent.env.resolved import ResolvedEnv
 from forge_agent.env.tasks import eval_tasks
 from forge_agent.errors import SetupError
 from forge_agent.evaluation import kind_drop_warnings
-from forge_agent.hosts.meshes import HostMeshes
-from forge_agent.models.hub import parameter_count
+from forge_agent.hosts.meshes import HostMeshes, resolve_host_meshes
+from forge_agent.models.hub import parameter_count, resolve_model
+from forge_agent.models.tiny import ensure_tiny_model
 from forge_agent.observability.loop_timing import LoopTiming
 from forge_agent.observability.metrics import MetricLogger, record
 from forge_agent.observability.step_profile import PhaseClock
+from forge_agent.observability.traces import TraceWriter
 from forge_agent.run import outputs
 from forge_agent.run.config import AgentConfig
-from forge_agent.run.failures import FailureContext
+from forge_agent.run.failures import FailureContext, run_failed, write_stop_summary
 from forge_agent.run.loop_result import LoopClock, LoopResult
 from forge_agent.run.recovery import Recovery
 from forge_agent.run.rollout_loop import RolloutLoop
 from forge_agent.run.runners import Runners, build_run_runners, evaluate_policy
 from forge_agent.run.services import Services
+from forge_agent.run.setup_checks import check_colocation_device, check_run_choices
 from forge_agent.run.signals import cancel_on_signals, python_handlers, raise_if_cancelled
 from forge_agent.run.state import RunState
 from forge_agent.run.stop_causes import check_start_signal, warm_start_kind
 from forge_agent.run.supervision import ServiceRestarted
 from forge_agent.types import Group, Trajectory
+from forge_agent.warm_start import policy_model
 
 logger = logging.getLogger(__name__)
 
@@ -69,10 +73,6 @@ class Controller:
 
     async def setup(self) -> None:
         """Tasks, the policy (after its warm start), services, rollout runners, buffer, metrics."""
-        from forge_agent.hosts.meshes import resolve_host_meshes
-        from forge_agent.observability.traces import TraceWriter
-        from forge_agent.run.setup_checks import check_colocation_device, check_run_choices
-
         cfg = self.cfg
         # what the config and the env decide fails before any host is asked for (a Slurm job
         # submitted, then waited for in its queue, to say the config was wrong)
@@ -369,10 +369,6 @@ def start_policy(cfg: AgentConfig, env: ResolvedEnv) -> Path:
     """The driver's policy: the base model (`model.name`: the tiny model, built here once, or a
     folder or hub name in the local HF cache) warm-started on `env` (the run's env, resolved)
     when `warm_start.enabled` (cached; `warm_start.policy_model`)."""
-    from forge_agent.models.hub import resolve_model
-    from forge_agent.models.tiny import ensure_tiny_model
-    from forge_agent.warm_start import policy_model
-
     model = cfg.model
     if model.name == "tiny":
         base = ensure_tiny_model(model.tiny_config())
@@ -388,9 +384,6 @@ async def train(cfg: AgentConfig, generate_wrapper: GenerateWrapper | None = Non
     """Build, run and always shut down a controller for `cfg`; Ctrl-C (SIGINT) and SIGTERM
     stop it at any point, every actor, env worker and sandbox shut down (`run.signals`).
     A failure after setup raises `RunFailed` (`run.failures`: the part, a last checkpoint)."""
-    from forge_agent.errors import SetupError
-    from forge_agent.run.failures import run_failed, write_stop_summary
-
     controller = Controller(cfg, generate_wrapper)
     try:
         await controller.setup()

@@ -20,9 +20,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from forge_agent.env.curriculum import check_curriculum
+from forge_agent.env.protocol import env_seats
 from forge_agent.env.resolved import ResolvedEnv
 from forge_agent.env.sources import EnvSetupError
+from forge_agent.env.tasks import load_tasks, task_source
 from forge_agent.errors import SetupError
+from forge_agent.generator.config import on_cpu
+from forge_agent.generator.engine_args import GeneratorError, lora_engine_args
+from forge_agent.models.gguf import chat_template_source
+from forge_agent.models.hub import resolve_model
+from forge_agent.models.tiny import build_model
+from forge_agent.rollout.players import check_seats
+from forge_agent.toolkit.toolset import ToolSet
+from forge_agent.typed_config import ConfigError
 
 if TYPE_CHECKING:
     from forge_agent.rollout.renderer import ChatRenderer
@@ -57,8 +68,6 @@ class SetupReport:
         """A short human summary, one line per input."""
         model = str(self.model) if self.model is not None else "tiny (built locally)"
         if self.model is not None:
-            from forge_agent.models.gguf import chat_template_source
-
             source = chat_template_source(self.model)
             model += f" ({source})" if source else ""
         return [
@@ -97,8 +106,6 @@ def check_setup(cfg: AgentConfig) -> SetupReport:
     controller does; resolves `model.name` (a
     folder or a cached hub name; the tiny model is not built here). Starts no actor.
     """
-    from forge_agent.env.tasks import load_tasks, task_source
-
     resolved = ResolvedEnv.of(cfg.env)  # setup: the one lookup of env.id here
     env = resolved.config
     build_env(resolved)  # only to check the constructor: nothing is started
@@ -108,8 +115,6 @@ def check_setup(cfg: AgentConfig) -> SetupReport:
     check_run_choices(cfg, resolved)
     model = None
     if cfg.model.name != "tiny":
-        from forge_agent.models.hub import resolve_model
-
         model = resolve_model(cfg.model.name, dtype=cfg.model.storage_dtype)
     check_lora(cfg, model)
     check_context_length(cfg, model)
@@ -149,11 +154,12 @@ def check_lora(cfg: AgentConfig, model: Path | None) -> None:
     proc or one endpoint cannot route them, and a LoRA checkpoint resumed as full
     weights or the reverse (or with another rank). The model is built on torch's meta device
     (no weights read). `model` None: the tiny model."""
+    # imported here: torch and peft: +1.5 s at import, measured; only for LoRA or a resumed run
     from forge_agent.trainer.checkpoint import complete_checkpoints
 
     lora = cfg.trainer.lora
     if lora is not None:
-        from forge_agent.generator.engine_args import GeneratorError, lora_engine_args
+        # imported here: torch and peft: +1.5 s at import, measured; only for LoRA or a resumed run
         from forge_agent.trainer.lora import check_target_modules
 
         if lora.sync == "adapter":
@@ -189,6 +195,8 @@ def check_lora(cfg: AgentConfig, model: Path | None) -> None:
     if cfg.checkpoint.resume:
         done = complete_checkpoints(Path(cfg.output_dir) / "checkpoints")
         if done:
+            # imported here: torch and peft: +1.5 s at import, measured; only for LoRA or a resumed
+            # run
             from forge_agent.trainer.lora import check_checkpoint_kind
 
             try:
@@ -203,8 +211,6 @@ def _meta_model(cfg: AgentConfig, model: Path | None) -> Any:
 
     with torch.device("meta"):
         if model is None:
-            from forge_agent.models.tiny import build_model
-
             tiny = cfg.model.tiny_config()
             return build_model(tiny, tiny.vocab_size)
         from transformers import AutoConfig, AutoModelForCausalLM
@@ -247,7 +253,6 @@ def check_prompt_lengths(
     prompt = getattr(env, "prompt", None)
     if not callable(prompt) or not tasks:
         return None
-    from forge_agent.toolkit.toolset import ToolSet
 
     get_tools = getattr(env, "get_tools", None)
     try:
@@ -264,8 +269,6 @@ def check_run_choices(cfg: AgentConfig, resolved: ResolvedEnv) -> None:
     gigpo` needs an env with `state_key()`; `env.curriculum` needs a kwarg the env takes and
     levels it accepts (`forge_agent.env.curriculum.check_curriculum`). `resolved`: `cfg.env`
     as the driver resolved it."""
-    from forge_agent.env.curriculum import check_curriculum
-
     env = cfg.env
     if cfg.advantages.turn_credit == "gigpo" and not env.is_agent_program:
         built = build_env(resolved)
@@ -315,9 +318,6 @@ def check_colocation_device(colocate: str) -> None:
     """`services.colocate: sleep` needs a CUDA device here (vLLM's sleep mode); a
     `ConfigError` naming the key, and the CPU stand-in, where there is none. Checked when a run
     starts, not by `--check` (a GPU config is checked on any machine)."""
-    from forge_agent.generator.config import on_cpu
-    from forge_agent.typed_config import ConfigError
-
     if colocate == "sleep" and on_cpu():
         raise ConfigError(
             "services.colocate=sleep needs a CUDA device (vLLM's sleep mode) and this machine "
@@ -331,9 +331,6 @@ def check_env_seats(resolved: ResolvedEnv, snapshot_versions: int) -> dict[str, 
     snapshots the weight store keeps: `snapshot_versions`, `weight_store.max_versions`); a
     multi-seat env without `env.seats` is refused too. The parsed player specs ({} for a
     one-seat env)."""
-    from forge_agent.env.protocol import env_seats
-    from forge_agent.rollout.players import check_seats
-
     env = resolved.config
     if env.is_agent_program:
         declared: tuple[str, ...] = ()

@@ -24,6 +24,8 @@ from forge_agent.sandbox.base import (
     SandboxSession,
     normalize_workspace_path,
 )
+from forge_agent.sandbox.bwrap import BubblewrapSandbox
+from forge_agent.sandbox.docker import DockerSandbox
 
 __all__ = [
     "Limits",
@@ -48,11 +50,7 @@ def make_sandbox(backend: str = "bwrap", **backend_kwargs: Any) -> Sandbox:
         SandboxError: when the backend cannot work here (no bwrap, no Docker engine, ...).
     """
     if backend == "bwrap":
-        from forge_agent.sandbox.bwrap import BubblewrapSandbox
-
         return BubblewrapSandbox(**backend_kwargs)
     if backend == "docker":
-        from forge_agent.sandbox.docker import DockerSandbox
-
         return DockerSandbox(**backend_kwargs)
     raise ValueError(f"unknown sandbox backend {backend!r}; expected one of {BACKENDS}")

@@ -21,6 +21,8 @@ import subprocess
 import sys
 import threading
 
+from forge_agent.sandbox.mounts import mounted_paths, teardown
+
 __all__ = ["forget", "watch"]
 
 _lock = threading.Lock()
@@ -69,8 +71,6 @@ def forget(kind: str, target: str) -> None:
 
 def _clean(items: dict[tuple[str, str], str]) -> None:
     import time
-
-    from forge_agent.sandbox.mounts import mounted_paths, teardown
 
     time.sleep(0.2)  # sandboxes die with their parent: let them go first
     mounted = mounted_paths()

@@ -28,6 +28,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
+from forge_agent.trainer.lora import is_lora, load_adapter_weights, saved_lora
+
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
@@ -146,7 +148,6 @@ def load_checkpoint(
     path = Path(path)
     if not (path / _DONE).exists():
         raise FileNotFoundError(f"{path} is not a complete checkpoint (no {_DONE} marker)")
-    from forge_agent.trainer.lora import is_lora, load_adapter_weights, saved_lora
 
     if is_lora(model) != (saved_lora(path / "policy") is not None):
         kind = "a LoRA adapter" if saved_lora(path / "policy") else "full weights"

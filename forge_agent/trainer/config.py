@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from forge_agent.algorithms.config import LossConfig
+from forge_agent.typed_config import check_field
 
 
 @dataclass
@@ -39,8 +40,6 @@ class LoraConfig:
     route: str | None = None  # task field naming each episode's adapter, or "seat"
 
     def __post_init__(self) -> None:
-        from forge_agent.typed_config import check_field
-
         names = self.adapters
         check_field(
             isinstance(names, list)
@@ -129,8 +128,6 @@ class TrainerConfig:
     compile: str | None = None
 
     def __post_init__(self) -> None:
-        from forge_agent.typed_config import check_field
-
         if isinstance(self.loss, dict):  # from plain dicts
             self.loss = LossConfig(**self.loss)
         if isinstance(self.lora, dict):

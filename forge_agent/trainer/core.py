@@ -28,10 +28,20 @@ import torch
 from torch import nn
 
 from forge_agent.algorithms.losses import policy_loss
+from forge_agent.trainer.checkpoint import load_checkpoint, save_checkpoint
 from forge_agent.trainer.config import TrainerConfig
 from forge_agent.trainer.logprobs import hf_logits, hf_logprobs_at, logprobs_from_logits
+from forge_agent.trainer.lora import (
+    active_adapter,
+    adapter_tensors,
+    apply_lora,
+    check_checkpoint_kind,
+    merge_lora,
+    reference_policy,
+)
 from forge_agent.trainer.packing import MicroBatch, pack_trajectories, pad_rows, unit_lengths
 from forge_agent.types import Trajectory
+from forge_agent.weights.layout import tied_names
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -121,8 +131,6 @@ class Trainer:
 
                 tokenizer = AutoTokenizer.from_pretrained(self.model_path)
         if cfg.lora is not None:  # adapters on the base model: only they train
-            from forge_agent.trainer.lora import apply_lora
-
             model = apply_lora(model, cfg.lora)
         self.model = self._place(model)
         self.model.train()
@@ -170,7 +178,6 @@ class Trainer:
         if self.ref_model is not None:
             yield self.ref_model
             return
-        from forge_agent.trainer.lora import reference_policy
 
         with reference_policy(self.model):
             yield self.model
@@ -276,7 +283,6 @@ class Trainer:
         if name is None:
             yield
             return
-        from forge_agent.trainer.lora import active_adapter
 
         with active_adapter(self.model, name):
             yield
@@ -433,7 +439,6 @@ class Trainer:
         state = self._full_state_dict()
         if self.cfg.lora is None:
             return state
-        from forge_agent.trainer.lora import merge_lora
 
         return merge_lora(state, self.cfg.lora)
 
@@ -444,7 +449,6 @@ class Trainer:
         lora = self.cfg.lora
         if lora and lora.sync == "adapter":
             return self.adapter_state_dict()
-        from forge_agent.weights.layout import tied_names
 
         tied = tied_names(getattr(self.model, "config", None))
         return {k: v for k, v in self.state_dict().items() if k not in tied}
@@ -459,7 +463,6 @@ class Trainer:
         `trainer.lora`."""
         if self.cfg.lora is None:
             raise ValueError("adapter_state_dict: trainer.lora is null (full fine-tuning)")
-        from forge_agent.trainer.lora import adapter_tensors
 
         return adapter_tensors(self._full_state_dict(), self.cfg.lora.adapters)
 
@@ -472,8 +475,6 @@ class Trainer:
     ) -> Path:
         """`trainer.checkpoint.save_checkpoint` of `model` (and `optimizer`, None when the
         backend saved its own) with this trainer's step, version and tokenizer."""
-        from forge_agent.trainer.checkpoint import save_checkpoint
-
         return save_checkpoint(
             path,
             model,
@@ -486,9 +487,6 @@ class Trainer:
 
     def load_checkpoint(self, path: str | Path) -> Any:
         """Restore from `save_checkpoint`; returns the saved data position."""
-        from forge_agent.trainer.checkpoint import load_checkpoint
-        from forge_agent.trainer.lora import check_checkpoint_kind
-
         check_checkpoint_kind(Path(path) / "policy", self.cfg.lora)
         state = load_checkpoint(path, self.model, self.optimizer)
         self.step, self.policy_version = state.step, state.policy_version

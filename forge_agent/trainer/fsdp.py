@@ -26,7 +26,9 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from forge_agent.trainer.checkpoint import load_checkpoint
 from forge_agent.trainer.core import Trainer, TrainerConfig
+from forge_agent.trainer.lora import apply_lora, base_model, check_checkpoint_kind
 from forge_agent.trainer.packing import MicroBatch
 from forge_agent.types import Trajectory
 
@@ -36,8 +38,6 @@ _OPTIMIZER_FILE = "optimizer_full.pt"
 def _decoder_layers(model: nn.Module) -> list[nn.Module]:
     """The transformer blocks of a transformers causal LM (`model.model.layers`; under a peft
     model, its base model's)."""
-    from forge_agent.trainer.lora import base_model
-
     layers = getattr(getattr(base_model(model), "model", None), "layers", None)
     if layers is None:
         raise ValueError(
@@ -124,8 +124,6 @@ class FSDPTrainer(Trainer):
 
         hf = AutoModelForCausalLM.from_pretrained(self.model_path, dtype=self.dtype)
         if self.cfg.lora is not None:
-            from forge_agent.trainer.lora import apply_lora
-
             hf = apply_lora(hf, self.cfg.lora)
         return hf
 
@@ -160,9 +158,6 @@ class FSDPTrainer(Trainer):
             set_model_state_dict,
             set_optimizer_state_dict,
         )
-
-        from forge_agent.trainer.checkpoint import load_checkpoint
-        from forge_agent.trainer.lora import check_checkpoint_kind
 
         path = Path(path)
         check_checkpoint_kind(path / "policy", self.cfg.lora)

@@ -43,6 +43,7 @@ from torchtitan.models.qwen3 import Qwen3Model
 from torchtitan.models.qwen3.model import Qwen3TransformerBlock
 from torchtitan.models.qwen3.state_dict_adapter import Qwen3StateDictAdapter
 
+from forge_agent.trainer.checkpoint import load_checkpoint
 from forge_agent.trainer.core import Trainer, TrainerConfig
 from forge_agent.trainer.packing import MicroBatch
 from forge_agent.types import Trajectory
@@ -241,8 +242,6 @@ class TitanTrainer(Trainer):
         return path
 
     def load_checkpoint(self, path: str | Path) -> Any:
-        from forge_agent.trainer.checkpoint import load_checkpoint
-
         path = Path(path)
         hf = self.hf_model()
         state = load_checkpoint(path, hf, None)

@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
 from forge_agent.env.resolved import ResolvedEnv
+from forge_agent.typed_config import check_field
 
 if TYPE_CHECKING:
     from forge_agent.rollout.config import RolloutConfig
@@ -31,8 +32,6 @@ class WarmStartConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        from forge_agent.typed_config import check_field
-
         check_field(self.steps >= 0, "steps", self.steps, "an int >= 0")
         check_field(self.batch_size >= 1, "batch_size", self.batch_size, "an int >= 1")
         check_field(self.lr > 0.0, "lr", self.lr, "a float > 0")

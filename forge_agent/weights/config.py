@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from forge_agent.typed_config import check_field
+
 OnFull = Literal["evict", "block"]
 
 
@@ -24,7 +26,5 @@ class WeightStoreConfig:
     put_timeout_s: float = 60.0
 
     def __post_init__(self) -> None:
-        from forge_agent.typed_config import check_field
-
         check_field(self.max_versions >= 1, "max_versions", self.max_versions, "an int >= 1")
         check_field(self.put_timeout_s > 0, "put_timeout_s", self.put_timeout_s, "seconds > 0")

@@ -28,6 +28,7 @@ from typing import Any
 
 import torch
 
+from forge_agent.weights.layout import pack_into
 from forge_agent.weights.protocol import WeightStoreError
 
 logger = logging.getLogger(__name__)
@@ -105,8 +106,6 @@ class DeviceSlots:
         """`state_dict` packed (`layout.pack_into`, `metas` and `nbytes` from `layout.layout`)
         into a slot for `version` on `device` (default: the state dict's own), finished on the
         GPU before this returns, so a reader may open it: the slot's buffer and handle."""
-        from forge_agent.weights.layout import pack_into
-
         device = device_of(dict(state_dict)) if device is None else device
         buf, handle = self.slot_for(version, nbytes, device, kept)
         pack_into(state_dict, metas, buf)

@@ -35,6 +35,7 @@ from forge_agent.weights.config import WeightStoreConfig
 from forge_agent.weights.local_store import LocalWeightStore
 from forge_agent.weights.monarch_store import MonarchWeightStore, WeightStoreActor
 from forge_agent.weights.protocol import WeightStore, WeightStoreError, WeightStoreTimeoutError
+from forge_agent.weights.torchstore_store import TorchStoreWeightStore
 
 if TYPE_CHECKING:
     from monarch.actor import ProcMesh
@@ -66,8 +67,6 @@ async def make_weight_store(
             raise ValueError("weight_store.backend=monarch needs procs= (a Monarch proc mesh)")
         return await MonarchWeightStore.spawn(procs, transport=transport, **kwargs)
     if cfg.backend == "torchstore":
-        from forge_agent.weights.torchstore_store import TorchStoreWeightStore
-
         store = TorchStoreWeightStore(**kwargs)
         await store.initialize(mesh=procs)
         return store

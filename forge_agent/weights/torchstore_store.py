@@ -43,6 +43,8 @@ MAPPING = "MAPPING"  # the key TorchStore's put_state_dict writes last
 def _api() -> tuple[Any, Any]:
     """(torchstore, the compat layer), or an ImportError naming the backend and the fix."""
     try:  # the layer first: it prepares torchstore's import (see its docstring)
+        # imported here: inside the try: the compat layer's own ImportError names the torchstore
+        # version
         from forge_agent.weights import torchstore_compat
 
         torchstore = importlib.import_module("torchstore")

@@ -16,8 +16,9 @@ from typing import Any, ClassVar, Literal
 
 import gymnasium
 
+from forge_agent.env.demonstrations import run_sync
 from forge_agent.env.protocol import ToolEnv
-from forge_agent.env.sources import Split, holdout
+from forge_agent.env.sources import EnvSetupError, Split, holdout
 from forge_agent.types import Message, StepResult, ToolSpec
 
 __all__ = ["ACTION_NAMES", "DEFAULT_MAX_MOVES", "GymnasiumAgentEnv", "GymnasiumIdEnv"]
@@ -183,8 +184,6 @@ class GymnasiumAgentEnv(ToolEnv):
         (`{"messages", "tools", "task"}`: the start seed), so `--check` replays it on the same
         start. [] for a game without a deterministic table (Blackjack, slippery FrozenLake): the
         warm start then samples calls from the tool's schema."""
-        from forge_agent.env.demonstrations import run_sync
-
         return run_sync(self._play_demonstrations(n, seed, demo_fraction, max_turns))
 
     async def _play_demonstrations(
@@ -355,8 +354,6 @@ def _check_gym_id(gym_id: str) -> None:
     """An `EnvSetupError` naming `gym_id` and the closest ids Gymnasium knows, when
     `gymnasium.spec` refuses it (unknown, or a deprecated version such as Taxi-v3)."""
     import difflib
-
-    from forge_agent.env.sources import EnvSetupError
 
     try:
         gymnasium.spec(gym_id)

@@ -45,6 +45,7 @@ from forge_agent.env.registry import UnknownEnvError, load_entry_point
 from forge_agent.env.sources import EnvSetupError, Split, holdout
 from forge_agent.rewards.judge import JUDGE_LIMITS, ScorerRef, judge_server
 from forge_agent.rewards.reasoning_gym_scorers import SPLIT_SCORERS, redacted, split_scorer
+from forge_agent.sandbox import make_sandbox
 from forge_agent.types import Message, ToolSpec
 
 __all__ = ["PIP_INSTALL", "ReasoningGymEnv", "extract_answer", "reasoning_gym_tasks", "scorer"]
@@ -237,8 +238,6 @@ class ReasoningGymEnv(ToolEnv):
         if not any(_takes_sandbox(tool) for tool in self._tools):
             return None
         if self._backend is None:
-            from forge_agent.sandbox import make_sandbox
-
             self._backend = make_sandbox(self.sandbox_backend)
         return self._backend.session()
 

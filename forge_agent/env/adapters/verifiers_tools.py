@@ -35,7 +35,8 @@ from typing import TYPE_CHECKING, Any
 
 from forge_agent.errors import InfraError
 from forge_agent.rewards.verifiers_rubric import signal_handlers_kept
-from forge_agent.sandbox.base import Limits
+from forge_agent.sandbox.base import Limits, SandboxError
+from forge_agent.sandbox.forked import run_forked
 from forge_agent.toolkit.schema import loads_strict, signature_text, validate_arguments
 
 if TYPE_CHECKING:
@@ -226,9 +227,6 @@ def _call(fn: Any, args: dict[str, Any]) -> Any:
 
 def serve(module: str, env_args: dict[str, Any]) -> None:
     """Load the environment, then answer JSON-line calls on stdin, each in a forked sandbox."""
-    from forge_agent.sandbox.base import SandboxError
-    from forge_agent.sandbox.forked import run_forked
-
     out = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)  # what loading prints goes to stderr, not into the replies
     import verifiers
