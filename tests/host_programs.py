@@ -46,7 +46,8 @@ async def actors(client: str, workers: list[str], shutdown: bool) -> dict:
 
 
 async def attach(client: str, timeout_s: float, workers: list[str]) -> dict:
-    from forge_agent.hosts.meshes import HostsConfig, resolve_host_meshes
+    from forge_agent.hosts.config import HostsConfig
+    from forge_agent.hosts.meshes import resolve_host_meshes
 
     cfg = HostsConfig(
         kind="addresses",
@@ -197,8 +198,9 @@ def _slurm_job_of(out: str) -> str | None:
 
 async def replicas(client: str, workers: list[str]) -> dict:
     from forge_agent.hosts.attach import HostInfo
-    from forge_agent.hosts.meshes import HostsConfig, resolve_host_meshes
-    from forge_agent.hosts.placement import Placement, PlacementConfig
+    from forge_agent.hosts.config import HostsConfig, PlacementConfig
+    from forge_agent.hosts.meshes import resolve_host_meshes
+    from forge_agent.hosts.placement import Placement
 
     hosts = HostsConfig(
         kind="addresses",

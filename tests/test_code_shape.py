@@ -113,3 +113,16 @@ def test_the_library_imports_its_own_modules_at_the_top(tmp_path: Path) -> None:
     )
     (tmp_path / "m.py").write_text(source)
     assert unexplained_local_imports(tmp_path) == ["m.py:2 forge_agent.types"]
+
+
+def test_every_config_section_lives_in_a_config_module() -> None:
+    """A newcomer finds a component's config in its package's `config.py`: no class named
+    `...Config` is defined anywhere else in forge_agent/ (`typed_config/` is the machinery)."""
+    elsewhere = [
+        f"{path.relative_to(REPO)}: {node.name}"
+        for path in sorted((REPO / "forge_agent").rglob("*.py"))
+        if path.name != "config.py" and "typed_config" not in path.parts
+        for node in ast.parse(path.read_text()).body
+        if isinstance(node, ast.ClassDef) and node.name.endswith("Config")
+    ]
+    assert elsewhere == []

@@ -16,7 +16,8 @@ import torch
 
 from forge_agent.generator import GeneratorConfig, SamplingConfig
 from forge_agent.generator.vllm_engine import VLLMEngine
-from forge_agent.models.tiny import TinyModelConfig, ensure_tiny_model
+from forge_agent.models.config import TinyModelConfig
+from forge_agent.models.tiny import ensure_tiny_model
 from forge_agent.types import Trajectory
 from forge_agent.weights.device_slots import DeviceSlots
 

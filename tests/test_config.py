@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from forge_agent.hosts.placement import GeneratorPlacement, TrainerPlacement
+from forge_agent.hosts.config import GeneratorPlacement, TrainerPlacement
 from forge_agent.run.config import (
     AgentConfig,
     ConfigError,

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from forge_agent.hosts.meshes import HostsConfig, weight_store_problem
+from forge_agent.hosts.config import HostsConfig
+from forge_agent.hosts.meshes import weight_store_problem
 from forge_agent.run.config import load_config
 from forge_agent.typed_config import ConfigError
 

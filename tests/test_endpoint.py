@@ -12,7 +12,8 @@ import openai
 import pytest
 
 from envs.calculator import generate_tasks
-from forge_agent.endpoint import EndpointConfig, EndpointServer
+from forge_agent.endpoint import EndpointServer
+from forge_agent.endpoint.config import EndpointConfig
 from forge_agent.generator import GeneratorConfig
 from forge_agent.rollout import ChatRenderer
 from forge_agent.types import Trajectory

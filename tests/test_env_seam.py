@@ -402,7 +402,8 @@ def test_corpus_without_a_hook_is_the_rendered_reset_messages(user_package):
 
 def test_default_tokenizer_corpus_comes_from_the_shipped_envs_hooks():
     """The default tiny model's corpus is what the shipped envs' `corpus()` give, in order."""
-    from forge_agent.models.tiny import DEFAULT_CORPUS_ENVS, env_corpus
+    from forge_agent.models.config import DEFAULT_CORPUS_ENVS
+    from forge_agent.models.tiny import env_corpus
 
     texts = env_corpus()
     assert DEFAULT_CORPUS_ENVS == ("calculator", "code_exec", "frozen_lake")

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from forge_agent.hosts.meshes import HostsConfig
+from forge_agent.hosts.config import HostsConfig
 from forge_agent.typed_config import ConfigError, from_dict
 
 

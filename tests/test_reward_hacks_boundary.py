@@ -47,7 +47,7 @@ def test_a_tool_call_no_stage_could_handle_is_a_failed_call_not_infra(
     context) raise (`env_error`, excluded); a surrogate name did too; an argument with a lone
     surrogate reached the tool."""
     from forge_agent.rollout import ChatRenderer, RolloutConfig, RolloutRunner
-    from forge_agent.rollout.context import ContextConfig
+    from forge_agent.rollout.config import ContextConfig
 
     async def run() -> Trajectory:
         async with EnvPool(

@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from forge_agent.generator import GeneratorConfig, SamplingConfig
-from forge_agent.models.tiny import TinyModelConfig, ensure_tiny_model
+from forge_agent.models.config import TinyModelConfig
+from forge_agent.models.tiny import ensure_tiny_model
 from forge_agent.trainer.core import Trainer, TrainerConfig
 from forge_agent.types import Trajectory
 from forge_agent.weights.layout import TIED_HEAD

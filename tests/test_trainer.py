@@ -18,7 +18,8 @@ VOCAB = 512
 
 
 def tiny_model(seed: int = 0, attn: str = "sdpa"):
-    from forge_agent.models.tiny import TinyModelConfig, build_model
+    from forge_agent.models.config import TinyModelConfig
+    from forge_agent.models.tiny import build_model
 
     shape = TinyModelConfig(
         hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2, head_dim=16,

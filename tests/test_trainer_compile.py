@@ -15,7 +15,8 @@ import torch
 def test_compiled_layers_train_like_eager_layers():
     from apps.bench.train_step import mixed_trajectories
     from forge_agent.algorithms.losses import LossConfig
-    from forge_agent.models.tiny import TinyModelConfig, build_model
+    from forge_agent.models.config import TinyModelConfig
+    from forge_agent.models.tiny import build_model
     from forge_agent.trainer import Trainer, TrainerConfig
 
     vocab = 512

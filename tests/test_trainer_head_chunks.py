@@ -47,7 +47,8 @@ def test_chunks_give_the_same_values_and_gradients(entropy):
 def test_a_train_step_with_chunked_logits_matches_the_whole():
     from apps.bench.train_step import mixed_trajectories
     from forge_agent.algorithms.losses import LossConfig
-    from forge_agent.models.tiny import TinyModelConfig, build_model
+    from forge_agent.models.config import TinyModelConfig
+    from forge_agent.models.tiny import build_model
     from forge_agent.trainer import Trainer, TrainerConfig
 
     vocab = 2048

@@ -10,8 +10,7 @@ import json
 
 def test_sql_mcp_demonstrations_need_longer_turns_than_the_default(tiny_tokenizer, tmp_path):
     from forge_agent.env.resolved import ResolvedEnv
-    from forge_agent.rollout.config import RolloutConfig
-    from forge_agent.rollout.context import ContextConfig
+    from forge_agent.rollout.config import ContextConfig, RolloutConfig
     from forge_agent.rollout.renderer import ChatRenderer
     from forge_agent.warm_start import (
         DEMO_LENGTHS_FILE,

@@ -57,7 +57,8 @@ SIZES = {  # (prompts, prompt tokens, tokens out, steps): issue 40's work, and a
 
 def model_folder(shape: str, root: Path) -> Path:
     """A tied model of `shape` (random init, no download) with the tiny model's tokenizer."""
-    from forge_agent.models.tiny import TinyModelConfig, build_model, ensure_tiny_model
+    from forge_agent.models.config import TinyModelConfig
+    from forge_agent.models.tiny import build_model, ensure_tiny_model
 
     tiny = ensure_tiny_model(TinyModelConfig(tie_word_embeddings=True))
     if shape == "tiny":

@@ -68,7 +68,8 @@ def _peak_mb() -> float:
 
 def model_folder() -> Path:
     """The bench model (built once, cached like the default tiny model)."""
-    from forge_agent.models.tiny import TinyModelConfig, ensure_tiny_model
+    from forge_agent.models.config import TinyModelConfig
+    from forge_agent.models.tiny import ensure_tiny_model
 
     return ensure_tiny_model(TinyModelConfig(**SHAPE))
 

@@ -232,7 +232,8 @@ def _rounds(level: int, args: argparse.Namespace) -> int:
 async def _env_workers(args: argparse.Namespace) -> Any:
     """The run's env worker pool (`Placement.env_pool`, default placement) running
     `bench_agent`, with room for the largest `--sessions` level, started and warm."""
-    from forge_agent.hosts.placement import EnvWorkers, Placement, PlacementConfig
+    from forge_agent.hosts.config import EnvWorkers, PlacementConfig
+    from forge_agent.hosts.placement import Placement
     from forge_agent.run.config import EnvConfig
 
     env = EnvConfig(

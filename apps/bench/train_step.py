@@ -77,7 +77,7 @@ def agent_trajectories(n: int, vocab: int, seed: int = 0) -> list[Trajectory]:
 
 def build_model(vocab: int):
     """The project's default tiny Qwen3 shape (forge_agent.models.tiny), seeded."""
-    from forge_agent.models.tiny import TinyModelConfig
+    from forge_agent.models.config import TinyModelConfig
     from forge_agent.models.tiny import build_model as build_tiny
 
     return build_tiny(TinyModelConfig(), vocab)

@@ -45,7 +45,8 @@ import torch
 
 from apps.bench.train_step import mixed_trajectories
 from apps.bench.util import write_json
-from forge_agent.models.tiny import TinyModelConfig, build_model
+from forge_agent.models.config import TinyModelConfig
+from forge_agent.models.tiny import build_model
 from forge_agent.trainer.core import compile_decoder_layers
 
 SHAPES = {

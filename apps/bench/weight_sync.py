@@ -77,7 +77,8 @@ def fake_state_dict(total_bytes: int, dtype: torch.dtype = torch.bfloat16) -> di
 
 def model_state_dict(name: str) -> dict[str, torch.Tensor]:
     """The fp32 state dict of model `name` in `MODELS` (tiny Qwen3 shape, random init)."""
-    from forge_agent.models.tiny import TinyModelConfig, build_model
+    from forge_agent.models.config import TinyModelConfig
+    from forge_agent.models.tiny import build_model
 
     model = build_model(TinyModelConfig(**MODELS[name]), 1024)
     return {k: v.detach().clone() for k, v in model.state_dict().items()}
@@ -241,7 +242,8 @@ async def bench_models(stores: dict, consumer, repeats: int) -> list[dict]:
 def save_qwen3_model(hidden: int, layers: int, folder: Path) -> dict[str, torch.Tensor]:
     """A Qwen3 model of `layers` x `hidden` (float32) and the tiny tokenizer, saved to `folder`
     for vLLM to load; returns a copy of its state dict, the weights the store will sync."""
-    from forge_agent.models.tiny import TinyModelConfig, build_model, ensure_tiny_model
+    from forge_agent.models.config import TinyModelConfig
+    from forge_agent.models.tiny import build_model, ensure_tiny_model
     from forge_agent.models.tiny import load_tokenizer as tiny_tokenizer
 
     tokenizer = tiny_tokenizer(ensure_tiny_model())

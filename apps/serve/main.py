@@ -24,7 +24,8 @@ async def serve(args: argparse.Namespace) -> None:
     """Start the engine on `args.model` and serve it until stopped."""
     import uvicorn
 
-    from forge_agent.endpoint import Endpoint, EndpointConfig, create_app
+    from forge_agent.endpoint import Endpoint, create_app
+    from forge_agent.endpoint.config import EndpointConfig
     from forge_agent.generator import GeneratorConfig, VLLMEngine
     from forge_agent.models.tiny import load_tokenizer
     from forge_agent.rollout import ChatRenderer

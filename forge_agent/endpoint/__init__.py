@@ -5,7 +5,8 @@ episode has its own session key, and its requests are recorded token-exactly (ap
 rendering, sampled tokens never re-tokenized) as one `Trajectory`.
 """
 
-from forge_agent.endpoint.app import Endpoint, EndpointConfig
+from forge_agent.endpoint.app import Endpoint
+from forge_agent.endpoint.config import EndpointConfig
 from forge_agent.endpoint.server import EndpointServer, create_app
 from forge_agent.endpoint.session import Session, SessionError, SessionStore
 

@@ -20,11 +20,11 @@ import json
 import time
 import uuid
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
 
+from forge_agent.endpoint.config import EndpointConfig
 from forge_agent.endpoint.schema import ChatCompletionRequest, field_name
 from forge_agent.endpoint.session import (
     Candidate,
@@ -37,27 +37,6 @@ from forge_agent.generator.config import GenerateFn, SamplingConfig
 from forge_agent.observability import metrics
 from forge_agent.rollout.renderer import ChatRenderer
 from forge_agent.types import Completion
-
-
-@dataclass
-class EndpointConfig:
-    """How the endpoint listens and answers.
-
-    `api_key`: a static key that serves requests without a session (nothing is recorded;
-    `apps.serve` uses it). Session keys always work.
-    """
-
-    host: str = "127.0.0.1"  # loopback: agent programs run on this host
-    port: int = 0  # 0 picks a free port
-    model_name: str = "forge-agent-policy"
-    default_max_tokens: int = 256
-    session_ttl_s: float = 3600.0
-    api_key: str | None = None
-    # how long an idle connection stays open: env workers keep theirs between episodes
-    keep_alive_s: float = 60.0
-    # the largest request body (413 beyond): parsing and rendering run on the event loop the
-    # generator calls share, so one huge request must not stall the others
-    max_body_bytes: int = 2 << 20
 
 
 class Endpoint:

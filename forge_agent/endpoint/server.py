@@ -25,7 +25,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from forge_agent.endpoint.app import Endpoint, EndpointConfig, error_body, sse_chunks
+from forge_agent.endpoint.app import Endpoint, error_body, sse_chunks
+from forge_agent.endpoint.config import EndpointConfig
 from forge_agent.endpoint.session import Session, SessionError
 from forge_agent.generator.config import GenerateFn
 from forge_agent.rollout.renderer import ChatRenderer

@@ -1,6 +1,7 @@
 """Hosts: where a run's processes live, in one home.
 
-- `meshes`: which hosts (`hosts.kind`: local, workers at addresses, a Slurm or Kubernetes job)
+- `config`: the `hosts` and `services` config sections (`HostsConfig`, `PlacementConfig`);
+- `meshes`: which hosts (`hosts.kind`: local, hosts at addresses, a Slurm or Kubernetes job)
   and their Monarch host meshes;
 - `placement`: which procs (and GPUs) each service gets on those meshes;
 - `slurm`: Monarch's Slurm job, as this run submits, waits for and releases it;

@@ -36,91 +36,13 @@ no cluster here. The run cancels its Slurm job when it ends, fails or is interru
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
-from forge_agent.hosts.serve import parse_address
-from forge_agent.typed_config import check_field as _check
+from forge_agent.hosts.config import LOCAL, HostsConfig
 
 if TYPE_CHECKING:
     from monarch.actor import HostMesh
     from monarch.job import JobTrait
-
-SERVICES = ("trainer", "generator", "reward", "env")
-LOCAL = "local"
-
-
-@dataclass
-class HostsConfig:
-    """Host meshes and the service -> mesh assignment (see module docstring)."""
-
-    kind: Literal["local", "addresses", "slurm", "kubernetes"] = "local"
-    addresses: dict[str, list[str]] = field(default_factory=dict)
-    nodes: dict[str, int] = field(default_factory=dict)
-    services: dict[str, str] = field(default_factory=dict)
-    client_address: str | None = None
-    connect_timeout_s: float = 30.0
-    weights_backend: Literal["gloo", "nccl"] = "gloo"
-    slurm: dict[str, Any] = field(default_factory=dict)  # extra SlurmJob arguments
-    keep_allocation: bool = False  # kind=slurm: leave the job running for the next run
-    kubernetes_namespace: str = "default"
-
-    def __post_init__(self) -> None:
-        _check(self.connect_timeout_s > 0, "connect_timeout_s", self.connect_timeout_s, "> 0")
-        if self.kind == "addresses":
-            _check(
-                bool(self.addresses), "addresses", self.addresses, "mesh name -> [tcp://HOST:PORT]"
-            )
-            for name, addresses in self.addresses.items():
-                _check(bool(addresses), f"addresses.{name}", addresses, "at least one address")
-                for a in addresses:
-                    try:
-                        parse_address(a)
-                    except ValueError as e:
-                        _check(False, f"addresses.{name}", a, str(e))
-        if self.kind in ("slurm", "kubernetes"):
-            _check(bool(self.nodes), "nodes", self.nodes, "mesh name -> node count")
-            for name, n in self.nodes.items():
-                _check(isinstance(n, int) and n >= 1, f"nodes.{name}", n, "an int >= 1")
-        trainer = self.services.get("trainer", LOCAL)
-        if self.kind == "addresses" and trainer in self.addresses:
-            _check(
-                len(self.addresses[trainer]) == 1,
-                f"addresses.{trainer}",
-                self.addresses[trainer],
-                "one address: the trainer's ranks share one host",
-            )
-        known = set(self.mesh_names()) | {LOCAL}
-        for service, mesh in self.services.items():
-            _check(service in SERVICES, "services", service, f"one of {list(SERVICES)}")
-            _check(mesh in known, f"services.{service}", mesh, f"one of {sorted(known)}")
-        if self.client_address is not None:
-            _check(
-                self.client_address.startswith("tcp://"),
-                "client_address",
-                self.client_address,
-                "tcp://HOST:PORT (PORT may be 0)",
-            )
-
-    def mesh_names(self) -> list[str]:
-        return list(self.addresses if self.kind == "addresses" else self.nodes)
-
-    def mesh_of(self, service: str) -> str:
-        """The mesh `service` runs on ("local": this machine)."""
-        return self.services.get(service, LOCAL)
-
-    @property
-    def is_local(self) -> bool:
-        return self.kind == "local" or all(self.mesh_of(s) == LOCAL for s in SERVICES)
-
-    def host_count(self, mesh: str) -> int:
-        """How many hosts mesh `mesh` will have (1 for this host): its `addresses`, or
-        its `nodes` in a cluster job."""
-        if mesh == LOCAL:
-            return 1
-        if self.kind == "addresses":
-            return len(self.addresses.get(mesh, ()))
-        return int(self.nodes.get(mesh, 1))
 
 
 def weight_store_problem(hosts: HostsConfig, backend: str) -> str | None:
@@ -241,9 +163,7 @@ def release_job(job: JobTrait) -> None:
 
 __all__ = [
     "JOB_CACHE",
-    "SERVICES",
     "HostMeshes",
-    "HostsConfig",
     "job_host_meshes",
     "kubernetes_job",
     "release_job",

@@ -17,92 +17,18 @@ run on this host. A generator mesh of several hosts takes the replicas in turn, 
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
-from forge_agent.hosts.meshes import LOCAL, SERVICES, HostsConfig
+from forge_agent.hosts.config import LOCAL, SERVICES, HostsConfig, PlacementConfig
 from forge_agent.hosts.serve import parse_address
 from forge_agent.typed_config import check_field as _check
 
 if TYPE_CHECKING:
     from monarch.actor import ProcMesh
 
-    # imported here: the env package: +0.08 s at import, measured; only when the env pool is placed
     from forge_agent.env.resolved import ResolvedEnv
     from forge_agent.weights.config import WeightStoreConfig
     from forge_agent.weights.protocol import WeightStore
-
-
-@dataclass
-class TrainerPlacement:
-    """The trainer: ``procs`` ranks (FSDP2 for the hf backend, titan's degrees for titan)."""
-
-    procs: int = 1
-    with_gpus: bool = False  # one GPU per rank
-
-    def __post_init__(self) -> None:
-        _check(self.procs >= 1, "procs", self.procs, "an int >= 1")
-
-
-@dataclass
-class GeneratorPlacement:
-    """Generator replicas: one proc each running vLLM (``generator.tensor_parallel_size``
-    GPUs per replica with ``with_gpus``)."""
-
-    num_replicas: int = 1
-    with_gpus: bool = False
-
-    def __post_init__(self) -> None:
-        _check(self.num_replicas >= 1, "num_replicas", self.num_replicas, "an int >= 1")
-
-
-@dataclass
-class Replicas:
-    """A CPU service of ``num_replicas`` independent workers."""
-
-    num_replicas: int = 1
-
-    def __post_init__(self) -> None:
-        _check(self.num_replicas >= 1, "num_replicas", self.num_replicas, "an int >= 1")
-
-
-@dataclass
-class EnvWorkers:
-    """Env worker processes: ``num_replicas`` of them (0, the default: ``per_core`` per core
-    this process may use), each serving ``envs_per_worker`` env instances at once (one
-    episode each, on a thread of its own), so workers x envs_per_worker episodes can be in
-    flight (64 on 2 cores)."""
-
-    num_replicas: int = 0
-    per_core: int = 1
-    envs_per_worker: int = 32
-
-    def __post_init__(self) -> None:
-        _check(self.num_replicas >= 0, "num_replicas", self.num_replicas, "an int >= 0 (0: auto)")
-        _check(self.per_core >= 1, "per_core", self.per_core, "an int >= 1")
-        _check(self.envs_per_worker >= 1, "envs_per_worker", self.envs_per_worker, "an int >= 1")
-
-    def count(self) -> int:
-        """The number of env worker processes."""
-        import os
-
-        auto = self.per_core * len(os.sched_getaffinity(0))
-        return self.num_replicas or auto
-
-
-@dataclass
-class PlacementConfig:
-    """Placement of each service: trainer ranks, generator replicas, reward actors and env
-    workers (``env.num_replicas`` env worker processes)."""
-
-    generator: GeneratorPlacement = field(default_factory=GeneratorPlacement)
-    trainer: TrainerPlacement = field(default_factory=TrainerPlacement)
-    reward: Replicas = field(default_factory=Replicas)
-    env: EnvWorkers = field(default_factory=EnvWorkers)
-    # off: each on its own devices; sleep: the trainer and the generator on one GPU, the
-    # generator asleep while the trainer steps (vLLM's sleep mode); standin: the same calls
-    # on CPU, through a stand-in that frees nothing (`generator.sleep.SleepStandin`)
-    colocate: Literal["off", "sleep", "standin"] = "off"
 
 
 class Placement:

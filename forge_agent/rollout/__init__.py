@@ -5,8 +5,7 @@ templates pull in `renderers`) load on first use.
 """
 
 from forge_agent.lazy import lazy_exports
-from forge_agent.rollout.config import RendererConfig, RolloutConfig
-from forge_agent.rollout.context import ContextConfig
+from forge_agent.rollout.config import ContextConfig, RendererConfig, RolloutConfig
 
 __all__ = [
     "ChatRenderer",

@@ -1,5 +1,7 @@
 """The rollout's configs: one episode's limits and sampling, and how many episodes run at once
-(`RolloutConfig`); how messages become tokens (`RendererConfig`, the `renderer` section).
+(`RolloutConfig`); what a prompt keeps once its transcript outgrows the context
+(`ContextConfig`, `rollout.context`); how messages become tokens (`RendererConfig`, the
+`renderer` section).
 
 A light module (dataclasses only, no runner, no torch), so the run's config and the episode's
 context can name them without importing the runner or a tokenizer.
@@ -10,10 +12,62 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from forge_agent.rollout.context import ContextConfig
+from forge_agent.rollout.context import Compactor, drop_tool_outputs
 from forge_agent.typed_config import check_field
 
-__all__ = ["RendererConfig", "RolloutConfig"]
+__all__ = ["ContextConfig", "RendererConfig", "RolloutConfig"]
+
+
+@dataclass
+class ContextConfig:
+    """How an episode's prompt is kept within its token budget (`rollout.context`)."""
+
+    strategy: str = "keep"  # keep | drop_tool_outputs | "package.module:function"
+    budget: int | None = None  # prompt tokens before a rewrite; None: segment budget - one turn
+    keep_last: int = 1  # drop_tool_outputs: the newest tool outputs it never drops
+    roles: list[str] = field(default_factory=lambda: ["tool"])  # drop_tool_outputs: what it drops
+
+    def __post_init__(self) -> None:
+        check_field(
+            self.strategy in ("keep", "drop_tool_outputs") or ":" in self.strategy,
+            "strategy",
+            self.strategy,
+            "'keep', 'drop_tool_outputs' or a function as 'package.module:function'",
+        )
+        if self.budget is not None:
+            check_field(self.budget >= 1, "budget", self.budget, "an int >= 1 or null")
+        check_field(self.keep_last >= 0, "keep_last", self.keep_last, "an int >= 0")
+        if ":" in self.strategy:  # a user's function: importable now, not at the first episode
+            try:
+                self.compactor()
+            except ValueError as exc:
+                check_field(False, "strategy", self.strategy, f"an importable function ({exc})")
+
+    def compactor(self) -> Compactor | None:
+        """The strategy as a function (None: keep everything). Raises `ValueError` naming
+        `rollout.context.strategy` when a user's function cannot be imported."""
+        if self.strategy == "keep":
+            return None
+        if self.strategy == "drop_tool_outputs":
+            keep_last, roles = self.keep_last, tuple(self.roles)
+
+            def drop(messages, tools, budget, count):
+                return drop_tool_outputs(messages, budget, count, keep_last, roles)
+
+            return drop
+        # imported here: the env registry: +0.07 s at import, measured; only for a compactor named
+        # by entry point
+        from forge_agent.env.registry import load_entry_point
+
+        try:
+            fn = load_entry_point(self.strategy)
+        except Exception as exc:
+            raise ValueError(
+                f"rollout.context.strategy {self.strategy!r} cannot be imported: {exc}"
+            ) from exc
+        if not callable(fn):
+            raise ValueError(f"rollout.context.strategy {self.strategy!r} is not callable")
+        return fn
 
 
 @dataclass

@@ -20,10 +20,8 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 from typing import Any
 
-from forge_agent.typed_config import check_field
 from forge_agent.types import Message, ToolSpec
 
 CountTokens = Callable[[list[Message]], int]
@@ -34,58 +32,6 @@ Compactor = Callable[
 message list's prompt tokens) -> the messages it will see instead."""
 
 DROPPED = "[output dropped]"
-
-
-@dataclass
-class ContextConfig:
-    """How an episode's prompt is kept within its token budget (`rollout.context`)."""
-
-    strategy: str = "keep"  # keep | drop_tool_outputs | "package.module:function"
-    budget: int | None = None  # prompt tokens before a rewrite; None: segment budget - one turn
-    keep_last: int = 1  # drop_tool_outputs: the newest tool outputs it never drops
-    roles: list[str] = field(default_factory=lambda: ["tool"])  # drop_tool_outputs: what it drops
-
-    def __post_init__(self) -> None:
-        check_field(
-            self.strategy in ("keep", "drop_tool_outputs") or ":" in self.strategy,
-            "strategy",
-            self.strategy,
-            "'keep', 'drop_tool_outputs' or a function as 'package.module:function'",
-        )
-        if self.budget is not None:
-            check_field(self.budget >= 1, "budget", self.budget, "an int >= 1 or null")
-        check_field(self.keep_last >= 0, "keep_last", self.keep_last, "an int >= 0")
-        if ":" in self.strategy:  # a user's function: importable now, not at the first episode
-            try:
-                self.compactor()
-            except ValueError as exc:
-                check_field(False, "strategy", self.strategy, f"an importable function ({exc})")
-
-    def compactor(self) -> Compactor | None:
-        """The strategy as a function (None: keep everything). Raises `ValueError` naming
-        `rollout.context.strategy` when a user's function cannot be imported."""
-        if self.strategy == "keep":
-            return None
-        if self.strategy == "drop_tool_outputs":
-            keep_last, roles = self.keep_last, tuple(self.roles)
-
-            def drop(messages, tools, budget, count):
-                return drop_tool_outputs(messages, budget, count, keep_last, roles)
-
-            return drop
-        # imported here: the env registry: +0.07 s at import, measured; only for a compactor named
-        # by entry point
-        from forge_agent.env.registry import load_entry_point
-
-        try:
-            fn = load_entry_point(self.strategy)
-        except Exception as exc:
-            raise ValueError(
-                f"rollout.context.strategy {self.strategy!r} cannot be imported: {exc}"
-            ) from exc
-        if not callable(fn):
-            raise ValueError(f"rollout.context.strategy {self.strategy!r} is not callable")
-        return fn
 
 
 def drop_tool_outputs(

@@ -28,13 +28,12 @@ from forge_agent import typed_config
 from forge_agent.algorithms.config import AdvantageConfig, LossConfig
 from forge_agent.env.config import EnvConfig
 from forge_agent.generator.config import GeneratorConfig
-from forge_agent.hosts.meshes import HostsConfig, weight_store_problem
-from forge_agent.hosts.placement import PlacementConfig
-from forge_agent.models.tiny import TinyModelConfig
+from forge_agent.hosts.config import HostsConfig, PlacementConfig
+from forge_agent.hosts.meshes import weight_store_problem
+from forge_agent.models.config import TinyModelConfig
 from forge_agent.observability.config import MetricsConfig
 from forge_agent.rollout.config import RendererConfig, RolloutConfig
 from forge_agent.run.stop_causes import StopFacts
-from forge_agent.run.supervision import SupervisionConfig
 from forge_agent.trainer.config import TrainerConfig, titan_degrees
 from forge_agent.typed_config import (
     ConfigError,
@@ -99,7 +98,7 @@ class ModelConfig:
         return "bfloat16" if self.dtype == "bfloat16" else "float32"
 
     def tiny_config(self) -> Any:
-        """The ``forge_agent.models.tiny.TinyModelConfig`` that ``tiny`` describes."""
+        """The ``forge_agent.models.config.TinyModelConfig`` that ``tiny`` describes."""
         return from_dict(TinyModelConfig, self.tiny, "model.tiny")
 
 
@@ -183,6 +182,36 @@ class CheckpointConfig:
     def __post_init__(self) -> None:
         _check(self.every >= 0, "every", self.every, "an int >= 0 (0 = off)")
         _check(self.keep >= 1, "keep", self.keep, "an int >= 1")
+
+
+@dataclass
+class SupervisionConfig:
+    """How a run survives its actors.
+
+    `max_restarts` bounds the restarts of each service (generator replica, reward, trainer);
+    the deadlines bound single calls: a call past its deadline is a hung actor, which is
+    killed and replaced like a dead one (a generator's weight update is bounded by
+    `training.weight_sync_timeout_s`).
+    """
+
+    max_restarts: int = 3
+    generate_deadline_s: float = 120.0
+    reward_deadline_s: float = 300.0
+    train_step_deadline_s: float = 1800.0
+    call_deadline_s: float = 600.0  # any other call (setup, checkpoints, eval bookkeeping)
+    restart_timeout_s: float = 600.0  # spawning and setting up a replacement
+
+    def __post_init__(self) -> None:
+        _check(self.max_restarts >= 0, "max_restarts", self.max_restarts, "an int >= 0")
+        for name in (
+            "generate_deadline_s",
+            "reward_deadline_s",
+            "train_step_deadline_s",
+            "call_deadline_s",
+            "restart_timeout_s",
+        ):
+            value = getattr(self, name)
+            _check(value > 0, name, value, "seconds > 0")
 
 
 @dataclass(frozen=True)

@@ -28,10 +28,7 @@ import os
 import signal
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
-
-from forge_agent.typed_config import check_field as _check
 
 if TYPE_CHECKING:
     from monarch.actor import MeshFailure, ProcMesh
@@ -41,36 +38,6 @@ logger = logging.getLogger(__name__)
 
 SpawnFn = Callable[[], Awaitable[tuple[Any, Any]]]  # -> (proc mesh, actor mesh)
 RestartHook = Callable[[Any], Awaitable[None]]
-
-
-@dataclass
-class SupervisionConfig:
-    """How a run survives its actors.
-
-    `max_restarts` bounds the restarts of each service (generator replica, reward, trainer);
-    the deadlines bound single calls: a call past its deadline is a hung actor, which is
-    killed and replaced like a dead one (a generator's weight update is bounded by
-    `training.weight_sync_timeout_s`).
-    """
-
-    max_restarts: int = 3
-    generate_deadline_s: float = 120.0
-    reward_deadline_s: float = 300.0
-    train_step_deadline_s: float = 1800.0
-    call_deadline_s: float = 600.0  # any other call (setup, checkpoints, eval bookkeeping)
-    restart_timeout_s: float = 600.0  # spawning and setting up a replacement
-
-    def __post_init__(self) -> None:
-        _check(self.max_restarts >= 0, "max_restarts", self.max_restarts, "an int >= 0")
-        for name in (
-            "generate_deadline_s",
-            "reward_deadline_s",
-            "train_step_deadline_s",
-            "call_deadline_s",
-            "restart_timeout_s",
-        ):
-            value = getattr(self, name)
-            _check(value > 0, name, value, "seconds > 0")
 
 
 class ServiceRestarted(RuntimeError):
@@ -333,7 +300,6 @@ __all__ = [
     "Service",
     "ServiceFailed",
     "ServiceRestarted",
-    "SupervisionConfig",
     "install_fault_hook",
     "is_actor_death",
     "kill_tree",
