@@ -371,8 +371,12 @@ def start_policy(cfg: AgentConfig, env: ResolvedEnv) -> Path:
     when `warm_start.enabled` (cached; `warm_start.policy_model`)."""
     from forge_agent.models.hub import resolve_model
     from forge_agent.models.tiny import ensure_tiny_model
+    from forge_agent.trainer.core import _resolve_device
+    from forge_agent.trainer.precision import announce_autocast
     from forge_agent.warm_start import policy_model
 
+    # trainer.autocast=auto: the choice and its reason, once on the console
+    announce_autocast(cfg.trainer.autocast, _resolve_device(cfg.device), "run")
     model = cfg.model
     if model.name == "tiny":
         base = ensure_tiny_model(model.tiny_config())

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import logging
 import math
 import time
 from collections import defaultdict
@@ -31,7 +32,10 @@ from forge_agent.algorithms.losses import policy_loss
 from forge_agent.trainer.config import TrainerConfig
 from forge_agent.trainer.logprobs import hf_logits, hf_logprobs_at, logprobs_from_logits
 from forge_agent.trainer.packing import MicroBatch, pack_trajectories, pad_rows, unit_lengths
+from forge_agent.trainer.precision import choose_autocast
 from forge_agent.types import Trajectory
+
+logger = logging.getLogger(__name__)
 
 
 def _resolve_device(name: str) -> torch.device:
@@ -108,6 +112,9 @@ class Trainer:
         torch.manual_seed(seed)
         self.device = _resolve_device(device)
         self.dtype = _resolve_dtype(dtype, self.device)
+        # "auto": bf16 where the device runs it natively (the driver prints the choice once)
+        self.autocast, why = choose_autocast(cfg.autocast, self.device)
+        logger.info("trainer autocast %s: %s", self.autocast, why)
         self.model_path = "" if isinstance(model, nn.Module) else str(model)
         if not isinstance(model, nn.Module):
             if not self.model_path:
@@ -280,9 +287,9 @@ class Trainer:
 
     def _autocast(self) -> contextlib.AbstractContextManager[None]:
         """`trainer.autocast`'s mixed precision for a forward (and the backward it records)."""
-        if self.cfg.autocast is None:
+        if self.autocast is None:
             return contextlib.nullcontext()
-        return torch.autocast(self.device.type, dtype=getattr(torch, self.cfg.autocast))
+        return torch.autocast(self.device.type, dtype=getattr(torch, self.autocast))
 
     # -- steps ---------------------------------------------------------------------------------
 

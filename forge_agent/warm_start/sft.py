@@ -72,6 +72,11 @@ def warm_start(
 
     model_path = Path(model_path)
     key = warm_start_key(model_path, envs, cfg)
+    if autocast == "auto":  # keyed on what it runs as: bf16 or fp32 on this device
+        from forge_agent.trainer.core import _resolve_device
+        from forge_agent.trainer.precision import announce_autocast
+
+        autocast = announce_autocast(autocast, _resolve_device(device), "warm start")
     if autocast is not None:
         key["autocast"] = autocast
     cache = Path(cache_dir or default_cache_dir())
