@@ -125,6 +125,11 @@ class TrainerConfig:
     # a group's common prompt computed once per row (its episodes attend to that one copy);
     # same logprobs and gradients, fewer tokens (packing.py); hf backend, sdpa/eager attention
     share_prefix: bool = True
+    # episodes whose every loss token has advantage 0 add exactly 0 to the gradient when the
+    # loss has no KL and no entropy bonus: not forwarded (their tokens still count in the
+    # loss's normalisation, so the step is the same). Metrics are then over the trained ones.
+    # Single-process trainers only (a data-parallel rank must run every pass)
+    skip_zero_advantage: bool = True
     lora: LoraConfig | None = None  # null: full fine-tuning
     # torch.compile backend for every decoder layer ("inductor"; null: eager). hf backend.
     # GPU: 1.36x a step on Qwen3-0.6B (docs/gpu.md); CPU default: not measured, so off

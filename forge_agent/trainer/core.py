@@ -91,6 +91,13 @@ def _max_token_lag(trajs: Sequence[Trajectory], version: int) -> int:
     return max(lags, default=0)
 
 
+def _has_advantage(t: Trajectory) -> bool:
+    """Whether some loss token of `t` has a nonzero advantage (turn-level or the episode's)."""
+    if t.turn_advantages:
+        return any(a != 0.0 for a, m in zip(t.token_advantages(), t.loss_mask, strict=False) if m)
+    return t.advantage != 0.0
+
+
 class Trainer:
     """Owns the policy model, an optional frozen reference model and the optimizer."""
 
@@ -193,6 +200,22 @@ class Trainer:
 
     def _reduce_metrics(self, sums: dict[str, float], weights: dict[str, float]) -> None:
         """Combine the per-rank metric sums and weights in place (one process: nothing)."""
+
+    # Data-parallel backends run every episode (a rank's passes pair with the others').
+    _can_skip_zero_advantage: bool = True
+
+    def _skips_zero_advantage(self) -> bool:
+        """Whether episodes of advantage 0 are left out of the step: their gradient is exactly
+        0 when the loss has no KL and no entropy term (every policy loss here is the advantage
+        times a finite factor; the loss's normalisation counts the whole batch's tokens)."""
+        loss = self.cfg.loss
+        entropy = self.cfg.compute_entropy and bool(loss.entropy_coef)
+        return (
+            self.cfg.skip_zero_advantage
+            and self._can_skip_zero_advantage
+            and not loss.kl_coef
+            and not entropy
+        )
 
     # -- forward helpers ----------------------------------------------------------------------
 
@@ -316,6 +339,10 @@ class Trainer:
         t0 = time.perf_counter()
         num_tokens = float(sum(t.num_sampled for t in trajs))  # whole batch, every rank
         num_sequences = float(len(trajs))
+        skipped = 0
+        if not sft and self._skips_zero_advantage():
+            kept = [t for t in trajs if _has_advantage(t)]
+            skipped, trajs = len(trajs) - len(kept), kept
         trajs = self._shard(trajs)  # this rank's share (all of it in one process)
         sums: dict[str, float] = defaultdict(float)
         weights: dict[str, float] = defaultdict(float)
@@ -330,6 +357,10 @@ class Trainer:
             with self._adapter(adapter):
                 self._accumulate(part, part_mbs, sft, num_tokens, num_sequences, sums, weights)
         self._reduce_metrics(sums, weights)
+        if skipped:  # a zero gradient, not none: AdamW's moments still decay and move the weights
+            for p in self.model.parameters():
+                if p.requires_grad and p.grad is None:
+                    p.grad = torch.zeros_like(p)
         grad_norm = self._clip()
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
@@ -340,6 +371,8 @@ class Trainer:
         computed = sum(mb.computed_tokens for mb in mbs)
         padded = sum(mb.padded_tokens for mb in mbs)
         out = {k: sums[k] / weights[k] if weights[k] else 0.0 for k in sums}
+        if skipped and not mbs:  # every episode at advantage 0: the loss is exactly 0
+            out.update({"loss/total": 0.0, "loss/policy": 0.0})
         out.update(
             {
                 "train/grad_norm": grad_norm,
@@ -349,12 +382,13 @@ class Trainer:
                 "train/padding_frac": 1.0 - computed / padded if padded else 0.0,
                 "train/shared_prefix_frac": 1.0 - computed / real if real else 0.0,
                 "train/microbatches": float(len(mbs)),
+                "train/zero_advantage_skipped": float(skipped),
                 "train/step_s": elapsed,
                 "train/tokens_per_s": real / elapsed if elapsed > 0 else 0.0,
                 "train/policy_version": float(self.policy_version),
             }
         )
-        if not sft:
+        if not sft and trajs:
             out["train/advantage_mean"] = sum(t.advantage for t in trajs) / len(trajs)
             out["train/token_lag_max"] = float(_max_token_lag(trajs, self.policy_version - 1))
         return out
