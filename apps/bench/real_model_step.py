@@ -11,12 +11,15 @@ noise hits them alike (the median step counts; the first step of each build is w
 - `bf16_autocast`: the same under `trainer.autocast=bfloat16` (fp32 weights and AdamW);
 - `lora16`: `trainer.lora.rank=16` adapters in float32;
 - `lora16_bf16`: both;
-- `fp32_ckpt`: float32 with activation checkpointing (`trainer.gradient_checkpointing`).
+- `fp32_ckpt`: float32 with activation checkpointing (`trainer.gradient_checkpointing`);
+- `fp32_noskip`: `fp32` with `trainer.skip_zero_advantage=false` (every episode forwarded;
+  differs from `fp32` only with `--zero-groups`, groups whose episodes all have advantage 0).
 
 Prints a table (seconds a step, ratio to `fp32`, peak RSS growth of the step) and writes
 bench_results/real_model_step.json.
 
     python -m apps.bench.real_model_step [--model smollm2-135m] [--groups 4] [--rounds 2]
+    python -m apps.bench.real_model_step --modes fp32_noskip,fp32 --zero-groups 2
 """
 
 from __future__ import annotations
@@ -43,11 +46,16 @@ MODES = {
     "lora16": {"lora": LoraConfig(rank=16)},
     "lora16_bf16": {"lora": LoraConfig(rank=16), "autocast": "bfloat16"},
     "fp32_ckpt": {"gradient_checkpointing": True},
+    # every episode forwarded, advantage 0 or not (`trainer.skip_zero_advantage`'s baseline)
+    "fp32_noskip": {"skip_zero_advantage": False},
 }
 
 
-def calculator_episodes(groups: int, vocab: int, seed: int = 0) -> list[Trajectory]:
-    """Groups of 8 episodes on one ~215-token prompt, then 45-70 tokens, ~40 of them sampled."""
+def calculator_episodes(
+    groups: int, vocab: int, seed: int = 0, zero_groups: int = 0
+) -> list[Trajectory]:
+    """Groups of 8 episodes on one ~215-token prompt, then 45-70 tokens, ~40 of them sampled;
+    the first `zero_groups` groups at advantage 0 (every episode earned the same reward)."""
     rng = random.Random(seed)
     out = []
     for g in range(groups):
@@ -63,7 +71,7 @@ def calculator_episodes(groups: int, vocab: int, seed: int = 0) -> list[Trajecto
                     token_ids=ids,
                     loss_mask=[0] * (len(ids) - sampled) + [1] * sampled,
                     logprobs=[0.0] * (len(ids) - sampled) + [-1.0] * sampled,
-                    advantage=rng.choice([-1.0, 1.0]),
+                    advantage=0.0 if g < zero_groups else rng.choice([-1.0, 1.0]),
                 )
             )
     return out
@@ -88,9 +96,12 @@ def time_mode(folder: Path, mode: str, trajs: list[Trajectory], steps: int) -> l
     return times[1:]
 
 
-def main(model: str, groups: int, rounds: int, steps: int, modes: list[str]) -> dict:
+def main(
+    model: str, groups: int, rounds: int, steps: int, modes: list[str], zero_groups: int = 0
+) -> dict:
     folder = resolve_model(model)
-    trajs = calculator_episodes(groups, vocab=49152 if "smollm2" in model else 32000)
+    vocab = 49152 if "smollm2" in model else 32000
+    trajs = calculator_episodes(groups, vocab, zero_groups=zero_groups)
     runs: dict[str, list[float]] = {m: [] for m in modes}
     for _ in range(rounds):
         for mode in modes:
@@ -109,6 +120,7 @@ def main(model: str, groups: int, rounds: int, steps: int, modes: list[str]) -> 
         "benchmark": "real_model_step",
         "model": model,
         "episodes": len(trajs),
+        "zero_advantage_groups": zero_groups,
         "tokens": sum(len(t.token_ids) for t in trajs),
         "loss_tokens": sum(t.num_sampled for t in trajs),
         "torch_threads": torch.get_num_threads(),
@@ -124,12 +136,18 @@ if __name__ == "__main__":
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--steps", type=int, default=2, help="timed steps per build")
     ap.add_argument("--modes", default=",".join(MODES))
+    ap.add_argument(
+        "--zero-groups", type=int, default=0, help="groups whose 8 episodes have advantage 0"
+    )
     ap.add_argument("--out", default="bench_results/real_model_step.json")
     args = ap.parse_args()
-    res = main(args.model, args.groups, args.rounds, args.steps, args.modes.split(","))
+    res = main(
+        args.model, args.groups, args.rounds, args.steps, args.modes.split(","), args.zero_groups
+    )
     print(
         f"{res['model']}: {res['episodes']} episodes, {res['tokens']} tokens "
-        f"({res['loss_tokens']} trained), {res['torch_threads']} threads"
+        f"({res['loss_tokens']} trained; {args.zero_groups} of {args.groups} groups at "
+        f"advantage 0), {res['torch_threads']} threads"
     )
     first = args.modes.split(",")[0]
     print(f"{'mode':>14} | {'step s':>7} | {'vs ' + first:>10}")

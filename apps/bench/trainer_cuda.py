@@ -47,7 +47,7 @@ from apps.bench.train_step import mixed_trajectories
 from apps.bench.util import write_json
 from forge_agent.models.config import TinyModelConfig
 from forge_agent.models.tiny import build_model
-from forge_agent.trainer.core import compile_decoder_layers
+from forge_agent.trainer.compile import compile_decoder_layers
 
 SHAPES = {
     # Qwen3-0.6B's config.json (hub id Qwen/Qwen3-0.6B): 28 layers, d 1024, 16/8 heads of 128

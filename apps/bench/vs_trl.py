@@ -184,9 +184,12 @@ def trl_run(
     """One TRL run in the venv, then forge-agent's evaluator on each checkpoint."""
     from apps.bench.default_run import TreeSampler
     from forge_agent.models.tiny import load_tokenizer  # noqa: F401  (the venv imports it too)
+    from forge_agent.trainer.precision import choose_autocast
 
     run_dir = out_dir / label
     run_dir.mkdir(parents=True, exist_ok=True)
+    # trainer.autocast=auto resolved on this machine (bf16 only where it is native)
+    autocast, _ = choose_autocast(cfg.trainer.autocast, cfg.device)
     spec = {
         "out": str(run_dir),
         "model": str(policy),
@@ -204,7 +207,7 @@ def trl_run(
         "max_total_tokens": cfg.rollout.max_total_tokens,
         "prompt_tokens": prompt_tokens(cfg, policy),
         "renderer": _renderer_kind(policy),
-        "bf16": cfg.trainer.autocast == "bfloat16",
+        "bf16": autocast == "bfloat16",
         "tool_output_tokens": cfg.rollout.tool_output_tokens,
         "eval_every": cfg.eval.every,
         "train_seed": cfg.env.train_seed,

@@ -47,6 +47,7 @@ from forge_agent.run.signals import cancel_on_signals, python_handlers, raise_if
 from forge_agent.run.state import RunState
 from forge_agent.run.stop_causes import check_start_signal, warm_start_kind
 from forge_agent.run.supervision import ServiceRestarted
+from forge_agent.trainer.precision import announce_autocast
 from forge_agent.types import Group, Trajectory
 from forge_agent.warm_start import policy_model
 
@@ -369,6 +370,8 @@ def start_policy(cfg: AgentConfig, env: ResolvedEnv) -> Path:
     """The driver's policy: the base model (`model.name`: the tiny model, built here once, or a
     folder or hub name in the local HF cache) warm-started on `env` (the run's env, resolved)
     when `warm_start.enabled` (cached; `warm_start.policy_model`)."""
+    # trainer.autocast=auto: the choice and its reason, once on the console
+    announce_autocast(cfg.trainer.autocast, cfg.device, "run")
     model = cfg.model
     if model.name == "tiny":
         base = ensure_tiny_model(model.tiny_config())

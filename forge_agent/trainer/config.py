@@ -117,11 +117,18 @@ class TrainerConfig:
     gradient_checkpointing: bool = False
     # "bfloat16": forward and backward under torch.autocast in bf16 (weights, gradients and
     # AdamW stay fp32); CPUs with AVX512-BF16/AMX and GPUs run its matmuls faster. null: the
-    # model's dtype throughout
-    autocast: Literal["bfloat16"] | None = None
+    # model's dtype throughout. "auto": bf16 where the device runs it natively (a CUDA device
+    # with bf16; a CPU with avx512_bf16 or amx_bf16), else null: a CPU without them emulates
+    # bf16, ~32x slower a matmul (trainer/precision.py)
+    autocast: Literal["auto", "bfloat16"] | None = None
     # a group's common prompt computed once per row (its episodes attend to that one copy);
     # same logprobs and gradients, fewer tokens (packing.py); hf backend, sdpa/eager attention
     share_prefix: bool = True
+    # episodes whose every loss token has advantage 0 add exactly 0 to the gradient when the
+    # loss has no KL and no entropy bonus: not forwarded (their tokens still count in the
+    # loss's normalisation, so the step is the same). Metrics are then over the trained ones.
+    # Single-process trainers only (a data-parallel rank must run every pass)
+    skip_zero_advantage: bool = True
     lora: LoraConfig | None = None  # null: full fine-tuning
     # torch.compile backend for every decoder layer ("inductor"; null: eager). hf backend.
     # GPU: 1.36x a step on Qwen3-0.6B (docs/gpu.md); CPU default: not measured, so off
@@ -154,6 +161,12 @@ class TrainerConfig:
             "compile",
             self.compile,
             'a torch.compile backend name (e.g. "inductor") or null',
+        )
+        check_field(
+            self.autocast in (None, "auto", "bfloat16"),
+            "autocast",
+            self.autocast,
+            "auto (bf16 where the device runs it natively), bfloat16 or null (no autocast)",
         )
         chunk = self.logits_chunk_mib
         check_field(chunk >= 0, "logits_chunk_mib", chunk, "an int >= 0 (0: no chunks)")

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import logging
 import math
 import time
 from collections import defaultdict
@@ -29,6 +30,7 @@ from torch import nn
 
 from forge_agent.algorithms.losses import policy_loss
 from forge_agent.trainer.checkpoint import load_checkpoint, save_checkpoint
+from forge_agent.trainer.compile import compile_decoder_layers
 from forge_agent.trainer.config import TrainerConfig
 from forge_agent.trainer.logprobs import hf_logits, hf_logprobs_at, logprobs_from_logits
 from forge_agent.trainer.lora import (
@@ -40,52 +42,14 @@ from forge_agent.trainer.lora import (
     reference_policy,
 )
 from forge_agent.trainer.packing import MicroBatch, pack_trajectories, pad_rows, unit_lengths
+from forge_agent.trainer.precision import choose_autocast, resolve_device, resolve_dtype
 from forge_agent.types import Trajectory
 from forge_agent.weights.layout import tied_names
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
-
-def _resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
-
-
-def _resolve_dtype(name: str, device: torch.device) -> torch.dtype:
-    if name == "auto":
-        return torch.bfloat16 if device.type == "cuda" else torch.float32
-    dtype = getattr(torch, name, None)
-    if not isinstance(dtype, torch.dtype):
-        raise ValueError(f"unknown dtype {name!r}; expected e.g. 'float32' or 'bfloat16'")
-    return dtype
-
-
-def compile_decoder_layers(model: nn.Module, backend: str) -> int:
-    """`torch.compile` every decoder layer of `model` (modules whose class name ends in
-    "DecoderLayer", e.g. transformers' `Qwen3DecoderLayer`; LoRA-wrapped or FSDP-sharded ones
-    too) with `backend`, `dynamic=True` (packed rows change length every micro-batch); the
-    LM head, loss and optimizer stay eager. Returns the number of layers compiled.
-
-    On an H200 with a Qwen3-0.6B shape it fused transformers' eager elementwise ops (RMSNorm,
-    rotary, SiLU, casts: most of the step's device time) and made the train step 1.36x faster
-    at 26% less peak memory, after a 28 s first step (docs/gpu.md)."""
-    import torch._dynamo
-
-    layers = [m for m in model.modules() if type(m).__name__.endswith("DecoderLayer")]
-    if not layers:
-        raise ValueError(
-            f"trainer.compile={backend!r}: {type(model).__name__} has no decoder layers "
-            "(modules named *DecoderLayer) to compile; use trainer.compile=null"
-        )
-    # one compiled graph per layer instance (dynamo guards on the module)
-    torch._dynamo.config.cache_size_limit = max(
-        torch._dynamo.config.cache_size_limit, 2 * len(layers)
-    )
-    for layer in layers:
-        layer.compile(backend=backend, dynamic=True)
-    return len(layers)
+logger = logging.getLogger(__name__)
 
 
 def _max_token_lag(trajs: Sequence[Trajectory], version: int) -> int:
@@ -98,6 +62,13 @@ def _max_token_lag(trajs: Sequence[Trajectory], version: int) -> int:
         if m and v >= 0
     ]
     return max(lags, default=0)
+
+
+def _has_advantage(t: Trajectory) -> bool:
+    """Whether some loss token of `t` has a nonzero advantage (turn-level or the episode's)."""
+    if t.turn_advantages:
+        return any(a != 0.0 for a, m in zip(t.token_advantages(), t.loss_mask, strict=False) if m)
+    return t.advantage != 0.0
 
 
 class Trainer:
@@ -119,8 +90,11 @@ class Trainer:
         float32 on cpu."""
         self.cfg = cfg
         torch.manual_seed(seed)
-        self.device = _resolve_device(device)
-        self.dtype = _resolve_dtype(dtype, self.device)
+        self.device = resolve_device(device)
+        self.dtype = resolve_dtype(dtype, self.device)
+        # "auto": bf16 where the device runs it natively (the driver prints the choice once)
+        self.autocast, why = choose_autocast(cfg.autocast, self.device)
+        logger.info("trainer autocast %s: %s", self.autocast, why)
         self.model_path = "" if isinstance(model, nn.Module) else str(model)
         if not isinstance(model, nn.Module):
             if not self.model_path:
@@ -196,6 +170,22 @@ class Trainer:
 
     def _reduce_metrics(self, sums: dict[str, float], weights: dict[str, float]) -> None:
         """Combine the per-rank metric sums and weights in place (one process: nothing)."""
+
+    # Data-parallel backends run every episode (a rank's passes pair with the others').
+    _can_skip_zero_advantage: bool = True
+
+    def _skips_zero_advantage(self) -> bool:
+        """Whether episodes of advantage 0 are left out of the step: their gradient is exactly
+        0 when the loss has no KL and no entropy term (every policy loss here is the advantage
+        times a finite factor; the loss's normalisation counts the whole batch's tokens)."""
+        loss = self.cfg.loss
+        entropy = self.cfg.compute_entropy and bool(loss.entropy_coef)
+        return (
+            self.cfg.skip_zero_advantage
+            and self._can_skip_zero_advantage
+            and not loss.kl_coef
+            and not entropy
+        )
 
     # -- forward helpers ----------------------------------------------------------------------
 
@@ -289,9 +279,9 @@ class Trainer:
 
     def _autocast(self) -> contextlib.AbstractContextManager[None]:
         """`trainer.autocast`'s mixed precision for a forward (and the backward it records)."""
-        if self.cfg.autocast is None:
+        if self.autocast is None:
             return contextlib.nullcontext()
-        return torch.autocast(self.device.type, dtype=getattr(torch, self.cfg.autocast))
+        return torch.autocast(self.device.type, dtype=getattr(torch, self.autocast))
 
     # -- steps ---------------------------------------------------------------------------------
 
@@ -318,6 +308,10 @@ class Trainer:
         t0 = time.perf_counter()
         num_tokens = float(sum(t.num_sampled for t in trajs))  # whole batch, every rank
         num_sequences = float(len(trajs))
+        skipped = 0
+        if not sft and self._skips_zero_advantage():
+            kept = [t for t in trajs if _has_advantage(t)]
+            skipped, trajs = len(trajs) - len(kept), kept
         trajs = self._shard(trajs)  # this rank's share (all of it in one process)
         sums: dict[str, float] = defaultdict(float)
         weights: dict[str, float] = defaultdict(float)
@@ -332,6 +326,10 @@ class Trainer:
             with self._adapter(adapter):
                 self._accumulate(part, part_mbs, sft, num_tokens, num_sequences, sums, weights)
         self._reduce_metrics(sums, weights)
+        if skipped:  # a zero gradient, not none: AdamW's moments still decay and move the weights
+            for p in self.model.parameters():
+                if p.requires_grad and p.grad is None:
+                    p.grad = torch.zeros_like(p)
         grad_norm = self._clip()
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
@@ -342,6 +340,8 @@ class Trainer:
         computed = sum(mb.computed_tokens for mb in mbs)
         padded = sum(mb.padded_tokens for mb in mbs)
         out = {k: sums[k] / weights[k] if weights[k] else 0.0 for k in sums}
+        if skipped and not mbs:  # every episode at advantage 0: the loss is exactly 0
+            out.update({"loss/total": 0.0, "loss/policy": 0.0})
         out.update(
             {
                 "train/grad_norm": grad_norm,
@@ -351,12 +351,13 @@ class Trainer:
                 "train/padding_frac": 1.0 - computed / padded if padded else 0.0,
                 "train/shared_prefix_frac": 1.0 - computed / real if real else 0.0,
                 "train/microbatches": float(len(mbs)),
+                "train/zero_advantage_skipped": float(skipped),
                 "train/step_s": elapsed,
                 "train/tokens_per_s": real / elapsed if elapsed > 0 else 0.0,
                 "train/policy_version": float(self.policy_version),
             }
         )
-        if not sft:
+        if not sft and trajs:
             out["train/advantage_mean"] = sum(t.advantage for t in trajs) / len(trajs)
             out["train/token_lag_max"] = float(_max_token_lag(trajs, self.policy_version - 1))
         return out

@@ -53,6 +53,8 @@ class FSDPTrainer(Trainer):
     set) before construction.
     """
 
+    _can_skip_zero_advantage = False  # every rank runs every pass
+
     _head_at_targets = False  # the sharded model runs as one module
     _can_share_prefix = False  # not measured with sharded models
 

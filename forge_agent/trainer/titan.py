@@ -135,6 +135,8 @@ class TitanTrainer(Trainer):
     `tensor_parallel_degree` splits each rank group for TP; the rest is FSDP.
     """
 
+    _can_skip_zero_advantage = False  # every rank runs every pass
+
     _head_at_targets = False  # the sharded model runs as one module
     _can_share_prefix = False  # torchtitan builds its own attention masks
 

@@ -25,6 +25,7 @@ from forge_agent.env.resolved import ResolvedEnv
 from forge_agent.models.tiny import default_cache_dir, load_tokenizer, refresh_chat_template
 from forge_agent.rollout.config import RolloutConfig
 from forge_agent.rollout.renderer import ChatRenderer
+from forge_agent.trainer.precision import announce_autocast
 from forge_agent.types import Trajectory
 from forge_agent.warm_start.cache_key import (
     KEY_FILE,
@@ -74,6 +75,8 @@ def warm_start(
 
     model_path = Path(model_path)
     key = warm_start_key(model_path, envs, cfg)
+    if autocast == "auto":  # keyed on what it runs as: bf16 or fp32 on this device
+        autocast = announce_autocast(autocast, device, "warm start")
     if autocast is not None:
         key["autocast"] = autocast
     cache = Path(cache_dir or default_cache_dir())
