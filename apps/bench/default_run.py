@@ -94,6 +94,21 @@ class TreeSampler(threading.Thread):
             self._halt.wait(self.interval)
 
 
+def roles_at_peak(
+    at_peak: list[dict[str, Any]], cpu_s: dict[int, tuple[float, str]]
+) -> dict[str, dict[str, float]]:
+    """Per role: processes and summed PSS (GB) at the peak (`TreeSampler.at_peak`), and CPU
+    seconds over the run (`TreeSampler.cpu_s`)."""
+    by_role: dict[str, dict[str, float]] = {}
+    for row in at_peak:
+        entry = by_role.setdefault(row["role"], {"procs": 0, "pss_gb": 0.0, "cpu_s": 0.0})
+        entry["procs"] += 1
+        entry["pss_gb"] += row["pss"] / 1e9
+    for cpu, role in cpu_s.values():
+        by_role.setdefault(role, {"procs": 0, "pss_gb": 0.0, "cpu_s": 0.0})["cpu_s"] += cpu
+    return by_role
+
+
 def run_once(tree: Path, label: str, out_dir: Path, overrides: list[str], interval: float) -> dict:
     """One default run in `tree`; its time, reward, memory and CPU by role."""
     run_dir = out_dir / label
@@ -115,13 +130,7 @@ def run_once(tree: Path, label: str, out_dir: Path, overrides: list[str], interv
     lines = (run_dir / "metrics.jsonl").read_text().splitlines()
     metrics = [json.loads(line)["metrics"] for line in lines if line.strip()]
     evals = summary["evals"]
-    by_role: dict[str, dict[str, float]] = {}
-    for row in sampler.at_peak:
-        entry = by_role.setdefault(row["role"], {"procs": 0, "pss_gb": 0.0, "cpu_s": 0.0})
-        entry["procs"] += 1
-        entry["pss_gb"] += row["pss"] / 1e9
-    for cpu, role in sampler.cpu_s.values():
-        by_role.setdefault(role, {"procs": 0, "pss_gb": 0.0, "cpu_s": 0.0})["cpu_s"] += cpu
+    by_role = roles_at_peak(sampler.at_peak, sampler.cpu_s)
     result = {
         "label": label,
         "tree": str(tree),
