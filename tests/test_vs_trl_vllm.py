@@ -123,3 +123,23 @@ def test_the_vllm_arm_environment_is_forges_generator_one():
 
     env = trl_grpo.vllm_environ()
     assert env["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] == str(ONEDNN_CACHE_CAPACITY)
+
+
+def test_memory_is_labelled_by_the_mesh_a_proc_serves():
+    from apps.bench.default_run import role_of, roles_at_peak
+    from forge_agent.hosts.placement import PROC_TITLE_TAG
+
+    monarch = "python -m monarch._src.actor.bootstrap"
+    assert role_of(f"{monarch} {PROC_TITLE_TAG.format('generator0')}") == "generator"
+    assert role_of(f"{monarch} {PROC_TITLE_TAG.format('store')}") == "store"
+    assert role_of(f"{monarch} {PROC_TITLE_TAG.format('trainer')}") == "trainer"
+    assert role_of(monarch) == "monarch procs"  # untagged (setproctitle missing)
+    assert role_of("VLLM::EngineCore [forge-agent:generator0]") == "vllm"
+    assert role_of("python -m apps.agent.main output_dir=x") == "controller"
+    assert role_of("python -m apps.bench.vs_trl --trl-run {}") == "trl"
+    rows = [{"role": "trainer", "pss": 2e9}, {"role": "trainer", "pss": 1e9}]
+    got = roles_at_peak(rows, {1: (3.0, "trainer"), 2: (1.0, "store")})
+    assert got == {
+        "trainer": {"procs": 2, "pss_gb": 3.0, "cpu_s": 3.0},
+        "store": {"procs": 0, "pss_gb": 0.0, "cpu_s": 1.0},
+    }

@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -41,11 +42,21 @@ ROLES = (  # (role, substring of the command line), first match wins
     ("env workers", "forge_agent.env.worker_process"),
     ("monarch procs", "monarch._src.actor.bootstrap"),
     ("controller", "apps.agent.main"),
+    ("trl", "apps.bench.vs_trl --trl-run"),  # vs_trl's TRL arms: one process (and vLLM's)
 )
 
 
+MESH_TAG = re.compile(r"\[forge-agent:([a-z_]+?)\d*\]")
+"""The mesh a Monarch proc serves, from its command line (`hosts.placement.PROC_TITLE_TAG`):
+generator0 -> generator, store1 -> store."""
+
+
 def role_of(cmdline: str) -> str:
-    """The role of a process of the run, from its command line (vLLM renames its processes)."""
+    """The role of a process of the run, from its command line (vLLM renames its processes):
+    a Monarch proc by the mesh it serves (trainer, generator, store, reward, env), else by
+    `ROLES`."""
+    if (tag := MESH_TAG.search(cmdline)) and "VLLM::" not in cmdline:
+        return tag.group(1)
     for role, needle in ROLES:
         if needle in cmdline:
             return role

