@@ -397,12 +397,13 @@ def main(argv: list[str] | None = None) -> None:
             runs = results.setdefault(name, [])
             if "forge" in args.sides:
                 runs.append(forge_run(f"{name}-forge-{i}", out_dir, overrides, args.interval))
+                write_json(args.out, {"benchmark": "vs_trl", "results": results})  # each arm's
             for side in trl_sides:
                 label = f"{name}-{side}-{i}"
                 how = {"side": side, "unpatched": args.trl_vllm_unpatched}
                 args_ = (python, label, out_dir, cfg, overrides, args.interval, policy)
                 runs.append(trl_run(*args_, **how))
-            write_json(args.out, {"benchmark": "vs_trl", "results": results})
+                write_json(args.out, {"benchmark": "vs_trl", "results": results})
     rows = summary_rows(results, args.sides, args.target)
     print_table(
         rows,
