@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -41,11 +42,21 @@ ROLES = (  # (role, substring of the command line), first match wins
     ("env workers", "forge_agent.env.worker_process"),
     ("monarch procs", "monarch._src.actor.bootstrap"),
     ("controller", "apps.agent.main"),
+    ("trl", "apps.bench.vs_trl --trl-run"),  # vs_trl's TRL arms: one process (and vLLM's)
 )
 
 
+MESH_TAG = re.compile(r"\[forge-agent:([a-z_]+?)\d*\]")
+"""The mesh a Monarch proc serves, from its command line (`hosts.placement.PROC_TITLE_TAG`):
+generator0 -> generator, store1 -> store."""
+
+
 def role_of(cmdline: str) -> str:
-    """The role of a process of the run, from its command line (vLLM renames its processes)."""
+    """The role of a process of the run, from its command line (vLLM renames its processes):
+    a Monarch proc by the mesh it serves (trainer, generator, store, reward, env), else by
+    `ROLES`."""
+    if (tag := MESH_TAG.search(cmdline)) and "VLLM::" not in cmdline:
+        return tag.group(1)
     for role, needle in ROLES:
         if needle in cmdline:
             return role
@@ -94,6 +105,21 @@ class TreeSampler(threading.Thread):
             self._halt.wait(self.interval)
 
 
+def roles_at_peak(
+    at_peak: list[dict[str, Any]], cpu_s: dict[int, tuple[float, str]]
+) -> dict[str, dict[str, float]]:
+    """Per role: processes and summed PSS (GB) at the peak (`TreeSampler.at_peak`), and CPU
+    seconds over the run (`TreeSampler.cpu_s`)."""
+    by_role: dict[str, dict[str, float]] = {}
+    for row in at_peak:
+        entry = by_role.setdefault(row["role"], {"procs": 0, "pss_gb": 0.0, "cpu_s": 0.0})
+        entry["procs"] += 1
+        entry["pss_gb"] += row["pss"] / 1e9
+    for cpu, role in cpu_s.values():
+        by_role.setdefault(role, {"procs": 0, "pss_gb": 0.0, "cpu_s": 0.0})["cpu_s"] += cpu
+    return by_role
+
+
 def run_once(tree: Path, label: str, out_dir: Path, overrides: list[str], interval: float) -> dict:
     """One default run in `tree`; its time, reward, memory and CPU by role."""
     run_dir = out_dir / label
@@ -115,13 +141,7 @@ def run_once(tree: Path, label: str, out_dir: Path, overrides: list[str], interv
     lines = (run_dir / "metrics.jsonl").read_text().splitlines()
     metrics = [json.loads(line)["metrics"] for line in lines if line.strip()]
     evals = summary["evals"]
-    by_role: dict[str, dict[str, float]] = {}
-    for row in sampler.at_peak:
-        entry = by_role.setdefault(row["role"], {"procs": 0, "pss_gb": 0.0, "cpu_s": 0.0})
-        entry["procs"] += 1
-        entry["pss_gb"] += row["pss"] / 1e9
-    for cpu, role in sampler.cpu_s.values():
-        by_role.setdefault(role, {"procs": 0, "pss_gb": 0.0, "cpu_s": 0.0})["cpu_s"] += cpu
+    by_role = roles_at_peak(sampler.at_peak, sampler.cpu_s)
     result = {
         "label": label,
         "tree": str(tree),

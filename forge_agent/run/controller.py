@@ -89,7 +89,7 @@ class Controller:
         self.tasks = Curriculum(env)  # so do a bad env, dataset or task
         self.eval_tasks = eval_tasks(env, cfg.eval.num_tasks) if cfg.eval.every else []
         with python_handlers():  # the warm start blocks this thread for minutes
-            self.policy_path = start_policy(cfg, env)
+            self.policy_path = start_policy_in_child(cfg, env)
         print(f"[setup] policy: {self.policy_path}", flush=True)
         self.services = Services(
             cfg.service_specs(), self.policy_path, self._trainer_restarted,
@@ -383,6 +383,74 @@ def start_policy(cfg: AgentConfig, env: ResolvedEnv) -> Path:
     )  # fmt: skip
 
 
+def start_policy_in_child(cfg: AgentConfig, env: ResolvedEnv) -> Path:
+    """`start_policy` in a child process of its own (multiprocessing's spawn), the driver's
+    way: the base model, the demonstrations and the supervised pass (a trainer with its
+    optimizer: 6.6 GB in a SmolLM2-135M run's controller, which kept them) live and die in the
+    child; this process only reads back the policy folder's path. The child's output is this
+    process's (it inherits stdout); an error it raises is raised here, its type kept where it
+    pickles (a `SetupError` stays one), its traceback added as a note. A `cfg` or `env` that
+    does not pickle (an env class defined where a child cannot import it) resolves here, as
+    before, with a warning; so does a run without a warm start (`warm_start.enabled: false` or
+    no steps), which has nothing to train."""
+    import multiprocessing
+    import pickle
+
+    if not cfg.warm_start.enabled or cfg.warm_start.steps <= 0:
+        return start_policy(cfg, env)  # nothing trains: a child would only add its start-up
+    try:
+        pickle.dumps((cfg, env))
+    except Exception as exc:  # any pickling failure: resolve here instead
+        logger.warning("the warm start runs in this process: its inputs do not pickle (%s)", exc)
+        return start_policy(cfg, env)
+    ctx = multiprocessing.get_context("spawn")
+    receive, send = ctx.Pipe(duplex=False)
+    child = ctx.Process(
+        target=_start_policy_child, args=(cfg, env, send), name="forge-agent-warm-start"
+    )
+    child.start()
+    send.close()  # the child holds the only write end: its exit ends recv() with EOFError
+    try:
+        ok, value, trace = receive.recv()
+    except EOFError:
+        child.join()
+        raise SetupError(
+            f"the warm start's process (pid {child.pid}) exited {child.exitcode} before "
+            "returning a policy (killed? out of memory?); its output is above"
+        ) from None
+    finally:
+        if child.is_alive():
+            child.join(timeout=60)
+        if child.is_alive():  # Ctrl-C here, or a child that hangs after answering
+            child.terminate()
+            child.join()
+    if ok:
+        return Path(value)
+    if isinstance(value, BaseException):
+        value.add_note(f"raised in the warm start's process:\n{trace}")
+        raise value
+    raise SetupError(f"the warm start failed in its process: {value}\n{trace}")
+
+
+def _start_policy_child(cfg: AgentConfig, env: ResolvedEnv, send: Any) -> None:
+    """`start_policy_in_child`'s child: (True, path, "") or (False, the error, its traceback)
+    sent back."""
+    import pickle
+    import traceback
+
+    try:
+        result: tuple[bool, Any, str] = (True, str(start_policy(cfg, env)), "")
+    except BaseException as exc:  # everything goes back to the parent
+        error: Any = exc
+        try:
+            pickle.loads(pickle.dumps(exc))
+        except Exception:  # an error that does not pickle: its text
+            error = f"{type(exc).__name__}: {exc}"
+        result = (False, error, traceback.format_exc())
+    send.send(result)
+    send.close()
+
+
 async def train(cfg: AgentConfig, generate_wrapper: GenerateWrapper | None = None) -> dict:
     """Build, run and always shut down a controller for `cfg`; Ctrl-C (SIGINT) and SIGTERM
     stop it at any point, every actor, env worker and sandbox shut down (`run.signals`).
@@ -402,4 +470,4 @@ async def train(cfg: AgentConfig, generate_wrapper: GenerateWrapper | None = Non
         await controller.shutdown()
 
 
-__all__ = ["Controller", "start_policy", "train"]
+__all__ = ["Controller", "start_policy", "start_policy_in_child", "train"]
