@@ -34,6 +34,8 @@ def async_run(request, policy_model_path, tmp_path_factory):
             # every group trains: with the warm-started test policy most groups have equal
             # rewards, and a run that drops them barely runs ahead of the trainer (flaky lag)
             "advantages.drop_zero_variance=false",
+            # ... and the trainer forwards them: the lag is read off the tokens it trains on
+            "trainer.skip_zero_advantage=false",
             f"training.steps={STEPS}",
             "eval.every=0",
             "checkpoint.every=0",

@@ -35,6 +35,7 @@ def test_plumbing_smollm2_calculator_trains_a_step_with_sampler_and_trainer_in_a
             "training.groups_per_step=1",
             "training.group_size=4",
             "advantages.drop_zero_variance=false",
+            "trainer.skip_zero_advantage=false",  # every episode forwarded: agreement is read on it
             "eval.every=0",
             "checkpoint.every=0",
             "services.env.num_replicas=1",
