@@ -241,7 +241,6 @@ def test_the_warm_start_of_a_ladder_demonstrates_every_level(
 ):
     """The policy is warm-started on demonstrations of each level, split evenly: on the first
     level only, the calculator earned nothing at difficulty 2 and its ladder stalled there."""
-    import forge_agent.models.tiny
     import forge_agent.warm_start.sft as ws
 
     asked = []
@@ -252,12 +251,12 @@ def test_the_warm_start_of_a_ladder_demonstrates_every_level(
         return real(env, n, demo_fraction, seed, *limits)
 
     monkeypatch.setattr(ws, "demonstrations", recording)
-    monkeypatch.setattr(forge_agent.models.tiny, "default_cache_dir", lambda: tmp_path)
+    monkeypatch.setenv("FORGE_AGENT_CACHE", str(tmp_path))  # the warm start's cache: here
     config = str(Path(__file__).resolve().parents[1] / "apps/agent/calculator_curriculum.yaml")
     cfg = load_config(
         config,
         [f"model.name={tiny_model_path}", "warm_start.steps=1", "warm_start.num_demos=6"],
     )
     policy = ws.policy_model(tiny_model_path, ResolvedEnv.of(cfg.env), cfg.warm_start, cfg.rollout)
-    assert policy.parent == tmp_path and (policy / "config.json").exists()
+    assert policy.parent == tmp_path / "models" and (policy / "config.json").exists()
     assert asked == [("calculator", {"difficulty": d}, 2) for d in (1, 2, 3)]

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import pickle
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -35,6 +36,7 @@ from forge_agent.observability.metrics import MetricLogger, record
 from forge_agent.observability.step_profile import PhaseClock
 from forge_agent.observability.traces import TraceWriter
 from forge_agent.run import outputs
+from forge_agent.run.child import run_in_child
 from forge_agent.run.config import AgentConfig
 from forge_agent.run.failures import FailureContext, run_failed, write_stop_summary
 from forge_agent.run.loop_result import LoopClock, LoopResult
@@ -384,18 +386,13 @@ def start_policy(cfg: AgentConfig, env: ResolvedEnv) -> Path:
 
 
 def start_policy_in_child(cfg: AgentConfig, env: ResolvedEnv) -> Path:
-    """`start_policy` in a child process of its own (multiprocessing's spawn), the driver's
-    way: the base model, the demonstrations and the supervised pass (a trainer with its
-    optimizer: 6.6 GB in a SmolLM2-135M run's controller, which kept them) live and die in the
-    child; this process only reads back the policy folder's path. The child's output is this
-    process's (it inherits stdout); an error it raises is raised here, its type kept where it
-    pickles (a `SetupError` stays one), its traceback added as a note. A `cfg` or `env` that
-    does not pickle (an env class defined where a child cannot import it) resolves here, as
-    before, with a warning; so does a run without a warm start (`warm_start.enabled: false` or
-    no steps), which has nothing to train."""
-    import multiprocessing
-    import pickle
-
+    """`start_policy` in a child process of its own (`run.child.run_in_child`): the base model,
+    the demonstrations and the supervised pass (a trainer with its optimizer: 6.6 GB in a
+    SmolLM2-135M run's controller, which kept them) live and die in the child; the driver reads
+    back the policy folder's path. Its lines reach the console as the driver's own; its error is
+    raised here as itself. A `cfg` or `env` that does not pickle (an env class defined where a
+    child cannot import it) resolves here, as before, with a warning; so does a run without a
+    warm start (`warm_start.enabled: false` or no steps), which has nothing to train."""
     if not cfg.warm_start.enabled or cfg.warm_start.steps <= 0:
         return start_policy(cfg, env)  # nothing trains: a child would only add its start-up
     try:
@@ -403,52 +400,7 @@ def start_policy_in_child(cfg: AgentConfig, env: ResolvedEnv) -> Path:
     except Exception as exc:  # any pickling failure: resolve here instead
         logger.warning("the warm start runs in this process: its inputs do not pickle (%s)", exc)
         return start_policy(cfg, env)
-    ctx = multiprocessing.get_context("spawn")
-    receive, send = ctx.Pipe(duplex=False)
-    child = ctx.Process(
-        target=_start_policy_child, args=(cfg, env, send), name="forge-agent-warm-start"
-    )
-    child.start()
-    send.close()  # the child holds the only write end: its exit ends recv() with EOFError
-    try:
-        ok, value, trace = receive.recv()
-    except EOFError:
-        child.join()
-        raise SetupError(
-            f"the warm start's process (pid {child.pid}) exited {child.exitcode} before "
-            "returning a policy (killed? out of memory?); its output is above"
-        ) from None
-    finally:
-        if child.is_alive():
-            child.join(timeout=60)
-        if child.is_alive():  # Ctrl-C here, or a child that hangs after answering
-            child.terminate()
-            child.join()
-    if ok:
-        return Path(value)
-    if isinstance(value, BaseException):
-        value.add_note(f"raised in the warm start's process:\n{trace}")
-        raise value
-    raise SetupError(f"the warm start failed in its process: {value}\n{trace}")
-
-
-def _start_policy_child(cfg: AgentConfig, env: ResolvedEnv, send: Any) -> None:
-    """`start_policy_in_child`'s child: (True, path, "") or (False, the error, its traceback)
-    sent back."""
-    import pickle
-    import traceback
-
-    try:
-        result: tuple[bool, Any, str] = (True, str(start_policy(cfg, env)), "")
-    except BaseException as exc:  # everything goes back to the parent
-        error: Any = exc
-        try:
-            pickle.loads(pickle.dumps(exc))
-        except Exception:  # an error that does not pickle: its text
-            error = f"{type(exc).__name__}: {exc}"
-        result = (False, error, traceback.format_exc())
-    send.send(result)
-    send.close()
+    return run_in_child(start_policy, cfg, env, what="warm start")
 
 
 async def train(cfg: AgentConfig, generate_wrapper: GenerateWrapper | None = None) -> dict:
