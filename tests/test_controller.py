@@ -299,6 +299,8 @@ def test_ctrl_c_during_the_warm_start_stops_within_seconds(tiny_model_path, tmp_
     out = tmp_path / "run"
     args = [f"output_dir={out}", "metrics.console=false", "warm_start.steps=100000"]
     args.append(f"warm_start.seed={time.time_ns() % 1_000_000}")
+    # a few demonstrations: preparing the default 2000 took 12-14 s before the steps start
+    args.append("warm_start.num_demos=64")
     log = tmp_path / "run.log"
     run = _run_main(args, log)
     deadline = time.monotonic() + 300

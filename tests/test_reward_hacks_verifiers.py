@@ -50,18 +50,25 @@ def _vf_episode(env_id: str, calls: list[dict], answer: str, contains: str = "")
             env.tools.close()
 
 
+@pytest.fixture(scope="module")
+def paid_lookup():
+    """The last step of an episode whose one lookup call succeeds. Played once for the module:
+    a call that runs starts the env's tool process (verifiers' import: ~9 s a time)."""
+    return _vf_episode(VF_TOOLS, [_vf_call("lookup", '{"word": "stone"}')], "no", "stone")[1]
+
+
 @pytest.mark.parametrize(
     "arguments",
     ['{"word": 5}', '{"words": "stone"}', "{}", '{"word": "stone"', "not json"],
     ids=["mistyped", "unknown-argument", "missing-argument", "broken-json", "not-json"],
 )
-def test_a_failed_verifiers_tool_call_never_raises_the_reward(arguments):
+def test_a_failed_verifiers_tool_call_never_raises_the_reward(arguments, paid_lookup):
     # The env's rubric pays `called_lookup` 0.2 for any lookup call; a call that failed (off
     # the schema, unparseable) used to earn it (old main: {correct 1.0, called_lookup 0.2}).
     _, end = _vf_episode(VF_TOOLS, [_vf_call("lookup", arguments)], "<answer>S08</answer>", "stone")
     assert end.rewards == {"correct_answer": 1.0, "called_lookup": 0.0}, end.rewards
     assert end.info["failed_tool_calls"] == 1
-    _, paid = _vf_episode(VF_TOOLS, [_vf_call("lookup", '{"word": "stone"}')], "no", "stone")
+    paid = paid_lookup
     assert paid.rewards == {"correct_answer": 0.0, "called_lookup": 0.2}  # a real call still pays
 
 

@@ -24,6 +24,7 @@ verifiers runs a tool call as ``tool_map[name](**arguments)`` in its own process
 from __future__ import annotations
 
 import asyncio
+import atexit
 import functools
 import inspect
 import json
@@ -81,6 +82,7 @@ class ToolGuard:
         self.infra: ToolServerError | None = None  # raised by `VerifiersEnv.step`, not shown
         self._original = vf_env.call_tool
         self._server: subprocess.Popen[bytes] | None = None
+        self._key = ""
         self._lock = threading.Lock()
 
     # ------------------------------------------------------------------ the verifiers hook
@@ -174,8 +176,13 @@ class ToolGuard:
         env = {k: v for k, v in os.environ.items() if not any(m in k for m in _SECRET_MARKERS)}
         env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
         argv = [sys.executable, "-m", "forge_agent.env.adapters.verifiers_tools", self.module]
+        argv.append(json.dumps(self.env_args))
+        self._key = _server_key(argv, env)
+        self._server = _IDLE.take(self._key)  # a closed env's server: loaded, no call running
+        if self._server is not None:
+            return self._server
         self._server = subprocess.Popen(
-            [*argv, json.dumps(self.env_args)],
+            argv,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
@@ -197,9 +204,70 @@ class ToolGuard:
             server.wait()
 
     def close(self) -> None:
-        """Stop the tool server (idempotent)."""
+        """Give the tool server to the next env of this process that loads the same
+        environment (`_IdleServers`), or stop it (idempotent)."""
         with self._lock:
-            self._stop()
+            server, self._server = self._server, None
+            if server is not None and not _IDLE.give(self._key, server):
+                server.kill()
+                server.wait()
+
+
+_VOLATILE_ENV = ("PYTEST_CURRENT_TEST",)
+"""Variables that change while a process runs and that no tool reads (pytest's per-test
+marker): left out of `_server_key`."""
+
+
+def _server_key(argv: list[str], env: dict[str, str]) -> str:
+    """What makes two tool servers interchangeable: the command and its environment."""
+    return json.dumps([argv, sorted((k, v) for k, v in env.items() if k not in _VOLATILE_ENV)])
+
+
+class _IdleServers:
+    """Tool servers of closed envs, kept for the next env of this process that loads the same
+    environment: a server starts by importing verifiers and loading the environment (~9 s on
+    a loaded 2-core machine), and each episode makes a new env. A server holds nothing of a
+    call (each runs in its own forked sandbox), so a reused one is as fresh as a new one.
+    Idle servers exit with this process (stdin's EOF ends `serve`; killed at exit here)."""
+
+    MAX_PER_KEY = 8
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._idle: dict[str, list[subprocess.Popen[bytes]]] = {}
+        atexit.register(self.stop_all)
+
+    def take(self, key: str) -> subprocess.Popen[bytes] | None:
+        with self._lock:
+            servers = self._idle.get(key, [])
+            while servers:
+                server = servers.pop()
+                if server.poll() is None:
+                    return server
+                server.wait()
+        return None
+
+    def give(self, key: str, server: subprocess.Popen[bytes]) -> bool:
+        """Keep `server` (alive, no call running) for `take`; False when not kept."""
+        if not key or server.poll() is not None:
+            return False
+        with self._lock:
+            servers = self._idle.setdefault(key, [])
+            if len(servers) >= self.MAX_PER_KEY:
+                return False
+            servers.append(server)
+        return True
+
+    def stop_all(self) -> None:
+        with self._lock:
+            servers = [s for kept in self._idle.values() for s in kept]
+            self._idle.clear()
+        for server in servers:
+            server.kill()
+            server.wait()
+
+
+_IDLE = _IdleServers()
 
 
 def _readline(proc: subprocess.Popen[bytes], timeout_s: float) -> bytes:
