@@ -17,6 +17,7 @@ import tempfile
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 from forge_agent.models.config import DEFAULT_CORPUS_ENVS, TinyModelConfig
 
@@ -276,8 +277,8 @@ def refresh_chat_template(folder: str | Path) -> bool:
     return True
 
 
-def load_tokenizer(path: str | Path):
-    """Load the tokenizer of a model folder (tiny or hub).
+def load_tokenizer(path: str | Path, **kwargs: Any):
+    """Load the tokenizer of a model folder (tiny or hub); `kwargs` go to `from_pretrained`.
 
     The tiny model's folder (and a warm start saved from it) loads through transformers'
     `TokenizersBackend` itself, the class `AutoTokenizer` picks for it: importing
@@ -286,10 +287,10 @@ def load_tokenizer(path: str | Path):
     if _tiny_tokenizer(Path(path)):
         from transformers.tokenization_utils_tokenizers import TokenizersBackend
 
-        return TokenizersBackend.from_pretrained(str(path))
+        return TokenizersBackend.from_pretrained(str(path), **kwargs)
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(str(path))
+    return AutoTokenizer.from_pretrained(str(path), **kwargs)
 
 
 def _tiny_tokenizer(folder: Path) -> bool:
