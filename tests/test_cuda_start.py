@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 from forge_agent.generator import GeneratorConfig
 from forge_agent.generator.config import on_cpu
@@ -36,3 +37,23 @@ def test_a_generator_starts_and_serves_without_the_project_calling_cuda(tiny_mod
     assert done.returncode == 0, done.stderr[-3000:]
     line = next(x for x in done.stdout.splitlines() if x.startswith("CUDA_CALLS "))
     assert json.loads(line.removeprefix("CUDA_CALLS ")) == []
+
+
+def test_on_cpu_is_decided_without_torch_on_a_torch_built_without_a_gpu_backend():
+    """The driver asks `on_cpu` (the generator's executor) and imports no torch for it where
+    torch has no CUDA or ROCm libraries; where it has, torch is asked, as before."""
+    probe = (
+        "import sys\n"
+        "from forge_agent.generator.config import _torch_gpu_build, on_cpu\n"
+        "print(on_cpu(), _torch_gpu_build(), 'torch' in sys.modules)\n"
+        "import torch\n"
+        "print(torch.cuda.device_count() == 0)\n"
+    )
+    repo = Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, "-c", probe], cwd=repo, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    (cpu, gpu_build, imported), (counted_none,) = (
+        line.split() for line in done.stdout.strip().splitlines()
+    )
+    assert cpu == counted_none  # the same answer as torch's
+    assert imported == str(gpu_build)  # torch imported only where it has a GPU backend

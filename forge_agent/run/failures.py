@@ -29,6 +29,7 @@ from forge_agent.run import outputs
 from forge_agent.run.state import RunState
 from forge_agent.run.stop_causes import StopFacts, stop_cause, teaching_help, warm_start_kind
 from forge_agent.run.supervision import ServiceFailed, ServiceRestarted
+from forge_agent.trainer.checkpoint_dirs import complete_checkpoints
 from forge_agent.types import INFRA_STATUSES, Status
 
 if TYPE_CHECKING:
@@ -130,9 +131,6 @@ class FailureContext:
 async def last_checkpoint(run: FailureContext, exc: BaseException) -> str:
     """Save the run's current step when its trainer is alive and that step has no complete
     checkpoint yet; returns the newest checkpoint's folder, or why there is none."""
-    # imported here: torch: +2.1 s at import, measured; only once a run failed
-    from forge_agent.trainer.checkpoint import complete_checkpoints
-
     recovery, step = run.recovery, run.state.step
     if recovery is None:
         return "none (the run failed while starting)"

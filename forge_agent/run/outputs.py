@@ -17,6 +17,7 @@ import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from forge_agent.models.tiny import load_tokenizer
 from forge_agent.observability.metrics import record
 from forge_agent.observability.plots import plot_curves
 from forge_agent.observability.trace_html import load_token_decoder, write_html
@@ -73,6 +74,17 @@ def write_trace_page(out: Path, last: int, decode: Decode) -> None:
         logger.warning("writing the trace page failed: %s", exc)
 
 
+def policy_decoder(policy: str | Path) -> Decode:
+    """`load_token_decoder(policy)`, a policy folder's tokenizer loaded by `load_tokenizer`
+    (local files only, as there): the tiny model's without torch, which the driver does not
+    import otherwise (0.26 GB of PSS with transformers' `AutoTokenizer`, measured, while the
+    actors still run)."""
+    if not Path(policy).is_dir():
+        return load_token_decoder(policy)
+    tokenizer = load_tokenizer(policy, local_files_only=True)
+    return lambda ids: tokenizer.decode(ids, skip_special_tokens=False)
+
+
 def write_summary(out: Path, summary: dict[str, Any]) -> None:
     """summary.json: steps, wall time, where the time went, evals, counts, restarts."""
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
@@ -113,7 +125,7 @@ def finish(
     with contextlib.suppress(Exception):
         traces.close()
     with contextlib.suppress(Exception):
-        write_trace_page(out, metrics_cfg.traces_last, load_token_decoder(policy))
+        write_trace_page(out, metrics_cfg.traces_last, policy_decoder(policy))
     with contextlib.suppress(Exception):
         metrics.close()
     plot_curves_safely(out)

@@ -19,7 +19,7 @@ from typing import Any
 from forge_agent.algorithms.replay import ReplayBuffer
 from forge_agent.env.curriculum import Curriculum
 from forge_agent.run.services import Services
-from forge_agent.trainer.checkpoint import complete_checkpoints, prune_checkpoints
+from forge_agent.trainer.checkpoint_dirs import complete_checkpoints, prune_checkpoints
 from forge_agent.types import ActorMesh
 
 

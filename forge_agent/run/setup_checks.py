@@ -33,6 +33,7 @@ from forge_agent.models.hub import resolve_model
 from forge_agent.models.tiny import build_model
 from forge_agent.rollout.players import check_seats
 from forge_agent.toolkit.toolset import ToolSet
+from forge_agent.trainer.checkpoint_dirs import complete_checkpoints
 from forge_agent.typed_config import ConfigError
 
 if TYPE_CHECKING:
@@ -154,9 +155,6 @@ def check_lora(cfg: AgentConfig, model: Path | None) -> None:
     proc or one endpoint cannot route them, and a LoRA checkpoint resumed as full
     weights or the reverse (or with another rank). The model is built on torch's meta device
     (no weights read). `model` None: the tiny model."""
-    # imported here: torch and peft: +1.5 s at import, measured; only for LoRA or a resumed run
-    from forge_agent.trainer.checkpoint import complete_checkpoints
-
     lora = cfg.trainer.lora
     if lora is not None:
         # imported here: torch and peft: +1.5 s at import, measured; only for LoRA or a resumed run

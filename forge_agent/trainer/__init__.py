@@ -28,9 +28,9 @@ __getattr__ = lazy_exports(
     __name__,
     {
         "TrainerState": _CHECKPOINT,
-        "complete_checkpoints": _CHECKPOINT,
+        "complete_checkpoints": "forge_agent.trainer.checkpoint_dirs",
         "load_checkpoint": _CHECKPOINT,
-        "prune_checkpoints": _CHECKPOINT,
+        "prune_checkpoints": "forge_agent.trainer.checkpoint_dirs",
         "save_checkpoint": _CHECKPOINT,
         "Trainer": _CORE,
         "hf_logits": "forge_agent.trainer.logprobs",

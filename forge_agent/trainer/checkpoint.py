@@ -14,7 +14,8 @@ Layout of one checkpoint folder:
     <path>/COMPLETE        written last: a folder without it is an interrupted save
 
 A run keeps its checkpoints as `step_000010` folders under one root: `complete_checkpoints`
-lists the finished ones and `prune_checkpoints` keeps the newest K.
+lists the finished ones and `prune_checkpoints` keeps the newest K (`trainer.checkpoint_dirs`,
+which imports no torch).
 """
 
 from __future__ import annotations
@@ -28,13 +29,13 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
+from forge_agent.trainer.checkpoint_dirs import DONE as _DONE
 from forge_agent.trainer.lora import is_lora, load_adapter_weights, saved_lora
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
 _TRAINER_FILE = "trainer.pt"
-_DONE = "COMPLETE"
 
 
 @dataclass
@@ -187,20 +188,3 @@ def _load_trainer_state(
         _load_named_optimizer_state(model, optimizer, blob["optimizer"])
     _set_rng_state(blob["rng"])
     return TrainerState(blob["step"], blob["policy_version"], blob["data_position"])
-
-
-def complete_checkpoints(root: str | Path) -> list[Path]:
-    """The complete checkpoints (`step_*` folders holding COMPLETE) under `root`, oldest first;
-    an interrupted save (no COMPLETE) is not one."""
-    root = Path(root)
-    if not root.exists():
-        return []
-    return sorted(p for p in root.glob("step_*") if (p / _DONE).exists())
-
-
-def prune_checkpoints(root: str | Path, keep: int) -> list[Path]:
-    """Delete all but the newest `keep` complete checkpoints under `root`; returns the kept."""
-    done = complete_checkpoints(root)
-    for old in done[:-keep] if keep > 0 else done:
-        shutil.rmtree(old, ignore_errors=True)
-    return done[-keep:] if keep > 0 else []

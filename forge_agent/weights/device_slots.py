@@ -26,10 +26,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import torch
-
+from forge_agent.lazy import LazyModule
 from forge_agent.weights.layout import pack_into
 from forge_agent.weights.protocol import WeightStoreError
+
+# imported on first use (`LazyModule`): the driver hosts the store's actor, no tensor
+torch = LazyModule("torch")
 
 logger = logging.getLogger(__name__)
 _PREFIX = "forge_ds_"

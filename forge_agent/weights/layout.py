@@ -10,9 +10,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-import torch
+from forge_agent.lazy import LazyModule
 
-StateDict = dict[str, torch.Tensor]
+# imported on first use (`LazyModule`): the driver hosts the store's actor, no tensor
+torch = LazyModule("torch")
+
+StateDict = dict[str, "torch.Tensor"]
 _ALIGN = 64  # byte alignment of every tensor inside the flat buffer
 
 

@@ -17,9 +17,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-import torch
 from monarch.actor import Actor, endpoint
 
+from forge_agent.lazy import LazyModule
 from forge_agent.types import ActorMesh
 from forge_agent.weights.config import OnFull
 from forge_agent.weights.device_slots import (
@@ -46,6 +46,9 @@ from forge_agent.weights.protocol import (
 
 if TYPE_CHECKING:
     from monarch.actor import ProcMesh
+
+# imported on first use (`LazyModule`): the driver hosts the store's actor, no tensor
+torch = LazyModule("torch")
 
 __all__ = ["MonarchWeightStore", "WeightStoreActor"]
 

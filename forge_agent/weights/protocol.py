@@ -9,9 +9,11 @@ import time
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from typing import Any, Protocol
 
-import torch
-
+from forge_agent.lazy import LazyModule
 from forge_agent.weights.layout import StateDict
+
+# imported on first use (`LazyModule`): the driver hosts the store's actor, no tensor
+torch = LazyModule("torch")
 
 __all__ = [
     "VersionedPuts",
