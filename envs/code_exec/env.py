@@ -45,19 +45,12 @@ SYSTEM_PROMPT = (
 
 @functools.lru_cache(maxsize=8)
 def _load(dataset: str, split: str) -> tuple[dict[str, Any], ...]:
-    if dataset == DEFAULT_DATA:
-        # the shipped tasks, read as JSON lines: the rows `datasets` gives for them
-        # (tests/test_env_code_exec.py), without its import (+0.09 GB of PSS, measured, in the
-        # driver, which reads them for the tiny model's tokenizer corpus)
-        with open(dataset, encoding="utf-8") as file:
-            rows: Any = [json.loads(line) for line in file if line.strip()]
-    else:
-        import datasets  # slow to import: only when tasks are needed
+    import datasets  # slow to import: only when tasks are needed
 
-        if os.path.exists(dataset):
-            rows = datasets.load_dataset("json", data_files=dataset, split=split)
-        else:
-            rows = datasets.load_dataset(dataset, split=split)
+    if os.path.exists(dataset):
+        rows = datasets.load_dataset("json", data_files=dataset, split=split)
+    else:
+        rows = datasets.load_dataset(dataset, split=split)
     tasks = []
     for row in rows:
         task = dict(row)
