@@ -297,23 +297,29 @@ def _dependent_task(template: Template, rng: random.Random) -> dict[str, Any]:
 
 
 # ------------------------------------------------------------------------- mixed
+# Held out (every fourth): facts SmolLM2-135M-Instruct states right in a sentence with no
+# training (greedy, the family's system prompt, 2026-12-08: "A minute is equivalent to 60
+# seconds.", "A spider has 8 legs.", "A hexagon has 6 sides.", "A week is 7 days."), so a
+# held-out fact measures the decision to answer without the calculator in the answer's form,
+# not knowledge a 135M model lacks (it said 365.25 days for months in a year, 5 wheels for a
+# bicycle). The training facts include ones it does not know; the warm start shows them.
 _FACTS = (  # (question, answer): each one template of kind `fact`; every fourth held out
-    ("How many days are in a week?", 7),
     ("How many hours are in a day?", 24),
     ("How many minutes are in an hour?", 60),
     ("How many months are in a year?", 12),
-    ("How many legs does a spider have?", 8),
+    ("How many seconds are in a minute?", 60),
     ("How many sides does a triangle have?", 3),
     ("How many wheels does a bicycle have?", 2),
-    ("How many seconds are in a minute?", 60),
     ("How many legs does a dog have?", 4),
+    ("How many legs does a spider have?", 8),
     ("How many sides does a square have?", 4),
     ("How many cents are in a dollar?", 100),
     ("How many days are in a leap year?", 366),
+    ("How many sides does a hexagon have?", 6),
     ("How many players does a soccer team have on the field?", 11),
     ("How many continents are there on Earth?", 7),
-    ("How many sides does a hexagon have?", 6),
     ("How many weeks are in a year?", 52),
+    ("How many days are in a week?", 7),
 )
 _MIXED = (
     Template("arith", "What is {e}?"),
