@@ -1,13 +1,16 @@
 """Task families of the calculator env where copying the prompt is not enough (issue 59).
 
 `CalculatorEnv(family=...)` plays them; each task names its `kind` (a template group, reported
-per kind by the evaluator) and its `template`. The held-out split is **by template**: the last
-template of every kind (a quarter of them) is eval-only, so held-out tasks are phrasings the
-policy never saw in the warm start or in RL (and their generator seeds differ too).
+per kind by the evaluator) and its `template`. The held-out split is **by template**: every
+fourth template of each kind (a quarter of them) is eval-only, so held-out tasks are phrasings
+the policy never saw in the warm start or in RL (and their generator seeds differ too).
 
 - `word_problems`: arithmetic in words; six kinds of computation (`mul_add`, `mul_sub`,
-  `add_mul`, `share`, `sub_sub`, `add_add`), four phrasings each, whose numbers come in
-  different orders and words, so the call is a translation, not a copy.
+  `add_mul`, `share`, `sub_sub`, `add_add`), eight phrasings each (two held out), whose
+  numbers come in different orders and words, so the call is a translation, not a copy; every
+  structure but one that a held-out phrasing has (the addend before the product, the shared
+  factor first, the total named last) is also some training phrasing's, in other words; the
+  one left is `share`'s divisor named before the total ("B friends split a bill of T").
 - `dependent`: the numbers are behind tools whose replies must be read: `price(item)` and
   `order(customer)` look up the task's own table. `price` (2 dependent calls: price, then the
   calculator on it), `order` (a chain of 3: the order names the item and how many, the price of
@@ -112,9 +115,10 @@ _WORD = (
     Template("add_add", "A shop sells {a} {item} on Monday, {b} on Tuesday and {c} on Wednesday. How many {item} does it sell?", "{a} + {b} + {c}"),  # noqa: E501
     Template("add_add", "A train has {a} passengers in the first car, {b} in the second and {c} in the third. How many passengers are on the train?", "{a} + {b} + {c}"),  # noqa: E501
     Template("add_add", "{name} collected {a} {item}, then found {b} more and got {c} as a gift. How many {item} does {name} have?", "{a} + {b} + {c}"),  # noqa: E501
-    # The second four of each kind (2026-12-08): phrasings whose structure the first four's
-    # held-out phrasing has (the addend before the product, the shared factor first, the total
-    # named last), so a held-out phrasing is new words over a structure that training shows;
+    # The second four of each kind (2026-12-07): phrasings with the structures of the held-out
+    # ones (the addend before the product, the shared factor first, the total named last), so a
+    # held-out phrasing is new words over a structure training shows (but `share/7`, whose
+    # divisor comes first);
     # the fourth of these is held out too (a quarter of each kind, as before).
     Template("mul_add", "A jar holds {c} marbles. {name} pours in {a} cups with {b} marbles in each cup. How many marbles are in the jar now?", "{c} + {a} * {b}"),  # noqa: E501
     Template("mul_add", "{name} packs {a} crates of {b} {item} each and has {c} loose {item}. How many {item} are there in all?", "{a} * {b} + {c}"),  # noqa: E501
@@ -298,7 +302,7 @@ def _dependent_task(template: Template, rng: random.Random) -> dict[str, Any]:
 
 # ------------------------------------------------------------------------- mixed
 # Held out (every fourth): facts SmolLM2-135M-Instruct states right in a sentence with no
-# training (greedy, the family's system prompt, 2026-12-08: "A minute is equivalent to 60
+# training (greedy, the family's system prompt, 2026-12-07: "A minute is equivalent to 60
 # seconds.", "A spider has 8 legs.", "A hexagon has 6 sides.", "A week is 7 days."), so a
 # held-out fact measures the decision to answer without the calculator in the answer's form,
 # not knowledge a 135M model lacks (it said 365.25 days for months in a year, 5 wheels for a
