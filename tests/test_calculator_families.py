@@ -123,10 +123,10 @@ def test_every_program_template_prints_its_answer_in_the_sandbox_held_out_ones_t
     tasks = [
         t
         for split in ("train", "eval")
-        for t in generate_family_tasks("program", split, 150, seed=2)
+        for t in generate_family_tasks("program", split, 300, seed=2)
     ]
     kinds = ("mul_add", "mul_sub", "add_mul", "share", "sub_sub", "add_add")
-    assert {t["template"] for t in tasks} == {f"{k}/{i}" for k in kinds for i in range(4)}
+    assert {t["template"] for t in tasks} == {f"{k}/{i}" for k in kinds for i in range(8)}
     assert SANDBOX_LIMITS.memory_mb + SANDBOX_LIMITS.workspace_mb <= 160  # 64 episodes fit
     with make_sandbox("program") as session:
         for task in tasks:
@@ -143,7 +143,7 @@ def test_a_program_is_judged_by_the_answer_it_leads_to_and_its_errors_are_read()
     C on a shelf. Adds A bags of B each": C + A * B) prints another number: reward 0; a
     program that raises shows its traceback and the episode goes on."""
     task = next(
-        t for t in generate_family_tasks("program", "eval", 60, 3) if t["kind"] == "mul_add"
+        t for t in generate_family_tasks("program", "eval", 60, 3) if t["template"] == "mul_add/3"
     )
     c, a, b = map(int, re.findall(r"\d+", task["prompt"]))
     env = CalculatorEnv(family="program")

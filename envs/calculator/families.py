@@ -1,13 +1,16 @@
 """Task families of the calculator env where copying the prompt is not enough (issue 59).
 
 `CalculatorEnv(family=...)` plays them; each task names its `kind` (a template group, reported
-per kind by the evaluator) and its `template`. The held-out split is **by template**: the last
-template of every kind (a quarter of them) is eval-only, so held-out tasks are phrasings the
-policy never saw in the warm start or in RL (and their generator seeds differ too).
+per kind by the evaluator) and its `template`. The held-out split is **by template**: every
+fourth template of each kind (a quarter of them) is eval-only, so held-out tasks are phrasings
+the policy never saw in the warm start or in RL (and their generator seeds differ too).
 
 - `word_problems`: arithmetic in words; six kinds of computation (`mul_add`, `mul_sub`,
-  `add_mul`, `share`, `sub_sub`, `add_add`), four phrasings each, whose numbers come in
-  different orders and words, so the call is a translation, not a copy.
+  `add_mul`, `share`, `sub_sub`, `add_add`), eight phrasings each (two held out), whose
+  numbers come in different orders and words, so the call is a translation, not a copy; every
+  structure but one that a held-out phrasing has (the addend before the product, the shared
+  factor first, the total named last) is also some training phrasing's, in other words; the
+  one left is `share`'s divisor named before the total ("B friends split a bill of T").
 - `dependent`: the numbers are behind tools whose replies must be read: `price(item)` and
   `order(customer)` look up the task's own table. `price` (2 dependent calls: price, then the
   calculator on it), `order` (a chain of 3: the order names the item and how many, the price of
@@ -112,6 +115,35 @@ _WORD = (
     Template("add_add", "A shop sells {a} {item} on Monday, {b} on Tuesday and {c} on Wednesday. How many {item} does it sell?", "{a} + {b} + {c}"),  # noqa: E501
     Template("add_add", "A train has {a} passengers in the first car, {b} in the second and {c} in the third. How many passengers are on the train?", "{a} + {b} + {c}"),  # noqa: E501
     Template("add_add", "{name} collected {a} {item}, then found {b} more and got {c} as a gift. How many {item} does {name} have?", "{a} + {b} + {c}"),  # noqa: E501
+    # The second four of each kind (2026-12-07): phrasings with the structures of the held-out
+    # ones (the addend before the product, the shared factor first, the total named last), so a
+    # held-out phrasing is new words over a structure training shows (but `share/7`, whose
+    # divisor comes first);
+    # the fourth of these is held out too (a quarter of each kind, as before).
+    Template("mul_add", "A jar holds {c} marbles. {name} pours in {a} cups with {b} marbles in each cup. How many marbles are in the jar now?", "{c} + {a} * {b}"),  # noqa: E501
+    Template("mul_add", "{name} packs {a} crates of {b} {item} each and has {c} loose {item}. How many {item} are there in all?", "{a} * {b} + {c}"),  # noqa: E501
+    Template("mul_add", "A garden starts with {c} plants. The gardener plants {a} rows of {b} more. How many plants are in the garden?", "{c} + {a} * {b}"),  # noqa: E501
+    Template("mul_add", "A parking garage has {a} levels with {b} cars on each level and {c} cars outside. How many cars are there?", "{a} * {b} + {c}"),  # noqa: E501
+    Template("mul_sub", "{name} bakes {a} batches of {b} cookies and eats {c} of them. How many cookies are left?", "{a} * {b} - {c}"),  # noqa: E501
+    Template("mul_sub", "A worker earns {b} dollars an hour for {a} hours and pays {c} dollars for lunch. How many dollars does the worker keep?", "{b} * {a} - {c}"),  # noqa: E501
+    Template("mul_sub", "{c} of the {item} break when {name} carries {a} boxes of {b} {item}. How many {item} are not broken?", "{a} * {b} - {c}"),  # noqa: E501
+    Template("mul_sub", "A factory fills {a} crates with {b} bottles each and ships {c} bottles. How many bottles stay at the factory?", "{a} * {b} - {c}"),  # noqa: E501
+    Template("add_mul", "For {c} days, {name} drinks {a} cups of tea and {b} cups of water each day. How many cups does {name} drink?", "{c} * ({a} + {b})"),  # noqa: E501
+    Template("add_mul", "A store gets {a} small boxes and {b} large boxes, each holding {c} {item}. How many {item} does the store get?", "({a} + {b}) * {c}"),  # noqa: E501
+    Template("add_mul", "There are {c} vans, and each van carries {a} adults and {b} children. How many people ride in the vans?", "{c} * ({a} + {b})"),  # noqa: E501
+    Template("add_mul", "{name} sells {a} cakes on Saturday and {b} cakes on Sunday, at {c} dollars a cake. How many dollars does {name} make?", "({a} + {b}) * {c}"),  # noqa: E501
+    Template("share", "{t} students are put into {b} equal teams. How many students are on each team?", "{t} / {b}"),  # noqa: E501
+    Template("share", "{name} drives {t} kilometers in {b} hours at a steady speed. How many kilometers does {name} drive each hour?", "{t} / {b}"),  # noqa: E501
+    Template("share", "A box of {t} {item} is divided equally among {b} children. How many {item} does each child get?", "{t} / {b}"),  # noqa: E501
+    Template("share", "{b} friends split a bill of {t} dollars equally. How many dollars does each friend pay?", "{t} / {b}"),  # noqa: E501
+    Template("sub_sub", "After {b} people leave at noon and {c} leave at night, how many of the {a} guests are still at the party?", "{a} - {b} - {c}"),  # noqa: E501
+    Template("sub_sub", "A field has {a} sheep. {b} are sold and {c} are moved to another farm. How many sheep stay in the field?", "{a} - {b} - {c}"),  # noqa: E501
+    Template("sub_sub", "{name} had {a} {item}, used {b} for a project and sold {c}. How many {item} are left?", "{a} - {b} - {c}"),  # noqa: E501
+    Template("sub_sub", "A road is {a} meters long. Workers paint {b} meters on Monday and {c} meters on Tuesday. How many meters are left to paint?", "{a} - {b} - {c}"),  # noqa: E501
+    Template("add_add", "A farm has {a} chickens, {b} ducks and {c} geese. How many birds does the farm have?", "{a} + {b} + {c}"),  # noqa: E501
+    Template("add_add", "{name} scores {a} points in the first game, {b} in the second and {c} in the third. How many points does {name} score in all?", "{a} + {b} + {c}"),  # noqa: E501
+    Template("add_add", "To the {a} {item} in a drawer, {name} adds {b} and then {c} more. How many {item} are in the drawer?", "{a} + {b} + {c}"),  # noqa: E501
+    Template("add_add", "A zoo has {a} visitors on Friday, {b} on Saturday and {c} on Sunday. How many visitors come over the three days?", "{a} + {b} + {c}"),  # noqa: E501
 )
 # fmt: on
 
@@ -173,6 +205,30 @@ _PROGRAM_NAMES = (
     {"a": "monday", "b": "tuesday", "c": "wednesday"},
     {"a": "first", "b": "second", "c": "third"},
     {"a": "collected", "b": "found", "c": "gift"},
+    {"c": "in_jar", "a": "cups", "b": "per_cup"},
+    {"a": "crates", "b": "per_crate", "c": "loose"},
+    {"c": "plants", "a": "rows", "b": "per_row"},
+    {"a": "levels", "b": "per_level", "c": "outside"},
+    {"a": "batches", "b": "per_batch", "c": "eaten"},
+    {"b": "per_hour", "a": "hours", "c": "lunch"},
+    {"c": "broken", "a": "boxes", "b": "per_box"},
+    {"a": "crates", "b": "per_crate", "c": "shipped"},
+    {"c": "days", "a": "tea", "b": "water"},
+    {"a": "small", "b": "large", "c": "per_box"},
+    {"c": "vans", "a": "adults", "b": "children"},
+    {"a": "saturday", "b": "sunday", "c": "price"},
+    {"t": "students", "b": "teams"},
+    {"t": "kilometers", "b": "hours"},
+    {"t": "total", "b": "children"},
+    {"b": "friends", "t": "bill"},
+    {"b": "left_noon", "c": "left_night", "a": "guests"},
+    {"a": "sheep", "b": "sold", "c": "moved"},
+    {"a": "had", "b": "used", "c": "sold"},
+    {"a": "meters", "b": "monday", "c": "tuesday"},
+    {"a": "chickens", "b": "ducks", "c": "geese"},
+    {"a": "first", "b": "second", "c": "third"},
+    {"a": "drawer", "b": "added", "c": "more"},
+    {"a": "friday", "b": "saturday", "c": "sunday"},
 )
 # fmt: on
 _NAMES_OF = dict(zip(_WORD, _PROGRAM_NAMES, strict=True))
@@ -245,23 +301,29 @@ def _dependent_task(template: Template, rng: random.Random) -> dict[str, Any]:
 
 
 # ------------------------------------------------------------------------- mixed
+# Held out (every fourth): facts SmolLM2-135M-Instruct states right in a sentence with no
+# training (greedy, the family's system prompt, 2026-12-07: "A minute is equivalent to 60
+# seconds.", "A spider has 8 legs.", "A hexagon has 6 sides.", "A week is 7 days."), so a
+# held-out fact measures the decision to answer without the calculator in the answer's form,
+# not knowledge a 135M model lacks (it said 365.25 days for months in a year, 5 wheels for a
+# bicycle). The training facts include ones it does not know; the warm start shows them.
 _FACTS = (  # (question, answer): each one template of kind `fact`; every fourth held out
-    ("How many days are in a week?", 7),
     ("How many hours are in a day?", 24),
     ("How many minutes are in an hour?", 60),
     ("How many months are in a year?", 12),
-    ("How many legs does a spider have?", 8),
+    ("How many seconds are in a minute?", 60),
     ("How many sides does a triangle have?", 3),
     ("How many wheels does a bicycle have?", 2),
-    ("How many seconds are in a minute?", 60),
     ("How many legs does a dog have?", 4),
+    ("How many legs does a spider have?", 8),
     ("How many sides does a square have?", 4),
     ("How many cents are in a dollar?", 100),
     ("How many days are in a leap year?", 366),
+    ("How many sides does a hexagon have?", 6),
     ("How many players does a soccer team have on the field?", 11),
     ("How many continents are there on Earth?", 7),
-    ("How many sides does a hexagon have?", 6),
     ("How many weeks are in a year?", 52),
+    ("How many days are in a week?", 7),
 )
 _MIXED = (
     Template("arith", "What is {e}?"),
